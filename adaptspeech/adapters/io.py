@@ -1,0 +1,107 @@
+"""MMS-style adapter files: ``adapter.<lang>.safetensors`` + ``adapter.<lang>.json``, and ``fusion.*`` likewise.
+
+Tensor keys are ``layers.<i>.<param>`` (e.g. ``layers.3.down.weight``), plus ``head.<param>`` when the CTC head
+is saved with the adapter (a language with its own vocabulary). The JSON records the adapter settings, the layers,
+the hidden size and the backbone it was trained on, so a mismatch is reported before any tensor is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+ADAPTER_WEIGHTS = "adapter.{}.safetensors"
+ADAPTER_CONFIG = "adapter.{}.json"
+FUSION_WEIGHTS = "fusion.safetensors"
+FUSION_CONFIG = "fusion.json"
+
+
+class AdapterLoadError(ValueError):
+    """An adapter file that does not fit the model; the message names the file, the key and both shapes."""
+
+
+def write_tensors(
+    folder: str | os.PathLike,
+    weights_name: str,
+    config_name: str,
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+        str(folder / weights_name),
+        metadata={"format": "pt"},
+    )
+    (folder / config_name).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return folder / weights_name
+
+
+def resolve_file(
+    path_or_repo: str | os.PathLike,
+    filename: str,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    cache_dir: str | None = None,
+) -> Path:
+    """A local folder's file, or the file downloaded from a Hub repo; raises FileNotFoundError naming both."""
+    local = Path(path_or_repo)
+    if local.is_dir():
+        candidate = local / filename
+        if not candidate.is_file():
+            available = sorted(p.name for p in local.iterdir() if p.name.startswith(("adapter.", "fusion.")))
+            raise FileNotFoundError(
+                f"{candidate} not found; adapter files in {local}: {', '.join(available) or 'none'}"
+            )
+        return candidate
+    if local.exists():
+        raise FileNotFoundError(f"{local} is a file, expected a folder holding {filename}")
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(str(path_or_repo), filename, revision=revision, token=token, cache_dir=cache_dir))
+    except Exception as err:  # network errors, missing repo or file: one clear message
+        raise FileNotFoundError(
+            f"could not get {filename} from {path_or_repo!r} (not a local folder; Hub download failed: "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from err
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except Exception as err:
+        raise AdapterLoadError(f"{path} is not a readable safetensors file: {err}") from err
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise AdapterLoadError(f"{path} is not a readable adapter config: {err}") from err
+
+
+def check_and_copy(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor], origin: Path) -> None:
+    """Copy ``source`` into ``target`` after checking that the keys and every shape match."""
+    missing = sorted(set(target) - set(source))
+    unexpected = sorted(set(source) - set(target))
+    if missing or unexpected:
+        raise AdapterLoadError(
+            f"{origin} does not fit this model: missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+            f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+        )
+    for key, tensor in source.items():
+        if tuple(tensor.shape) != tuple(target[key].shape):
+            raise AdapterLoadError(
+                f"{origin}: tensor {key!r} has shape {tuple(tensor.shape)} but the model expects "
+                f"{tuple(target[key].shape)}"
+            )
+    with torch.no_grad():
+        for key, tensor in source.items():
+            target[key].copy_(tensor.to(dtype=target[key].dtype, device=target[key].device))

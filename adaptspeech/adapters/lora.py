@@ -1,0 +1,228 @@
+"""Stock PEFT LoRA as a per-language adapter type (``LanguageAdapterConfig(adapter_type="lora")``).
+
+Each LoRA language is one peft adapter, named by its language code, injected with peft's own
+:class:`~peft.LoraConfig` and :func:`~peft.inject_adapter_in_model` into ``model.backbone``. Only the modules
+named in ``lora_target_modules`` (last name component, e.g. ``q_proj`` / ``v_proj`` of wav2vec2, ``linear_q``
+/ ``linear_v`` of the conformer attention) inside the encoder layers listed by
+``model.config.layers_with_adapters()`` are targeted, never modules of the language-adapter blocks (whose
+SimAdapter also has a ``linear_q`` and a ``linear_v``). The wrapped projections keep peft's parameter names
+(``...q_proj.base_layer.weight``, ``...q_proj.lora_A.<lang>.weight``), so ``save_pretrained`` /
+``from_pretrained`` round-trip: the config lists the LoRA languages and rebuilds the same wrappers before the
+weights are loaded.
+
+Which LoRA adapters run follows ``model.routing``, with the meaning the bottleneck blocks give it (see
+:mod:`adaptspeech.adapters.block`):
+
+* no active LoRA language, or the fusion active (it fuses bottleneck adapters only): the wrapped projections
+  return their base output unchanged;
+* one active LoRA language: ``W x + (lora_alpha / lora_r) B A x`` with that language's ``A`` and ``B``;
+* several active languages (LoRA or not): **per-utterance routing**, not peft's sum. Each utterance goes
+  through the LoRA of its own language, given per batch as ``lang_ids``; utterances of a language without
+  LoRA, or of an inactive one, get the base projection. "Several active languages" thus means the same for
+  both adapter types, and a multilingual batch can mix bottleneck and LoRA languages. It runs on peft's own
+  mixed-batch path (the ``adapter_names`` argument of peft's LoRA layers), fed by a forward pre-hook; without
+  ``lang_ids`` the forward raises a ``ValueError``, as the bottleneck blocks do. Summing several languages' LoRA deltas
+  (what peft does with several active adapters) is not offered: it has no meaning for per-language adapters.
+
+Switching the active languages never changes ``requires_grad`` (peft's ``set_adapter`` would): trainability is
+decided by ``set_trainable`` alone. Adding a LoRA language leaves the trainability of every existing parameter
+as it was; the new LoRA weights start trainable, like a new bottleneck adapter.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from peft import LoraConfig, inject_adapter_in_model
+from peft.tuners.lora import LoraLayer
+from torch import nn
+
+from .block import AdapterRouting, mark_initialized
+
+#: name of the language-adapter block child of an encoder layer (``mixin.ADAPTER_MODULE_NAME``; not imported
+#: from there because mixin imports this module).
+_BLOCK_NAME = "language_adapters"
+#: attribute set on a LoRA layer once the routing pre-hook is registered on it.
+_HOOK_FLAG = "_adaptspeech_lora_routing_hook"
+
+
+def _lora_languages(model: Any) -> list[str]:
+    return [lang for lang, cfg in model.config.adapters.items() if cfg["adapter_type"] == "lora"]
+
+
+def _encoder_layers(model: Any) -> dict[int, tuple[str, nn.Module]]:
+    """Adapter layer index -> (its name inside ``model.backbone``, the encoder layer)."""
+    layers = model.config.backbone_spec.encoder_layers(model.backbone)
+    names = {id(module): name for name, module in model.backbone.named_modules()}
+    return {i: (names[id(layers[i])], layers[i]) for i in model.config.layers_with_adapters()}
+
+
+def _is_adapter_internal(sub_name: str) -> bool:
+    """A module of the language-adapter block, or inside a LoRA wrapper (its base layer, lora_A, ...)."""
+    parts = sub_name.split(".")
+    return _BLOCK_NAME in parts or "base_layer" in parts or any(p.startswith("lora_") for p in parts)
+
+
+def _lora_layers(model: Any) -> list[tuple[int, str, LoraLayer]]:
+    """``(layer index, name inside the encoder layer, LoRA wrapper)`` of the adapter layers, in order."""
+    found = []
+    for i, (_, layer) in sorted(_encoder_layers(model).items()):
+        for sub_name, sub in layer.named_modules():
+            if isinstance(sub, LoraLayer) and not _is_adapter_internal(sub_name):
+                found.append((i, sub_name, sub))
+    return found
+
+
+def _target_names(model: Any, language: str, target_modules: list[str]) -> list[str]:
+    """Full names (inside ``model.backbone``) of the projections to wrap; raises if none matches."""
+    wanted = set(target_modules)
+    targets: list[str] = []
+    linear_names: set[str] = set()
+    for layer_name, layer in _encoder_layers(model).values():
+        for sub_name, sub in layer.named_modules():
+            if not sub_name or _is_adapter_internal(sub_name) or not isinstance(sub, (nn.Linear, LoraLayer)):
+                continue
+            short = sub_name.rsplit(".", 1)[-1]
+            linear_names.add(short)
+            if short in wanted:
+                targets.append(f"{layer_name}.{sub_name}")
+    if not targets:
+        raise ValueError(
+            f"LoRA adapter for {language!r}: lora_target_modules {sorted(wanted)} match no nn.Linear in "
+            f"encoder layers {model.config.layers_with_adapters()}; Linear modules there: "
+            f"{sorted(linear_names)}"
+        )
+    return targets
+
+
+def _language_entries(layer: LoraLayer, language: str) -> list[tuple[str, nn.Module | nn.Parameter]]:
+    """``(container name, module or parameter)`` holding ``language``'s weights on one LoRA wrapper."""
+    return [
+        (name, getattr(layer, name)[language])
+        for name in layer.adapter_layer_names
+        if language in getattr(layer, name)
+    ]
+
+
+def _set_active_keep_grad(layer: LoraLayer, adapters: list[str]) -> None:
+    """peft's ``set_adapter`` without its side effect on ``requires_grad``."""
+    params = [p for name in layer.adapter_layer_names for p in getattr(layer, name).parameters()]
+    flags = [p.requires_grad for p in params]
+    layer.set_adapter(adapters)
+    for param, flag in zip(params, flags):
+        param.requires_grad = flag
+
+
+def _route_lora(
+    routing: AdapterRouting, layer: LoraLayer, args: tuple, kwargs: dict[str, Any]
+) -> tuple[tuple, dict[str, Any]] | None:
+    """Forward pre-hook: with several active languages (of any adapter type, fusion off), route each utterance
+    to the LoRA of its own language, or to the base projection when that language has no active LoRA here."""
+    if routing.fusion_active or len(routing.active_languages) < 2:
+        return None
+    if routing.lang_ids is None:
+        raise ValueError(
+            f"several languages are active ({routing.active_languages}) without fusion: pass `lang_ids` (one "
+            "per utterance) to forward, or call set_active_languages([lang]) for one"
+        )
+    routed = {lang for lang in routing.active_languages if lang in layer.lora_A}
+    names = [routing.language_ids[i] for i in routing.lang_ids.tolist()]
+    return args, {**kwargs, "adapter_names": [n if n in routed else "__base__" for n in names]}
+
+
+def _apply_routing(model: Any, extra_managed: frozenset[str] = frozenset()) -> None:
+    """Activate, on every LoRA wrapper, the LoRA languages routed by ``model.routing``.
+
+    Only adapters named after a LoRA language (of ``model.config.adapters``, plus ``extra_managed`` while a
+    language is being injected) are touched; other peft adapters on the same wrappers (e.g. added with
+    ``get_peft_model``) keep their active state.
+    """
+    managed = set(_lora_languages(model)) | extra_managed
+    routing = model.routing
+    active = [] if routing.fusion_active else [lang for lang in routing.active_languages if lang in managed]
+    for _, _, layer in _lora_layers(model):
+        others = [a for a in layer.active_adapters if a not in managed]
+        _set_active_keep_grad(layer, others + [lang for lang in active if lang in layer.lora_A])
+
+
+def sync_lora_languages(model: Any) -> None:
+    """Make exactly the LoRA adapters of ``model.routing.active_languages`` active (see the module doc)."""
+    if _lora_languages(model):
+        _apply_routing(model)
+
+
+def add_lora_language(model: Any, language: str, adapter_config: Any) -> None:
+    """Inject a stock peft LoRA adapter named ``language`` (see the module docstring).
+
+    Args:
+        model: an adaptspeech model (``AdaptSpeechPreTrainedModel``).
+        language: the language code, used as the peft adapter name.
+        adapter_config: its :class:`~adaptspeech.adapters.config.LanguageAdapterConfig` (``lora_r``,
+            ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``).
+    """
+    if any(language in layer.lora_A for _, _, layer in _lora_layers(model)):
+        raise ValueError(f"the model already has a LoRA adapter named {language!r}")
+    lora_config = LoraConfig(
+        r=adapter_config.lora_r,
+        lora_alpha=adapter_config.lora_alpha,
+        lora_dropout=adapter_config.lora_dropout,
+        target_modules=_target_names(model, language, list(adapter_config.lora_target_modules)),
+        bias="none",
+    )
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    backbone = model.backbone
+    had_peft_config = hasattr(backbone, "peft_config")
+    inject_adapter_in_model(lora_config, backbone, adapter_name=language)
+    if not had_peft_config and hasattr(backbone, "peft_config"):
+        del backbone.peft_config  # the adaptspeech config is the source of truth
+    for param, flag in flags:  # injection froze everything but the new adapter
+        param.requires_grad = flag
+    for _, _, layer in _lora_layers(model):
+        for _, entry in _language_entries(layer, language):
+            entry.requires_grad_(True)
+            if isinstance(entry, nn.Module):
+                mark_initialized(entry)  # post_init must not re-initialise lora_B away from zero
+        if not getattr(layer, _HOOK_FLAG, False):
+            layer.register_forward_pre_hook(functools.partial(_route_lora, model.routing), with_kwargs=True)
+            setattr(layer, _HOOK_FLAG, True)
+    # injection made `language` the active adapter of every LoRA wrapper: restore the routed state
+    _apply_routing(model, extra_managed=frozenset({language}))
+
+
+def remove_lora_language(model: Any, language: str) -> None:
+    """Delete the LoRA adapter ``language``. A wrapper left without adapters is replaced by its base layer, so
+    the parameter names return to the backbone's own (``q_proj.weight``) and match a config without LoRA."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    names = {id(module): name for name, module in model.backbone.named_modules()}
+    for _, _, layer in _lora_layers(model):
+        if language not in layer.lora_A:
+            continue
+        layer.delete_adapter(language)
+        if not layer.lora_A:
+            parent_name, _, child_name = names[id(layer)].rpartition(".")
+            parent = model.backbone.get_submodule(parent_name) if parent_name else model.backbone
+            setattr(parent, child_name, layer.get_base_layer())
+    for param, flag in flags:  # delete_adapter may activate (and unfreeze) another adapter
+        param.requires_grad = flag
+
+
+def lora_tensors(model: Any, language: str) -> dict[str, torch.Tensor]:
+    """The live LoRA parameters of ``language``, keyed ``layers.<i>.<module>.lora_A.weight`` (and ``lora_B``).
+
+    ``<i>`` is the encoder layer index and ``<module>`` the projection's name inside that layer (e.g.
+    ``attention.q_proj``). The language code is not part of the key, so a file loads under any name. The
+    values are the parameters themselves: ``load_adapter`` copies into them in place.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    for i, sub_name, layer in _lora_layers(model):
+        for name, entry in _language_entries(layer, language):
+            if isinstance(entry, nn.Parameter):
+                tensors[f"layers.{i}.{sub_name}.{name}"] = entry
+            else:
+                for param_name, param in entry.named_parameters():
+                    tensors[f"layers.{i}.{sub_name}.{name}.{param_name}"] = param
+    if not tensors:
+        raise KeyError(f"the model has no LoRA weights for language {language!r}")
+    return tensors

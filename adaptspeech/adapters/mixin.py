@@ -1,0 +1,394 @@
+"""The language-adapter API of the adaptspeech models (MMS names where MMS has them).
+
+Mixed into :class:`~adaptspeech.modeling.AdaptSpeechPreTrainedModel`; it relies on ``self.config``,
+``self.adapter_blocks`` (encoder layer index -> :class:`LanguageAdapterBlock`), ``self.routing`` and
+``self.ctc_head``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .block import LanguageAdapterBlock
+from .config import FusionConfig, LanguageAdapterConfig, check_language_code
+from .io import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    FUSION_CONFIG,
+    FUSION_WEIGHTS,
+    AdapterLoadError,
+    check_and_copy,
+    read_meta,
+    read_tensors,
+    resolve_file,
+    write_tensors,
+)
+
+ADAPTER_MODULE_NAME = "language_adapters"
+
+
+class LanguageAdapterMixin:
+    """Add, activate, freeze, save and load per-language adapters and their SimAdapter fusion."""
+
+    config: Any
+    adapter_blocks: dict[int, LanguageAdapterBlock]
+
+    # --- languages -------------------------------------------------------------------------------------------
+    @property
+    def adapter_languages(self) -> list[str]:
+        """Languages with an adapter, sorted; their positions are the ``lang_ids`` forward expects."""
+        return sorted(self.config.adapters)
+
+    @property
+    def language_to_id(self) -> dict[str, int]:
+        return {lang: i for i, lang in enumerate(self.adapter_languages)}
+
+    def _check_languages(self, languages: Iterable[str], what: str) -> list[str]:
+        languages = list(languages)
+        unknown = [lang for lang in languages if lang not in self.config.adapters]
+        if unknown:
+            raise KeyError(
+                f"{what}: no adapter for language(s) {unknown}; languages with one: {self.adapter_languages}"
+            )
+        return languages
+
+    def add_language_adapter(self, language: str, **settings: Any) -> None:
+        """Give ``language`` an adapter in every adapter layer.
+
+        Args:
+            language: language code (becomes the adapter's name and file name).
+            **settings: :class:`LanguageAdapterConfig` fields overriding ``config.adapter_defaults``
+                (e.g. ``bottleneck=128``, ``adapter_type="lora"``).
+        """
+        check_language_code(language)
+        if language in self.config.adapters:
+            raise ValueError(f"language {language!r} already has an adapter; remove_language_adapter first")
+        adapter_config = LanguageAdapterConfig.from_dict({**self.config.adapter_defaults, **settings})
+        self._build_language_adapter(language, adapter_config)
+        self.config.adapters = {**self.config.adapters, language: adapter_config.to_dict()}
+        self.routing.language_ids = self.adapter_languages
+        self.to(self._adapter_device_dtype())
+
+    def _adapter_device_dtype(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def _build_language_adapter(self, language: str, adapter_config: LanguageAdapterConfig) -> None:
+        if adapter_config.adapter_type == "lora":
+            from .lora import add_lora_language
+
+            add_lora_language(self, language, adapter_config)
+            return
+        for block in self.adapter_blocks.values():
+            block.add_adapter(language, adapter_config)
+
+    def remove_language_adapter(self, language: str) -> None:
+        self._check_languages([language], "remove_language_adapter")
+        fusion = self.config.fusion_settings()
+        if fusion is not None and language in fusion.languages:
+            raise ValueError(f"language {language!r} is fused ({fusion.languages}); remove the fusion first")
+        if self.config.adapters[language]["adapter_type"] == "lora":
+            from .lora import remove_lora_language
+
+            remove_lora_language(self, language)
+        else:
+            for block in self.adapter_blocks.values():
+                block.remove_adapter(language)
+        adapters = dict(self.config.adapters)
+        del adapters[language]
+        self.config.adapters = adapters
+        self.config.active_languages = [lang for lang in self.config.active_languages if lang != language]
+        self._sync_routing()
+
+    # --- fusion ------------------------------------------------------------------------------------------------
+    def add_fusion(self, languages: list[str], activate: bool = True, **settings: Any) -> None:
+        """Create SimAdapter fusion over ``languages`` in every adapter layer (replacing an existing one).
+
+        Args:
+            languages: the fused languages, in order; each needs a bottleneck adapter.
+            activate: make the fusion the active path at once.
+            **settings: other :class:`FusionConfig` fields (``target_language``, ``temperature``, ...).
+        """
+        self._check_languages(languages, "add_fusion")
+        fusion_config = FusionConfig(languages=list(languages), **settings)
+        lora = [lang for lang in languages if self.config.adapters[lang]["adapter_type"] != "bottleneck"]
+        if lora:
+            raise ValueError(f"SimAdapter fuses bottleneck adapters; {lora} are LoRA adapters")
+        for block in self.adapter_blocks.values():
+            block.set_fusion(fusion_config)
+        self.config.fusion = fusion_config.to_dict()
+        self.fusion_guide_weight = fusion_config.guide_weight
+        self.to(self._adapter_device_dtype())
+        if activate:
+            self.set_fusion_active(True)
+
+    def remove_fusion(self) -> None:
+        for block in self.adapter_blocks.values():
+            block.set_fusion(None)
+        self.config.fusion = None
+        self.config.fusion_active = False
+        self._sync_routing()
+
+    def set_fusion_active(self, active: bool = True) -> None:
+        """Route through the SimAdapter fusion (True) or through the active single adapters (False)."""
+        if active and self.config.fusion is None:
+            raise ValueError("no fusion to activate: call add_fusion(languages) first")
+        self.config.fusion_active = bool(active)
+        if active:
+            self.config.active_languages = list(self.config.fusion["languages"])
+        self._sync_routing()
+
+    # --- activation --------------------------------------------------------------------------------------------
+    def set_active_languages(self, languages: list[str]) -> None:
+        """The adapters that run: one language, or several routed per utterance by ``lang_ids`` (fusion off)."""
+        self.config.active_languages = self._check_languages(languages, "set_active_languages")
+        self.config.fusion_active = False
+        self._sync_routing()
+
+    def set_target_language(self, language: str) -> None:
+        """MMS name: run ``language``'s adapter alone."""
+        self.set_active_languages([language])
+
+    def _sync_routing(self) -> None:
+        self.routing.language_ids = self.adapter_languages
+        self.routing.active_languages = list(self.config.active_languages)
+        self.routing.fusion_active = bool(self.config.fusion_active)
+        from .lora import sync_lora_languages
+
+        sync_lora_languages(self)
+
+    # --- trainable parameters ----------------------------------------------------------------------------------
+    def _named_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
+        groups: dict[str, list[tuple[str, nn.Parameter]]] = {"backbone": [], "fusion": [], "head": []}
+        for lang in self.adapter_languages:
+            groups[f"adapter:{lang}"] = []
+        for name, param in self.named_parameters():
+            groups[self._group_of(name)].append((name, param))
+        return groups
+
+    def _group_of(self, name: str) -> str:
+        parts = name.split(".")
+        if ADAPTER_MODULE_NAME in parts:
+            rest = parts[parts.index(ADAPTER_MODULE_NAME) + 1 :]
+            return "fusion" if rest[0] == "fusion" else f"adapter:{rest[1]}"
+        for lang in self.config.adapters:
+            if f".lora_A.{lang}." in name or f".lora_B.{lang}." in name:
+                return f"adapter:{lang}"
+        return "backbone" if name.startswith("backbone.") else "head"
+
+    def set_trainable(
+        self,
+        adapters: Iterable[str] = (),
+        fusion: bool = False,
+        head: bool = False,
+        backbone: bool = False,
+        feature_encoder: bool | None = None,
+    ) -> None:
+        """Set ``requires_grad`` exactly: only the named groups train.
+
+        Args:
+            adapters: languages whose adapters train.
+            fusion: train the SimAdapter layers.
+            head: train the output head(s).
+            backbone: train the backbone (the encoder without adapters).
+            feature_encoder: train the convolutional front end (defaults to ``backbone``).
+        """
+        adapters = set(self._check_languages(adapters, "set_trainable"))
+        for group, params in self._named_groups().items():
+            if group == "backbone":
+                flag = backbone
+            elif group == "fusion":
+                flag = fusion
+            elif group == "head":
+                flag = head
+            else:
+                flag = group.split(":", 1)[1] in adapters
+            for _, param in params:
+                param.requires_grad = flag
+        if backbone and feature_encoder is False:
+            self.config.backbone_spec.freeze_feature_encoder(self.backbone)
+
+    def freeze_base_model(self) -> None:
+        """MMS name: freeze the backbone (adapters, fusion and head keep their flags)."""
+        for _, param in self._named_groups()["backbone"]:
+            param.requires_grad = False
+
+    def trainable_parameters(self) -> dict[str, Any]:
+        """Per group (backbone, each language's adapter, fusion, head): total and trainable counts, plus shares."""
+        groups = self._named_groups()
+        report: dict[str, Any] = {"groups": {}}
+        total = trainable = 0
+        for group, params in groups.items():
+            n = sum(p.numel() for _, p in params)
+            t = sum(p.numel() for _, p in params if p.requires_grad)
+            report["groups"][group] = {"total": n, "trainable": t}
+            total += n
+            trainable += t
+        backbone = report["groups"]["backbone"]["total"]
+        report.update(
+            total=total,
+            trainable=trainable,
+            trainable_share=trainable / max(total, 1),
+            backbone=backbone,
+            adapter_share_of_backbone={
+                g.split(":", 1)[1]: v["total"] / max(backbone, 1)
+                for g, v in report["groups"].items()
+                if g.startswith("adapter:")
+            },
+        )
+        return report
+
+    def print_trainable_parameters(self) -> str:
+        """peft's one-liner plus a per-group table; returns the text it prints."""
+        report = self.trainable_parameters()
+        lines = [
+            f"trainable params: {report['trainable']:,} || all params: {report['total']:,} || "
+            f"trainable%: {100 * report['trainable_share']:.4f}"
+        ]
+        for group, v in report["groups"].items():
+            lines.append(f"  {group:<16} {v['trainable']:>12,} / {v['total']:>12,} trainable")
+        text = "\n".join(lines)
+        print(text)
+        return text
+
+    # --- save / load -------------------------------------------------------------------------------------------
+    def _adapter_tensors(self, language: str) -> dict[str, torch.Tensor]:
+        tensors: dict[str, torch.Tensor] = {}
+        for i, block in self.adapter_blocks.items():
+            for name, tensor in block.adapters[language].state_dict().items():
+                tensors[f"layers.{i}.{name}"] = tensor
+        return tensors
+
+    def _head_tensors(self) -> dict[str, torch.Tensor]:
+        return {f"head.{k}": v for k, v in self.ctc_head.state_dict().items()}
+
+    def _provenance(self) -> dict[str, Any]:
+        return {
+            "backbone_type": self.config.backbone_type,
+            "backbone_name_or_path": self.config.backbone_name_or_path,
+            "backbone_revision": self.config.backbone_revision,
+            "hidden_size": self.config.hidden_size,
+            "num_encoder_layers": self.config.num_encoder_layers,
+            "layers": sorted(self.adapter_blocks),
+            "vocab_size": self.config.vocab_size,
+        }
+
+    def save_adapter(self, language: str, folder: str | os.PathLike, include_head: bool = False) -> Path:
+        """Write ``adapter.<language>.safetensors`` and ``adapter.<language>.json`` into ``folder``."""
+        self._check_languages([language], "save_adapter")
+        if self.config.adapters[language]["adapter_type"] == "lora":
+            from .lora import lora_tensors
+
+            tensors = lora_tensors(self, language)
+        else:
+            tensors = self._adapter_tensors(language)
+        if include_head:
+            tensors.update(self._head_tensors())
+        meta = {
+            "language": language,
+            "adapter": self.config.adapters[language],
+            "include_head": include_head,
+            **self._provenance(),
+        }
+        return write_tensors(folder, ADAPTER_WEIGHTS.format(language), ADAPTER_CONFIG.format(language), tensors, meta)
+
+    def load_adapter(
+        self,
+        language: str,
+        path_or_repo: str | os.PathLike,
+        revision: str | None = None,
+        token: str | bool | None = None,
+        cache_dir: str | None = None,
+        activate: bool = True,
+    ) -> None:
+        """Load ``adapter.<language>.safetensors`` from a folder or a Hub repo (MMS-style).
+
+        If the model has no adapter for ``language`` yet, one is created from the file's settings. The file's
+        hidden size, layers and every tensor shape are checked first; a mismatch raises
+        :class:`AdapterLoadError` naming the file, the key and both shapes.
+        """
+        check_language_code(language)
+        meta_path = resolve_file(path_or_repo, ADAPTER_CONFIG.format(language), revision, token, cache_dir)
+        weights_path = resolve_file(path_or_repo, ADAPTER_WEIGHTS.format(language), revision, token, cache_dir)
+        meta = read_meta(meta_path)
+        if meta.get("hidden_size") != self.config.hidden_size:
+            raise AdapterLoadError(
+                f"{weights_path}: adapter for {language!r} was trained on hidden size {meta.get('hidden_size')}, "
+                f"this model has {self.config.hidden_size}"
+            )
+        if meta.get("layers") != sorted(self.adapter_blocks):
+            raise AdapterLoadError(
+                f"{weights_path}: adapter for {language!r} covers encoder layers {meta.get('layers')}, this model "
+                f"has adapter layers {sorted(self.adapter_blocks)}"
+            )
+        adapter_config = LanguageAdapterConfig.from_dict(meta["adapter"])
+        created = language not in self.config.adapters
+        if not created and self.config.adapters[language] != adapter_config.to_dict():
+            # same language, other settings (e.g. bottleneck): rebuild it from the file's settings
+            self.remove_language_adapter(language)
+            created = True
+        if created:
+            self.add_language_adapter(language, **meta["adapter"])
+        source = read_tensors(weights_path)
+        if adapter_config.adapter_type == "lora":
+            from .lora import lora_tensors
+
+            target = lora_tensors(self, language)
+        else:
+            target = self._adapter_tensors(language)
+        if meta.get("include_head"):
+            target.update(self._head_tensors())
+        try:
+            check_and_copy(target, source, weights_path)
+        except AdapterLoadError:
+            if created:
+                self.remove_language_adapter(language)
+            raise
+        if activate:
+            self.set_target_language(language)
+
+    def save_fusion(self, folder: str | os.PathLike) -> Path:
+        """Write ``fusion.safetensors`` / ``fusion.json`` (the SimAdapter layers, not the fused adapters)."""
+        if self.config.fusion is None:
+            raise ValueError("the model has no fusion to save")
+        tensors = {
+            f"layers.{i}.{k}": v
+            for i, block in self.adapter_blocks.items()
+            for k, v in block.fusion.state_dict().items()
+        }
+        meta = {"fusion": self.config.fusion, **self._provenance()}
+        return write_tensors(folder, FUSION_WEIGHTS, FUSION_CONFIG, tensors, meta)
+
+    def load_fusion(
+        self,
+        path_or_repo: str | os.PathLike,
+        revision: str | None = None,
+        token: str | bool | None = None,
+        activate: bool = True,
+    ) -> None:
+        """Load a fusion saved by :meth:`save_fusion`; its languages' adapters must be loaded already."""
+        meta_path = resolve_file(path_or_repo, FUSION_CONFIG, revision, token)
+        weights_path = resolve_file(path_or_repo, FUSION_WEIGHTS, revision, token)
+        meta = read_meta(meta_path)
+        settings = dict(meta["fusion"])
+        languages = settings.pop("languages")
+        self.add_fusion(languages, activate=activate, **settings)
+        target = {
+            f"layers.{i}.{k}": v
+            for i, block in self.adapter_blocks.items()
+            for k, v in block.fusion.state_dict(keep_vars=True).items()
+        }
+        check_and_copy({k: v.data for k, v in target.items()}, read_tensors(weights_path), weights_path)
+
+    # --- fusion losses -----------------------------------------------------------------------------------------
+    def fusion_regularizer(self) -> torch.Tensor:
+        """Unweighted ``L_reg = sum_layers sum_ij (I - W_V)_ij^2``; zero without fusion."""
+        terms = [block.regularizer() for block in self.adapter_blocks.values() if block.fusion is not None]
+        if not terms:
+            return torch.zeros((), device=self._adapter_device_dtype())
+        return torch.stack(terms).sum()

@@ -1,0 +1,17 @@
+"""Backbone specs: HF wav2vec2 (both layer-norm variants), wav2vec2-conformer, and a from-scratch fbank Conformer."""
+
+from .base import BACKBONES, BackboneSpec, get_backbone_spec
+from .conformer import Wav2Vec2ConformerSpec
+from .fbank_conformer import FbankConformerConfig, FbankConformerModel, FbankConformerSpec
+from .wav2vec2 import Wav2Vec2Spec
+
+__all__ = [
+    "BACKBONES",
+    "BackboneSpec",
+    "FbankConformerConfig",
+    "FbankConformerModel",
+    "FbankConformerSpec",
+    "Wav2Vec2ConformerSpec",
+    "Wav2Vec2Spec",
+    "get_backbone_spec",
+]

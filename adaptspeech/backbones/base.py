@@ -1,0 +1,91 @@
+"""What adaptspeech needs to know about a backbone, in one place.
+
+A :class:`BackboneSpec` builds (or loads) an HF speech encoder and tells the model where its encoder layers are,
+which attribute holds each layer's attention, which module's output is the layer's pre-FFN LayerNorm output (the
+SimAdapter residual), and how input samples map to encoder frames. Specs are stateless and registered in
+``BACKBONES``; adding an encoder family means writing one spec and registering it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
+
+from ..registry import Registry
+
+
+class BackboneSpec:
+    """Base class: subclasses set the class attributes and override what differs."""
+
+    #: registry name, also stored in ``AdaptSpeechConfig.backbone_type``.
+    name: ClassVar[str]
+    #: HF ``model_type`` of the backbone config.
+    model_type: ClassVar[str]
+    #: the model's main input (``input_values`` for raw waveforms, ``input_features`` for fbank).
+    main_input_name: ClassVar[str] = "input_values"
+    #: the attribute of each encoder layer holding its self-attention module.
+    attention_attr: ClassVar[str] = "attention"
+
+    # --- construction ----------------------------------------------------------------------------------------
+    def build_config(self, backbone_config: dict[str, Any] | PretrainedConfig | None) -> PretrainedConfig:
+        """Turn a dict (or None for the defaults) into the backbone's HF config."""
+        if isinstance(backbone_config, PretrainedConfig):
+            return backbone_config
+        data = dict(backbone_config or {})
+        data.pop("model_type", None)
+        return AutoConfig.for_model(self.model_type, **data)
+
+    def build_model(self, config: PretrainedConfig) -> PreTrainedModel:
+        """A randomly initialised backbone from its config."""
+        raise NotImplementedError(f"{type(self).__name__} must implement build_model")
+
+    def load_pretrained(self, name_or_path: str, revision: str | None = None, **kwargs: Any) -> PreTrainedModel:
+        """Load pretrained backbone weights (a Hub id or a local folder)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement load_pretrained")
+
+    # --- structure ---------------------------------------------------------------------------------------------
+    def encoder_layers(self, model: nn.Module) -> nn.ModuleList:
+        return model.encoder.layers
+
+    def ffn_input_module(self, layer: nn.Module) -> nn.Module:
+        """The module whose output is the layer's pre-FFN LayerNorm output."""
+        raise NotImplementedError(f"{type(self).__name__} must implement ffn_input_module")
+
+    def hidden_size(self, config: PretrainedConfig) -> int:
+        return config.hidden_size
+
+    def num_heads(self, config: PretrainedConfig) -> int:
+        return config.num_attention_heads
+
+    def num_layers(self, config: PretrainedConfig) -> int:
+        return config.num_hidden_layers
+
+    # --- lengths and masks -------------------------------------------------------------------------------------
+    def output_lengths(self, model: PreTrainedModel, input_lengths: torch.Tensor) -> torch.Tensor:
+        """Number of encoder frames for each input length [B] -> [B]."""
+        return model._get_feat_extract_output_lengths(input_lengths).to(torch.long)
+
+    def frame_mask(
+        self, model: PreTrainedModel, attention_mask: torch.Tensor | None, num_frames: int, batch_size: int
+    ) -> torch.Tensor:
+        """Encoder-frame padding mask [B, T] (bool, True on real frames) from the input mask [B, S]."""
+        if attention_mask is None:
+            return torch.ones(batch_size, num_frames, dtype=torch.bool, device=model.device)
+        lengths = self.output_lengths(model, attention_mask.sum(-1))
+        return torch.arange(num_frames, device=lengths.device)[None, :] < lengths[:, None]
+
+    def freeze_feature_encoder(self, model: PreTrainedModel) -> None:
+        """Freeze the convolutional front end (no-op where there is none)."""
+        if hasattr(model, "freeze_feature_encoder"):
+            model.freeze_feature_encoder()
+
+
+BACKBONES: Registry[type[BackboneSpec]] = Registry("backbone")
+
+
+def get_backbone_spec(name: str) -> BackboneSpec:
+    """Instantiate the registered spec ``name``."""
+    return BACKBONES.get(name)()

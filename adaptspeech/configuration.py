@@ -1,0 +1,200 @@
+"""``AdaptSpeechConfig``: the single source of truth for an adaptspeech model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import AutoConfig, PretrainedConfig
+
+from .adapters.config import FusionConfig, LanguageAdapterConfig, check_language_code
+from .backbones import BACKBONES, get_backbone_spec
+from .heads import HEADS
+
+
+class AdaptSpeechConfig(PretrainedConfig):
+    r"""Configuration of :class:`~adaptspeech.AdaptSpeechForCTC` (and the joint CTC/attention model).
+
+    Args:
+        backbone_type (`str`, defaults to ``"wav2vec2"``): one of ``BACKBONES.names()``: ``"wav2vec2"`` (both
+            layer-norm variants; XLS-R, MMS), ``"wav2vec2_conformer"``, ``"fbank_conformer"`` (from scratch).
+        backbone_config (`dict` or `PretrainedConfig`, *optional*): the backbone's HF config; defaults of the
+            backbone's config class when omitted.
+        backbone_name_or_path (`str`, *optional*): the pretrained checkpoint the backbone weights came from (recorded
+            by :meth:`AdaptSpeechForCTC.from_backbone`, written into model cards).
+        backbone_revision (`str`, *optional*): the revision (commit) of that checkpoint.
+        adapters (`dict[str, dict]`, *optional*): language code -> :class:`LanguageAdapterConfig` fields.
+        adapter_languages (`list[str]`, *optional*): shorthand: languages to give an adapter with
+            ``adapter_defaults``.
+        adapter_defaults (`dict`, *optional*): default :class:`LanguageAdapterConfig` fields for new adapters
+            (e.g. ``{"bottleneck": 64}``).
+        adapter_layers (`list[int]`, *optional*): encoder layers that carry adapters (all when omitted).
+        fusion (`dict`, *optional*): :class:`FusionConfig` fields (SimAdapter over several language adapters).
+        active_languages (`list[str]`, *optional*): the adapters that run in forward (see
+            :meth:`AdaptSpeechForCTC.set_active_languages`).
+        fusion_active (`bool`, defaults to `False`): run the fusion instead of single adapters.
+        attention (`dict`, *optional*): :class:`~adaptspeech.attention.AttentionConfig` fields; ``{"kind":
+            "default"}`` keeps the backbone's own attention.
+        head (`str`, defaults to ``"ctc"``): one of ``HEADS.names()``.
+        las (`dict`, *optional*): settings of the attention decoder (heads with an attention decoder).
+        ctc_weight (`float`, defaults to 0.3): lambda in ``lambda * CTC + (1 - lambda) * attention`` (joint heads).
+        vocab_size (`int`, *optional*): output vocabulary; defaults to the backbone config's ``vocab_size``.
+        pad_token_id (`int`, defaults to 0): padding id, also the CTC blank.
+        bos_token_id / eos_token_id (`int`, defaults to 2 / 3): ``<s>`` / ``</s>`` for the attention decoder.
+        ctc_loss_reduction (`str`, defaults to ``"mean"``): ``"mean"`` or ``"sum"``.
+        ctc_zero_infinity (`bool`, defaults to `True`): zero infinite CTC losses.
+        final_dropout (`float`, defaults to 0.0): dropout before the CTC projection.
+    """
+
+    model_type = "adaptspeech"
+
+    def __init__(
+        self,
+        backbone_type: str = "wav2vec2",
+        backbone_config: dict[str, Any] | PretrainedConfig | None = None,
+        backbone_name_or_path: str | None = None,
+        backbone_revision: str | None = None,
+        adapters: dict[str, dict[str, Any]] | None = None,
+        adapter_languages: list[str] | None = None,
+        adapter_defaults: dict[str, Any] | None = None,
+        adapter_layers: list[int] | None = None,
+        fusion: dict[str, Any] | None = None,
+        active_languages: list[str] | None = None,
+        fusion_active: bool = False,
+        attention: dict[str, Any] | None = None,
+        head: str = "ctc",
+        las: dict[str, Any] | None = None,
+        ctc_weight: float = 0.3,
+        vocab_size: int | None = None,
+        pad_token_id: int = 0,
+        bos_token_id: int = 2,
+        eos_token_id: int = 3,
+        ctc_loss_reduction: str = "mean",
+        ctc_zero_infinity: bool = True,
+        final_dropout: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        BACKBONES.check(backbone_type, "backbone_type")
+        HEADS.check(head, "head")
+        self.backbone_type = backbone_type
+        spec = get_backbone_spec(backbone_type)
+        self.backbone_config = spec.build_config(backbone_config)
+        self.backbone_name_or_path = backbone_name_or_path
+        self.backbone_revision = backbone_revision
+
+        self.adapter_defaults = LanguageAdapterConfig.from_dict(dict(adapter_defaults or {})).to_dict()
+        merged: dict[str, dict[str, Any]] = {}
+        for lang, settings in (adapters or {}).items():
+            merged[check_language_code(lang)] = LanguageAdapterConfig.from_dict(
+                {**self.adapter_defaults, **(settings or {})}
+            ).to_dict()
+        for lang in adapter_languages or []:
+            merged.setdefault(check_language_code(lang), dict(self.adapter_defaults))
+        self.adapters = merged
+
+        num_layers = spec.num_layers(self.backbone_config)
+        if adapter_layers is not None:
+            adapter_layers = sorted({int(i) for i in adapter_layers})
+            bad = [i for i in adapter_layers if not 0 <= i < num_layers]
+            if bad:
+                raise ValueError(f"adapter_layers {bad} out of range: the backbone has layers 0..{num_layers - 1}")
+        self.adapter_layers = adapter_layers
+
+        self.fusion = None if fusion is None else FusionConfig.from_dict(dict(fusion)).to_dict()
+        if self.fusion is not None:
+            not_bottleneck = [
+                lang
+                for lang in self.fusion["languages"]
+                if self.adapters.get(lang, {}).get("adapter_type") != "bottleneck"
+            ]
+            if not_bottleneck:
+                raise ValueError(
+                    f"fusion.languages {not_bottleneck} have no bottleneck adapter; languages with one: "
+                    f"{sorted(k for k, v in self.adapters.items() if v['adapter_type'] == 'bottleneck')}"
+                )
+        self.active_languages = list(active_languages or [])
+        unknown = [lang for lang in self.active_languages if lang not in self.adapters]
+        if unknown:
+            raise ValueError(f"active_languages {unknown} have no adapter; languages with one: {sorted(self.adapters)}")
+        if fusion_active and self.fusion is None:
+            raise ValueError("fusion_active=True needs a fusion config (fusion={'languages': [...]})")
+        self.fusion_active = bool(fusion_active)
+
+        self.attention = dict(attention or {"kind": "default"})
+        if self.attention.get("kind", "default") != "default":
+            self.attention_config(num_layers=num_layers)  # validate now, at construction
+
+        self.las = dict(las or {})
+        if not 0.0 <= ctc_weight <= 1.0:
+            raise ValueError(f"ctc_weight must be in [0, 1], got {ctc_weight}")
+        self.head = head
+        self.ctc_weight = ctc_weight
+        if vocab_size is None:
+            vocab_size = getattr(self.backbone_config, "vocab_size", None)
+        if vocab_size is None or vocab_size < 2:
+            raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+        self.vocab_size = int(vocab_size)
+        for name, value in (
+            ("pad_token_id", pad_token_id),
+            ("bos_token_id", bos_token_id),
+            ("eos_token_id", eos_token_id),
+        ):
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(f"{name}={value} is outside the vocabulary of size {self.vocab_size}")
+        if ctc_loss_reduction not in ("mean", "sum"):
+            raise ValueError(f"ctc_loss_reduction {ctc_loss_reduction!r} unknown; allowed values: mean, sum")
+        self.ctc_loss_reduction = ctc_loss_reduction
+        self.ctc_zero_infinity = ctc_zero_infinity
+        self.final_dropout = final_dropout
+        super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
+
+    # --- typed views ---------------------------------------------------------------------------------------------
+    @property
+    def backbone_spec(self):
+        return get_backbone_spec(self.backbone_type)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone_spec.hidden_size(self.backbone_config)
+
+    @property
+    def num_encoder_layers(self) -> int:
+        return self.backbone_spec.num_layers(self.backbone_config)
+
+    def adapter_config(self, language: str) -> LanguageAdapterConfig:
+        if language not in self.adapters:
+            raise KeyError(f"no adapter for language {language!r}; languages with one: {sorted(self.adapters)}")
+        return LanguageAdapterConfig.from_dict(self.adapters[language])
+
+    def fusion_settings(self) -> FusionConfig | None:
+        return None if self.fusion is None else FusionConfig.from_dict(self.fusion)
+
+    def layers_with_adapters(self) -> list[int]:
+        return list(range(self.num_encoder_layers)) if self.adapter_layers is None else list(self.adapter_layers)
+
+    def attention_config(self, num_layers: int | None = None):
+        """The encoder attention settings as an ``AttentionConfig`` with the backbone's sizes filled in."""
+        from .attention.config import AttentionConfig
+
+        spec = self.backbone_spec
+        data = {
+            **self.attention,
+            "hidden_size": spec.hidden_size(self.backbone_config),
+            "num_heads": spec.num_heads(self.backbone_config),
+        }
+        config = AttentionConfig.from_dict(data)
+        config.validate_for_model(
+            spec.hidden_size(self.backbone_config),
+            spec.num_heads(self.backbone_config),
+            num_layers if num_layers is not None else spec.num_layers(self.backbone_config),
+        )
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        if isinstance(self.backbone_config, PretrainedConfig):
+            output["backbone_config"] = self.backbone_config.to_dict()
+        output.pop("adapter_languages", None)
+        return output
+
+
+AutoConfig.register(AdaptSpeechConfig.model_type, AdaptSpeechConfig)

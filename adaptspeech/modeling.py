@@ -1,0 +1,280 @@
+"""adaptspeech models: a frozen-able HF speech encoder with per-language adapters, SimAdapter fusion, swappable
+encoder attention and output heads, all built from :class:`AdaptSpeechConfig`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModel, AutoModelForCTC, PreTrainedModel
+from transformers import initialization as init
+
+from .adapters.block import AdapterRouting, LanguageAdapterBlock, mark_initialized
+from .adapters.mixin import ADAPTER_MODULE_NAME, LanguageAdapterMixin
+from .adapters.simadapter import guide_loss
+from .configuration import AdaptSpeechConfig
+from .heads.ctc import CTCHead
+from .modeling_outputs import AdaptSpeechOutput
+
+
+class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
+    """Backbone + encoder surgery (attention swap, adapters, fusion) shared by all adaptspeech heads.
+
+    Args:
+        config (`AdaptSpeechConfig`): the model configuration.
+        backbone (`PreTrainedModel`, *optional*): an already built (e.g. pretrained) backbone to use instead of
+            building one from ``config.backbone_config``; see :meth:`from_backbone`.
+    """
+
+    config_class = AdaptSpeechConfig
+    base_model_prefix = "adaptspeech"
+    main_input_name = "input_values"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+
+    def __init__(self, config: AdaptSpeechConfig, backbone: PreTrainedModel | None = None) -> None:
+        super().__init__(config)
+        spec = config.backbone_spec
+        self.main_input_name = spec.main_input_name
+        if backbone is None:
+            backbone = spec.build_model(config.backbone_config)
+        else:
+            mark_initialized(backbone)  # pretrained weights: post_init must not touch them
+        self.backbone = backbone
+        self.routing = AdapterRouting()
+        self.swapped_attention_layers = self._swap_attention()
+        self.adapter_blocks: dict[int, LanguageAdapterBlock] = self._insert_adapter_blocks()
+        for language in config.adapters:
+            self._build_language_adapter(language, config.adapter_config(language))
+        fusion = config.fusion_settings()
+        if fusion is not None:
+            for block in self.adapter_blocks.values():
+                block.set_fusion(fusion)
+        self.fusion_guide_weight = 0.0 if fusion is None else fusion.guide_weight
+
+    # --- surgery -------------------------------------------------------------------------------------------------
+    def _encoder_layers(self) -> nn.ModuleList:
+        return self.config.backbone_spec.encoder_layers(self.backbone)
+
+    def _swap_attention(self) -> list[int]:
+        if self.config.attention.get("kind", "default") == "default":
+            return []
+        from .attention.swap import swap_encoder_attention
+
+        layers = self._encoder_layers()
+        swapped = swap_encoder_attention(
+            layers, self.config.backbone_spec.attention_attr, self.config.attention_config()
+        )
+        for i in swapped:
+            mark_initialized(getattr(layers[i], self.config.backbone_spec.attention_attr))
+        return swapped
+
+    def _insert_adapter_blocks(self) -> dict[int, LanguageAdapterBlock]:
+        spec = self.config.backbone_spec
+        layers = self._encoder_layers()
+        blocks: dict[int, LanguageAdapterBlock] = {}
+        for i in self.config.layers_with_adapters():
+            block = LanguageAdapterBlock(self.config.hidden_size, i, self.routing)
+            layers[i].add_module(ADAPTER_MODULE_NAME, block)
+            block.attach(layers[i], spec.ffn_input_module(layers[i]))
+            blocks[i] = block
+        return blocks
+
+    def post_init(self) -> None:
+        super().post_init()
+        self._sync_routing()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Heads: normal(0, 0.02) weights and zero biases (the backbone initialises itself)."""
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+    # --- construction helpers ----------------------------------------------------------------------------------
+    @classmethod
+    def from_backbone(
+        cls,
+        name_or_path: str,
+        revision: str | None = None,
+        backbone_type: str | None = None,
+        backbone_kwargs: dict[str, Any] | None = None,
+        **config_kwargs: Any,
+    ) -> AdaptSpeechPreTrainedModel:
+        """Wrap a pretrained HF checkpoint (e.g. ``facebook/wav2vec2-xls-r-300m``) with adapters and a new head.
+
+        The checkpoint's name and revision (the resolved commit when the Hub reports one) are recorded in the
+        config. ``backbone_type`` is inferred from the checkpoint's ``model_type`` when omitted.
+        """
+        from .backbones import get_backbone_spec
+
+        if backbone_type is None:
+            probe = AutoModel.from_pretrained(name_or_path, revision=revision, **(backbone_kwargs or {}))
+            backbone_type = {
+                "wav2vec2": "wav2vec2",
+                "wav2vec2-conformer": "wav2vec2_conformer",
+                "adaptspeech_fbank_conformer": "fbank_conformer",
+            }.get(probe.config.model_type)
+            if backbone_type is None:
+                raise ValueError(
+                    f"{name_or_path}: model_type {probe.config.model_type!r} is not a supported backbone; "
+                    "supported: wav2vec2, wav2vec2-conformer, adaptspeech_fbank_conformer"
+                )
+        spec = get_backbone_spec(backbone_type)
+        backbone = spec.load_pretrained(name_or_path, revision=revision, **(backbone_kwargs or {}))
+        resolved = getattr(backbone.config, "_commit_hash", None) or revision
+        config = AdaptSpeechConfig(
+            backbone_type=backbone_type,
+            backbone_config=backbone.config.to_dict(),
+            backbone_name_or_path=str(name_or_path),
+            backbone_revision=resolved,
+            **config_kwargs,
+        )
+        return cls(config, backbone=backbone)
+
+    # --- shared forward pieces ---------------------------------------------------------------------------------
+    def _get_feat_extract_output_lengths(self, input_lengths: torch.Tensor | int) -> torch.Tensor | int:
+        return self.backbone._get_feat_extract_output_lengths(input_lengths)
+
+    def freeze_feature_encoder(self) -> None:
+        self.config.backbone_spec.freeze_feature_encoder(self.backbone)
+
+    def encode(
+        self,
+        inputs: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        lang_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        collect_fusion_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None, list[torch.Tensor]]:
+        """Run the backbone with the adapters routed.
+
+        Args:
+            inputs: waveforms [B, S] or filterbanks [B, S, F].
+            attention_mask: [B, S], 1/True on real samples.
+            lang_ids: [B] language index per utterance (positions in :attr:`adapter_languages`).
+
+        Returns:
+            ``(hidden [B, T, D], frame_mask [B, T] bool, hidden_states or None, fusion weights per layer)``.
+        """
+        spec = self.config.backbone_spec
+        if lang_ids is not None and lang_ids.numel() and int(lang_ids.max()) >= len(self.adapter_languages):
+            raise ValueError(
+                f"lang_ids holds {int(lang_ids.max())} but the model has {len(self.adapter_languages)} adapter "
+                f"languages {self.adapter_languages}"
+            )
+        routing = self.routing
+        routing.lang_ids = lang_ids
+        routing.collect_fusion_weights = collect_fusion_weights
+        routing.fusion_weights = []
+        try:
+            if attention_mask is not None:
+                attention_mask = attention_mask.to(torch.bool)
+            outputs = self.backbone(inputs, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+            fusion_weights = list(routing.fusion_weights)
+        finally:
+            routing.lang_ids = None
+            routing.fusion_weights = []
+        hidden = outputs.last_hidden_state
+        frame_mask = spec.frame_mask(self.backbone, attention_mask, hidden.shape[1], hidden.shape[0])
+        return hidden, frame_mask, getattr(outputs, "hidden_states", None), fusion_weights
+
+    def fusion_losses(
+        self, fusion_weights: list[torch.Tensor], frame_mask: torch.Tensor, device: torch.device
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(weighted L_reg, weighted guide loss)``, each None when it does not apply."""
+        fusion = self.config.fusion_settings()
+        if fusion is None or not self.config.fusion_active:
+            return None, None
+        reg = fusion.reg_weight * self.fusion_regularizer().to(device)
+        guide = None
+        if self.fusion_guide_weight > 0 and fusion_weights:
+            target = fusion.languages.index(fusion.target_language)
+            guide = (
+                self.fusion_guide_weight
+                * torch.stack([guide_loss(w, target, frame_mask) for w in fusion_weights]).sum()
+            )
+        return reg, guide
+
+
+class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
+    """Encoder (with adapters / fusion / swapped attention) + CTC head.
+
+    Example:
+        ```python
+        >>> config = AdaptSpeechConfig(backbone_type="fbank_conformer", adapter_languages=["ro", "cs", "pl"],
+        ...                            vocab_size=40)
+        >>> model = AdaptSpeechForCTC(config)
+        >>> model.add_fusion(["ro", "cs", "pl"], target_language="ro")
+        >>> model.set_trainable(adapters=["ro"], fusion=True)
+        ```
+    """
+
+    def __init__(self, config: AdaptSpeechConfig, backbone: PreTrainedModel | None = None) -> None:
+        super().__init__(config, backbone=backbone)
+        self.ctc_head = CTCHead(
+            config.hidden_size,
+            config.vocab_size,
+            blank_id=config.pad_token_id,
+            dropout=config.final_dropout,
+            reduction=config.ctc_loss_reduction,
+            zero_infinity=config.ctc_zero_infinity,
+        )
+        self.post_init()
+
+    def forward(
+        self,
+        input_values: torch.Tensor | None = None,
+        input_features: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        lang_ids: torch.Tensor | None = None,
+        output_fusion_weights: bool = False,
+        output_hidden_states: bool = False,
+        return_dict: bool = True,
+    ) -> AdaptSpeechOutput:
+        """Args:
+        input_values: raw waveforms [B, S] (wav2vec2 backbones).
+        input_features: log-mel filterbanks [B, S, F] (fbank backbone).
+        attention_mask: [B, S], True on real samples / feature frames.
+        labels: [B, L] token ids padded with -100.
+        lang_ids: [B] language index per utterance, for per-utterance adapter routing.
+        output_fusion_weights: return the SimAdapter attention per fused layer.
+        """
+        inputs = input_values if input_values is not None else input_features
+        if inputs is None:
+            raise ValueError(f"pass {self.main_input_name} (the backbone's input)")
+        want_weights = output_fusion_weights or self.fusion_guide_weight > 0
+        hidden, frame_mask, hidden_states, fusion_weights = self.encode(
+            inputs, attention_mask, lang_ids, output_hidden_states, collect_fusion_weights=want_weights
+        )
+        logits = self.ctc_head(hidden)
+        frame_lengths = frame_mask.sum(-1)
+        loss = loss_ctc = loss_reg = loss_guide = None
+        if labels is not None:
+            loss_ctc = self.ctc_head.loss(logits, frame_lengths, labels)
+            loss_reg, loss_guide = self.fusion_losses(fusion_weights, frame_mask, logits.device)
+            loss = loss_ctc
+            for term in (loss_reg, loss_guide):
+                if term is not None:
+                    loss = loss + term
+        return AdaptSpeechOutput(
+            loss=loss,
+            loss_ctc=loss_ctc,
+            loss_fusion_reg=loss_reg,
+            loss_fusion_guide=loss_guide,
+            logits=logits,
+            frame_lengths=frame_lengths,
+            encoder_hidden_states=hidden,
+            hidden_states=hidden_states,
+            fusion_weights=tuple(fusion_weights) if output_fusion_weights else None,
+        )
+
+
+AutoModelForCTC.register(AdaptSpeechConfig, AdaptSpeechForCTC)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# adaptspeech's two commands:
+#   ./run.sh demo   -> the main job (offline demo)
+#   ./run.sh test   -> lint + the whole test suite
+# Each creates (or reuses) .venv, installs torch==2.13.0 (CPU wheel) and the package with its extras.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${ADAPTSPEECH_VENV:-.venv}
+PY=${PYTHON:-python3}
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+stamp="$VENV/.adaptspeech-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  python -m pip install -q --upgrade pip
+  python -m pip install -q torch==2.13.0
+  python -m pip install -q -e ".[dev]"
+  touch "$stamp"
+fi
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1 TOKENIZERS_PARALLELISM=false
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  demo) exec python -m adaptspeech.smoke "$@" ;;
+  test)
+    ruff check adaptspeech tests scripts
+    exec python -m pytest -q "$@" ;;
+  *) echo "usage: ./run.sh demo|test [args...]" >&2; exit 2 ;;
+esac

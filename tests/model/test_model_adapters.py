@@ -1,0 +1,176 @@
+"""The language-adapter API: routing, freezing, trainable report, adapter files and their errors."""
+
+import pytest
+import torch
+
+from adaptspeech import AdaptSpeechForCTC
+from adaptspeech.adapters.bottleneck import BottleneckAdapter
+from adaptspeech.adapters.io import AdapterLoadError
+from adaptspeech.testing import tiny_config, tiny_inputs
+
+LANGS = ["ro", "cs", "pl"]
+
+
+def make_model(backbone_type="wav2vec2", **kwargs):
+    torch.manual_seed(0)
+    config = tiny_config(backbone_type, adapter_languages=LANGS, adapter_defaults={"bottleneck": 8}, **kwargs)
+    return AdaptSpeechForCTC(config)
+
+
+def test_bottleneck_adapter_equation():
+    torch.manual_seed(0)
+    adapter = BottleneckAdapter(8, 4)
+    x = torch.randn(3, 8)
+    ln = torch.nn.functional.layer_norm(x, (8,), adapter.layer_norm.weight, adapter.layer_norm.bias)
+    expected = x + torch.relu(ln @ adapter.down.weight.T) @ adapter.up.weight.T
+    assert torch.allclose(adapter(x), expected, atol=1e-6)
+    assert adapter.down.bias is None and adapter.up.bias is None
+    near = BottleneckAdapter(8, 4, init="near_identity")
+    assert torch.equal(near(x), x)
+
+
+def test_no_active_language_leaves_the_backbone_output_unchanged():
+    model = make_model()
+    model.eval()
+    inputs = tiny_inputs(model.config)
+    with_adapters = model(**inputs).logits
+    model.set_active_languages([])
+    base = model(**inputs).logits
+    model.set_target_language("cs")
+    cs = model(**inputs).logits
+    assert not torch.allclose(base, cs)
+    assert torch.equal(with_adapters, base)  # nothing was active at construction
+
+
+def test_per_utterance_routing_equals_single_language_runs():
+    model = make_model()
+    model.eval()
+    inputs = tiny_inputs(model.config, batch=2)
+    ids = model.language_to_id
+    model.set_active_languages(["ro", "pl"])
+    routed = model(**inputs, lang_ids=torch.tensor([ids["ro"], ids["pl"]])).logits
+    model.set_target_language("ro")
+    ro = model(**inputs).logits
+    model.set_target_language("pl")
+    pl = model(**inputs).logits
+    assert torch.allclose(routed[0], ro[0], atol=1e-6)
+    assert torch.allclose(routed[1], pl[1], atol=1e-6)
+    model.set_active_languages(["ro", "pl"])
+    with pytest.raises(ValueError, match="lang_ids"):
+        model(**inputs)
+
+
+def test_optimizer_step_changes_exactly_the_target_adapter_and_fusion():
+    model = make_model()
+    model.add_fusion(LANGS, target_language="ro")
+    model.set_trainable(adapters=["ro"], fusion=True)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    inputs = tiny_inputs(model.config)
+    model(**inputs, labels=torch.tensor([[4, 5, 6], [5, 6, 7]])).loss.backward()
+    optimizer.step()
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    trainable = {k for k, p in model.named_parameters() if p.requires_grad}
+    assert changed == trainable
+    assert changed and all(".adapters.ro." in k or ".fusion." in k for k in changed)
+    assert any(".fusion.linear_v." in k for k in changed) and any(".adapters.ro.down." in k for k in changed)
+
+
+def test_trainable_parameter_report_counts():
+    model = make_model()
+    model.add_fusion(LANGS)
+    model.set_trainable(adapters=["ro"], fusion=True)
+    report = model.trainable_parameters()
+    d, r, layers = 32, 8, 2
+    per_adapter = layers * (2 * d + d * r + r * d)
+    assert report["groups"]["adapter:ro"] == {"total": per_adapter, "trainable": per_adapter}
+    assert report["groups"]["adapter:cs"] == {"total": per_adapter, "trainable": 0}
+    per_fusion = layers * (2 * (d * d + d) + d * d)
+    assert report["groups"]["fusion"] == {"total": per_fusion, "trainable": per_fusion}
+    assert report["trainable"] == per_adapter + per_fusion
+    assert report["total"] == sum(p.numel() for p in model.parameters())
+    assert report["adapter_share_of_backbone"]["ro"] == pytest.approx(per_adapter / report["backbone"])
+    assert "trainable params" in model.print_trainable_parameters()
+
+
+@pytest.mark.parametrize("include_head", [False, True])
+def test_save_and_load_adapter_round_trip(tmp_path, include_head):
+    model = make_model()
+    model.eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    model.set_target_language("cs")
+    inputs = tiny_inputs(model.config)
+    expected = model(**inputs).logits
+    path = model.save_adapter("cs", tmp_path, include_head=include_head)
+    assert path.name == "adapter.cs.safetensors" and (tmp_path / "adapter.cs.json").is_file()
+
+    fresh = AdaptSpeechForCTC(tiny_config(adapter_languages=["ro"], adapter_defaults={"bottleneck": 8}))
+    kept = {
+        k: v
+        for k, v in model.state_dict().items()
+        if ".adapters.cs." not in k and ".adapters.pl." not in k and (not include_head or "ctc_head" not in k)
+    }
+    missing, unexpected = fresh.load_state_dict(kept, strict=False)
+    assert not unexpected and set(missing) == (
+        {"ctc_head.lm_head.weight", "ctc_head.lm_head.bias"} if include_head else set()
+    )
+    fresh.eval()
+    fresh.load_adapter("cs", tmp_path)
+    assert "cs" in fresh.config.adapters and fresh.config.active_languages == ["cs"]
+    assert torch.allclose(fresh(**inputs).logits, expected, atol=1e-6)
+
+
+def test_load_adapter_errors_name_the_problem(tmp_path):
+    model = make_model()
+    model.save_adapter("cs", tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        model.load_adapter("xx", tmp_path)
+    assert "adapter.xx.json" in str(err.value) and "adapter.cs.json" in str(err.value)
+
+    other = AdaptSpeechForCTC(
+        tiny_config(
+            adapter_languages=["cs"],
+            adapter_defaults={"bottleneck": 8},
+            backbone_overrides={"hidden_size": 48, "num_attention_heads": 2},
+        )
+    )
+    with pytest.raises(AdapterLoadError, match="hidden size 32"):
+        other.load_adapter("cs", tmp_path)
+
+    # a file whose tensors do not have the shape its config announces
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(tmp_path / "adapter.cs.safetensors")
+    tensors["layers.0.down.weight"] = torch.zeros(4, 32)
+    save_file(tensors, tmp_path / "adapter.cs.safetensors")
+    fresh = make_model()
+    with pytest.raises(AdapterLoadError) as err:
+        fresh.load_adapter("cs", tmp_path)
+    assert "layers.0.down.weight" in str(err.value) and "(4, 32)" in str(err.value) and "(8, 32)" in str(err.value)
+
+
+def test_unknown_language_in_api_calls_is_named():
+    model = make_model()
+    for call in (
+        lambda: model.set_target_language("xx"),
+        lambda: model.add_fusion(["ro", "xx"]),
+        lambda: model.set_trainable(adapters=["xx"]),
+        lambda: model.save_adapter("xx", "/tmp/none"),
+    ):
+        with pytest.raises(KeyError, match="'xx'"):
+            call()
+    with pytest.raises(ValueError, match="lang_ids holds 7"):
+        model.set_active_languages(["ro", "cs"])
+        model(**tiny_inputs(model.config), lang_ids=torch.tensor([0, 7]))
+
+
+def test_adapter_layers_subset_and_fbank_backbone():
+    model = make_model("fbank_conformer", adapter_layers=[1])
+    assert sorted(model.adapter_blocks) == [1]
+    assert not hasattr(model.backbone.encoder.layers[0], "language_adapters")
+    model.add_fusion(["ro", "cs"], target_language="ro")
+    out = model(**tiny_inputs(model.config), labels=torch.tensor([[4, 5], [5, 6]]), output_fusion_weights=True)
+    assert len(out.fusion_weights) == 1 and torch.isfinite(out.loss)
