@@ -6,6 +6,7 @@ Importing the package registers ``AdaptSpeechConfig`` with ``AutoConfig`` and ``
 """
 
 from .adapters.config import FusionConfig, LanguageAdapterConfig
+from .adapters.peft_method import SpeechAdapterConfig
 from .backbones import FbankConformerConfig, FbankConformerModel
 from .configuration import AdaptSpeechConfig
 from .modeling import AdaptSpeechForCTC, AdaptSpeechPreTrainedModel
@@ -22,4 +23,5 @@ __all__ = [
     "FbankConformerModel",
     "FusionConfig",
     "LanguageAdapterConfig",
+    "SpeechAdapterConfig",
 ]

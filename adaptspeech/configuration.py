@@ -46,6 +46,18 @@ class AdaptSpeechConfig(PretrainedConfig):
     """
 
     model_type = "adaptspeech"
+    #: what ``Trainer.prediction_step`` drops from the outputs: evaluation keeps the CTC logits only
+    keys_to_ignore_at_inference = [  # noqa: RUF012 - transformers reads this class attribute
+        "loss_ctc",
+        "loss_att",
+        "loss_fusion_reg",
+        "loss_fusion_guide",
+        "attention_logits",
+        "frame_lengths",
+        "encoder_hidden_states",
+        "hidden_states",
+        "fusion_weights",
+    ]
 
     def __init__(
         self,

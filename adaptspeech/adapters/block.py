@@ -24,7 +24,7 @@ from torch import nn
 
 from .bottleneck import BottleneckAdapter
 from .config import FusionConfig, LanguageAdapterConfig
-from .simadapter import SimAdapterFusion
+from .simadapter import SimAdapterFusion, simadapter_output
 
 
 @dataclass
@@ -114,26 +114,15 @@ class LanguageAdapterBlock(nn.Module):
         languages = [lang for lang in routing.active_languages if lang in self.adapters]
         if not languages:
             return hidden_states
-        if len(languages) == 1:
+        if len(routing.active_languages) == 1:
             return self.adapters[languages[0]](hidden_states)
+        # several active languages (some may be LoRA languages, absent here): route each utterance
         return self._route_per_utterance(hidden_states, languages)
 
     def _fuse(self, hidden_states: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
         assert self.fusion is not None and self.fusion_config is not None
-        config = self.fusion_config
-        entries = [self.adapters[lang](hidden_states) for lang in config.languages]
-        if config.include_self:
-            entries.append(hidden_states)
-        if config.residual == "query":
-            residual = hidden_states
-        elif config.residual == "none":
-            residual = None
-        elif residual is None:
-            raise RuntimeError(
-                f"SimAdapter residual 'ffn_input' of layer {self.layer_index} was not captured; the backbone's "
-                "ffn_input_module hook did not run"
-            )
-        output, weights = self.fusion(hidden_states, torch.stack(entries, dim=2), residual)
+        adapters = [self.adapters[lang] for lang in self.fusion_config.languages]
+        output, weights = simadapter_output(self.fusion, self.fusion_config, adapters, hidden_states, residual)
         if self.routing.collect_fusion_weights:
             self.routing.fusion_weights.append(weights)
         return output

@@ -15,14 +15,15 @@ Which LoRA adapters run follows ``model.routing``, with the meaning the bottlene
 
 * no active LoRA language, or the fusion active (it fuses bottleneck adapters only): the wrapped projections
   return their base output unchanged;
-* one active LoRA language: ``W x + (lora_alpha / lora_r) B A x`` with that language's ``A`` and ``B``;
+* one active language, a LoRA one: ``W x + (lora_alpha / lora_r) B A x`` with that language's ``A`` and ``B``;
 * several active languages (LoRA or not): **per-utterance routing**, not peft's sum. Each utterance goes
   through the LoRA of its own language, given per batch as ``lang_ids``; utterances of a language without
   LoRA, or of an inactive one, get the base projection. "Several active languages" thus means the same for
   both adapter types, and a multilingual batch can mix bottleneck and LoRA languages. It runs on peft's own
   mixed-batch path (the ``adapter_names`` argument of peft's LoRA layers), fed by a forward pre-hook; without
-  ``lang_ids`` the forward raises a ``ValueError``, as the bottleneck blocks do. Summing several languages' LoRA deltas
-  (what peft does with several active adapters) is not offered: it has no meaning for per-language adapters.
+  ``lang_ids`` the forward raises a ``ValueError``, as the bottleneck blocks do. Summing several languages'
+  LoRA deltas (what peft does with several active adapters) is not offered: it has no meaning for
+  per-language adapters.
 
 Switching the active languages never changes ``requires_grad`` (peft's ``set_adapter`` would): trainability is
 decided by ``set_trainable`` alone. Adding a LoRA language leaves the trainability of every existing parameter
@@ -37,13 +38,12 @@ from typing import Any
 import torch
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
+from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
 from .block import AdapterRouting, mark_initialized
+from .mixin import ADAPTER_MODULE_NAME
 
-#: name of the language-adapter block child of an encoder layer (``mixin.ADAPTER_MODULE_NAME``; not imported
-#: from there because mixin imports this module).
-_BLOCK_NAME = "language_adapters"
 #: attribute set on a LoRA layer once the routing pre-hook is registered on it.
 _HOOK_FLAG = "_adaptspeech_lora_routing_hook"
 
@@ -53,16 +53,23 @@ def _lora_languages(model: Any) -> list[str]:
 
 
 def _encoder_layers(model: Any) -> dict[int, tuple[str, nn.Module]]:
-    """Adapter layer index -> (its name inside ``model.backbone``, the encoder layer)."""
+    """Adapter layer index -> (its name inside ``model.backbone``, the encoder layer). An encoder layer wrapped
+    by a peft tuner layer (e.g. the speech_adapter method) is looked into."""
     layers = model.config.backbone_spec.encoder_layers(model.backbone)
     names = {id(module): name for name, module in model.backbone.named_modules()}
-    return {i: (names[id(layers[i])], layers[i]) for i in model.config.layers_with_adapters()}
+    found = {}
+    for i in model.config.layers_with_adapters():
+        layer, name = layers[i], names[id(layers[i])]
+        while isinstance(layer, BaseTunerLayer) and hasattr(layer, "base_layer"):
+            layer, name = layer.base_layer, f"{name}.base_layer"
+        found[i] = (name, layer)
+    return found
 
 
 def _is_adapter_internal(sub_name: str) -> bool:
     """A module of the language-adapter block, or inside a LoRA wrapper (its base layer, lora_A, ...)."""
     parts = sub_name.split(".")
-    return _BLOCK_NAME in parts or "base_layer" in parts or any(p.startswith("lora_") for p in parts)
+    return ADAPTER_MODULE_NAME in parts or "base_layer" in parts or any(p.startswith("lora_") for p in parts)
 
 
 def _lora_layers(model: Any) -> list[tuple[int, str, LoraLayer]]:

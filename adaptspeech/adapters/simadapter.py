@@ -20,6 +20,8 @@ Choices where the seed is silent (following the official ESPnet-based implementa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -105,3 +107,31 @@ def guide_loss(weights: torch.Tensor, target_index: int, frame_mask: torch.Tenso
         m = frame_mask.to(weights.dtype).unsqueeze(-1)
         mean = (weights * m).sum((0, 1)) / m.sum().clamp_min(1.0)
     return -torch.log(mean[target_index].clamp_min(1e-12))
+
+
+def simadapter_output(
+    fusion: SimAdapterFusion,
+    settings: Any,
+    adapters: list[nn.Module],
+    hidden_states: torch.Tensor,
+    ffn_input: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One SimAdapter step over the outputs of ``adapters`` on the layer output.
+
+    Args:
+        fusion: the layer's fusion module.
+        settings: its settings (``include_self``, ``residual``).
+        adapters: the fused adapters, in the fusion's entry order.
+        hidden_states: the layer output ``z`` [B, T, D].
+        ffn_input: the layer's pre-FFN LayerNorm output [B, T, D] (needed for ``residual="ffn_input"``).
+
+    Returns:
+        ``(output [B, T, D], weights [B, T, N])``.
+    """
+    entries = [adapter(hidden_states) for adapter in adapters]
+    if settings.include_self:
+        entries.append(hidden_states)
+    residual = {"query": hidden_states, "none": None, "ffn_input": ffn_input}[settings.residual]
+    if settings.residual == "ffn_input" and ffn_input is None:
+        raise RuntimeError("SimAdapter residual 'ffn_input' was not captured from the encoder layer")
+    return fusion(hidden_states, torch.stack(entries, dim=2), residual)

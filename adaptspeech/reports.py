@@ -1,0 +1,144 @@
+"""Results tables (markdown + JSON) and plots (fusion heatmap, training curves) written as PNG."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TABLE_COLUMNS = ("system", "cer", "wer", "trainable_params", "trainable_share", "train_seconds")
+
+
+def _fmt(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key in ("cer", "wer") or key.startswith(("cer_", "wer_")):
+        return f"{100 * value:.2f}"
+    if key == "trainable_share":
+        return f"{100 * value:.2f}%"
+    if key == "trainable_params":
+        return f"{int(value):,}"
+    if key == "train_seconds":
+        return f"{value:.0f}"
+    return str(value)
+
+
+def results_markdown(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = TABLE_COLUMNS, title: str | None = None
+) -> str:
+    """A markdown table; CER / WER in percent, parameters with thousands separators."""
+    headers = {
+        "cer": "CER %",
+        "wer": "WER %",
+        "trainable_params": "trainable params",
+        "trainable_share": "trainable share",
+        "train_seconds": "train s",
+    }
+    lines = [f"### {title}", ""] if title else []
+    lines.append("| " + " | ".join(headers.get(c, c) for c in columns) + " |")
+    lines.append("| " + " | ".join("---" for _ in columns) + " |")
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(c, row.get(c)) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    rows: Sequence[Mapping[str, Any]],
+    folder: str | os.PathLike,
+    name: str = "results",
+    columns: Sequence[str] = TABLE_COLUMNS,
+    title: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> tuple[Path, Path]:
+    """Write ``<name>.md`` and ``<name>.json``; returns both paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    md = folder / f"{name}.md"
+    md.write_text(results_markdown(rows, columns, title))
+    js = folder / f"{name}.json"
+    js.write_text(json.dumps({"rows": list(rows), **(extra or {})}, indent=2, default=float) + "\n")
+    return md, js
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_fusion_heatmap(
+    weights: np.ndarray,
+    languages: Sequence[str],
+    path: str | os.PathLike,
+    title: str = "SimAdapter attention per layer",
+    layers: Sequence[int] | None = None,
+) -> Path:
+    """Heatmap of the mean fusion attention: rows = encoder layers, columns = fused languages.
+
+    Args:
+        weights: [num_layers, num_languages], each row a distribution (the time-, batch- and utterance-averaged
+            attention of that layer).
+    """
+    weights = np.asarray(weights, dtype=float)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(languages), 1.2 + 0.5 * len(weights)))
+    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(1e-9, float(weights.max())), aspect="auto")
+    ax.set_xticks(range(len(languages)), labels=list(languages))
+    layer_labels = [str(i) for i in (layers if layers is not None else range(len(weights)))]
+    ax.set_yticks(range(len(weights)), labels=layer_labels)
+    ax.set_xlabel("fused language adapter")
+    ax.set_ylabel("encoder layer")
+    ax.set_title(title)
+    for i in range(weights.shape[0]):
+        for j in range(weights.shape[1]):
+            ax.text(
+                j,
+                i,
+                f"{weights[i, j]:.2f}",
+                ha="center",
+                va="center",
+                color="white" if weights[i, j] < 0.6 * weights.max() else "black",
+                fontsize=8,
+            )
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_training_curves(
+    histories: Mapping[str, Sequence[Mapping[str, Any]]],
+    path: str | os.PathLike,
+    keys: Sequence[str] = ("loss", "eval_cer"),
+) -> Path:
+    """One panel per key (training loss, dev CER ...), one line per run, from ``Trainer.state.log_history``."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        for run, history in histories.items():
+            points = [(h["step"], h[key]) for h in history if key in h and "step" in h]
+            if points:
+                steps, values = zip(*points, strict=True)
+                ax.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3, label=run)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(key)
+        ax.set_title(key)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

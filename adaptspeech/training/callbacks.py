@@ -1,0 +1,80 @@
+"""Trainer callbacks: the guide-loss schedule and adapter-only checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import save_file
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+ADAPTER_ONLY_WEIGHTS = "trainable.safetensors"
+ADAPTER_ONLY_INDEX = "trainable.json"
+
+
+def unwrap(model: Any) -> Any:
+    """The adaptspeech model behind DDP / accelerate / peft wrappers."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+class FusionGuideScheduleCallback(TrainerCallback):
+    """Guide-loss weight at step ``s``: ``guide_weight * guide_decay ** s``.
+
+    Computed from the global step (not multiplied in place), so a resumed run continues the schedule exactly.
+    """
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        model = unwrap(kwargs["model"])
+        fusion = model.config.fusion_settings() if hasattr(model.config, "fusion_settings") else None
+        if fusion is not None:
+            model.fusion_guide_weight = fusion.guide_weight * fusion.guide_decay**state.global_step
+        return control
+
+
+class AdapterCheckpointCallback(TrainerCallback):
+    """Beside each full checkpoint, write the trainable tensors alone (``trainable.safetensors``) and every trained
+    language adapter / fusion in the MMS-style files of :meth:`save_adapter` / :meth:`save_fusion`.
+
+    The adapter-only files are what a user ships or pushes; the full checkpoint is what ``resume_from_checkpoint``
+    needs (optimizer, scheduler, RNG and sampler state).
+    """
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        if not state.is_world_process_zero:
+            return control
+        model = unwrap(kwargs["model"])
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        write_adapter_only_checkpoint(model, folder)
+        return control
+
+
+def write_adapter_only_checkpoint(model: Any, folder: Path) -> Path:
+    """Write the trainable tensors of ``model`` and its trained adapters / fusion into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    trainable = {name: p.detach().cpu().contiguous() for name, p in model.named_parameters() if p.requires_grad}
+    save_file(trainable, str(folder / ADAPTER_ONLY_WEIGHTS), metadata={"format": "pt"})
+    trained_languages: list[str] = []
+    if hasattr(model, "trainable_parameters"):
+        groups = model.trainable_parameters()["groups"]
+        trained_languages = [
+            g.split(":", 1)[1] for g, v in groups.items() if g.startswith("adapter:") and v["trainable"]
+        ]
+        for language in trained_languages:
+            model.save_adapter(language, folder / "adapters")
+        if groups.get("fusion", {}).get("trainable"):
+            model.save_fusion(folder / "adapters")
+    (folder / ADAPTER_ONLY_INDEX).write_text(
+        json.dumps(
+            {
+                "tensors": sorted(trainable),
+                "num_parameters": sum(t.numel() for t in trainable.values()),
+                "languages": trained_languages,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    return folder / ADAPTER_ONLY_WEIGHTS
