@@ -9,7 +9,7 @@ from .adapters.config import FusionConfig, LanguageAdapterConfig
 from .adapters.peft_method import SpeechAdapterConfig
 from .backbones import FbankConformerConfig, FbankConformerModel
 from .configuration import AdaptSpeechConfig
-from .modeling import AdaptSpeechForCTC, AdaptSpeechPreTrainedModel
+from .modeling import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention, AdaptSpeechPreTrainedModel
 from .modeling_outputs import AdaptSpeechOutput
 
 __version__ = "0.1.0"
@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdaptSpeechConfig",
     "AdaptSpeechForCTC",
+    "AdaptSpeechForJointCTCAttention",
     "AdaptSpeechOutput",
     "AdaptSpeechPreTrainedModel",
     "FbankConformerConfig",

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import AutoConfig, PretrainedConfig
 
 from .adapters.config import FusionConfig, LanguageAdapterConfig, check_language_code
 from .backbones import BACKBONES, get_backbone_spec
 from .heads import HEADS
+
+if TYPE_CHECKING:
+    from .attention.config import AttentionConfig
+    from .backbones.base import BackboneSpec
+    from .heads.las_config import LASConfig
 
 
 class AdaptSpeechConfig(PretrainedConfig):
@@ -158,10 +163,12 @@ class AdaptSpeechConfig(PretrainedConfig):
         self.ctc_zero_infinity = ctc_zero_infinity
         self.final_dropout = final_dropout
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
+        if "las" in head.split("_"):
+            self.las_config()  # validate the attention-decoder settings now, at construction
 
     # --- typed views ---------------------------------------------------------------------------------------------
     @property
-    def backbone_spec(self):
+    def backbone_spec(self) -> BackboneSpec:
         return get_backbone_spec(self.backbone_type)
 
     @property
@@ -183,7 +190,7 @@ class AdaptSpeechConfig(PretrainedConfig):
     def layers_with_adapters(self) -> list[int]:
         return list(range(self.num_encoder_layers)) if self.adapter_layers is None else list(self.adapter_layers)
 
-    def attention_config(self, num_layers: int | None = None):
+    def attention_config(self, num_layers: int | None = None) -> AttentionConfig:
         """The encoder attention settings as an ``AttentionConfig`` with the backbone's sizes filled in."""
         from .attention.config import AttentionConfig
 
@@ -200,6 +207,21 @@ class AdaptSpeechConfig(PretrainedConfig):
             num_layers if num_layers is not None else spec.num_layers(self.backbone_config),
         )
         return config
+
+    def las_config(self) -> LASConfig:
+        """The attention decoder's settings with the model's sizes and special ids filled in."""
+        from .heads.las_config import LASConfig
+
+        return LASConfig.from_dict(
+            {
+                **self.las,
+                "vocab_size": self.vocab_size,
+                "encoder_hidden_size": self.hidden_size,
+                "sos_id": self.bos_token_id,
+                "eos_id": self.eos_token_id,
+                "pad_id": self.pad_token_id,
+            }
+        )
 
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()

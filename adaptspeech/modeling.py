@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForCTC, PreTrainedModel
+from transformers import AutoModel, AutoModelForCTC, AutoModelForSpeechSeq2Seq, PreTrainedModel
 from transformers import initialization as init
 
 from .adapters.block import AdapterRouting, LanguageAdapterBlock, mark_initialized
@@ -204,7 +204,11 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
 
 
 class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
-    """Encoder (with adapters / fusion / swapped attention) + CTC head.
+    """Encoder (with adapters / fusion / swapped attention) + CTC head, and the LAS decoder beside it when
+    ``config.head == "ctc_las"``.
+
+    Losses: ``loss_ctc`` for ``head="ctc"``; for ``"ctc_las"``, ``loss = ctc_weight * loss_ctc +
+    (1 - ctc_weight) * loss_att`` (ESPnet's hybrid CTC/attention objective); the fusion terms are added to either.
 
     Example:
         ```python
@@ -216,16 +220,32 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         ```
     """
 
+    #: the heads this class accepts
+    supported_heads: tuple[str, ...] = ("ctc", "ctc_las")
+
     def __init__(self, config: AdaptSpeechConfig, backbone: PreTrainedModel | None = None) -> None:
+        if config.head not in self.supported_heads:
+            raise ValueError(
+                f"{type(self).__name__} takes head {' or '.join(repr(h) for h in self.supported_heads)}, "
+                f"the config has head={config.head!r}"
+                + ("; use AdaptSpeechForJointCTCAttention" if config.head == "las" else "")
+            )
         super().__init__(config, backbone=backbone)
-        self.ctc_head = CTCHead(
-            config.hidden_size,
-            config.vocab_size,
-            blank_id=config.pad_token_id,
-            dropout=config.final_dropout,
-            reduction=config.ctc_loss_reduction,
-            zero_infinity=config.ctc_zero_infinity,
-        )
+        self.ctc_head = None
+        if "ctc" in config.head.split("_"):
+            self.ctc_head = CTCHead(
+                config.hidden_size,
+                config.vocab_size,
+                blank_id=config.pad_token_id,
+                dropout=config.final_dropout,
+                reduction=config.ctc_loss_reduction,
+                zero_infinity=config.ctc_zero_infinity,
+            )
+        self.las_head = None
+        if "las" in config.head.split("_"):
+            from .heads.las import LASDecoder
+
+            self.las_head = LASDecoder(config.las_config())
         self.post_init()
 
     def forward(
@@ -243,7 +263,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         input_values: raw waveforms [B, S] (wav2vec2 backbones).
         input_features: log-mel filterbanks [B, S, F] (fbank backbone).
         attention_mask: [B, S], True on real samples / feature frames.
-        labels: [B, L] token ids padded with -100.
+        labels: [B, L] token ids padded with -100 (no ``<s>``/``</s>``: the LAS head adds them).
         lang_ids: [B] language index per utterance, for per-utterance adapter routing.
         output_fusion_weights: return the SimAdapter attention per fused layer.
         """
@@ -254,22 +274,32 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         hidden, frame_mask, hidden_states, fusion_weights = self.encode(
             inputs, attention_mask, lang_ids, output_hidden_states, collect_fusion_weights=want_weights
         )
-        logits = self.ctc_head(hidden)
         frame_lengths = frame_mask.sum(-1)
-        loss = loss_ctc = loss_reg = loss_guide = None
+        logits = self.ctc_head(hidden) if self.ctc_head is not None else None
+        loss = loss_ctc = loss_att = loss_reg = loss_guide = attention_logits = None
         if labels is not None:
-            loss_ctc = self.ctc_head.loss(logits, frame_lengths, labels)
-            loss_reg, loss_guide = self.fusion_losses(fusion_weights, frame_mask, logits.device)
-            loss = loss_ctc
+            if self.ctc_head is not None:
+                loss_ctc = self.ctc_head.loss(logits, frame_lengths, labels)
+            if self.las_head is not None:
+                las = self.las_head(hidden, frame_mask, labels)
+                loss_att, attention_logits = las.loss, las.logits
+            if loss_ctc is not None and loss_att is not None:
+                weight = self.config.ctc_weight
+                loss = weight * loss_ctc + (1.0 - weight) * loss_att
+            else:
+                loss = loss_ctc if loss_ctc is not None else loss_att
+            loss_reg, loss_guide = self.fusion_losses(fusion_weights, frame_mask, hidden.device)
             for term in (loss_reg, loss_guide):
                 if term is not None:
                     loss = loss + term
         return AdaptSpeechOutput(
             loss=loss,
             loss_ctc=loss_ctc,
+            loss_att=loss_att,
             loss_fusion_reg=loss_reg,
             loss_fusion_guide=loss_guide,
             logits=logits,
+            attention_logits=attention_logits,
             frame_lengths=frame_lengths,
             encoder_hidden_states=hidden,
             hidden_states=hidden_states,
@@ -277,4 +307,16 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         )
 
 
+class AdaptSpeechForJointCTCAttention(AdaptSpeechForCTC):
+    """The same model with a Listen-Attend-Spell decoder: ``head="ctc_las"`` (joint) or ``"las"`` (attention only).
+
+    Registered with ``AutoModelForSpeechSeq2Seq``; ``AutoModelForCTC`` also loads a ``ctc_las`` checkpoint (as
+    :class:`AdaptSpeechForCTC`, with the LAS head). Decode with :mod:`adaptspeech.decoding`
+    (:func:`adaptspeech.decoding.transcribe_batch` runs the model and any decoder on a batch).
+    """
+
+    supported_heads = ("ctc_las", "las")
+
+
 AutoModelForCTC.register(AdaptSpeechConfig, AdaptSpeechForCTC)
+AutoModelForSpeechSeq2Seq.register(AdaptSpeechConfig, AdaptSpeechForJointCTCAttention)

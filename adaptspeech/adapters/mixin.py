@@ -265,7 +265,11 @@ class LanguageAdapterMixin:
         return tensors
 
     def _head_tensors(self) -> dict[str, torch.Tensor]:
-        return {f"head.{k}": v for k, v in self.ctc_head.state_dict().items()}
+        tensors: dict[str, torch.Tensor] = {}
+        for prefix, head in (("head", getattr(self, "ctc_head", None)), ("las_head", getattr(self, "las_head", None))):
+            if head is not None:
+                tensors.update({f"{prefix}.{k}": v for k, v in head.state_dict().items()})
+        return tensors
 
     def _provenance(self) -> dict[str, Any]:
         return {
