@@ -1,0 +1,124 @@
+"""Batching prepared utterances: padded inputs with bool masks, -100 labels, language ids, decoder targets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .features import INPUT_KEYS, extract_features
+from .text import FEATURE_TYPES
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class DataCollatorCTCWithPadding:
+    """Collate rows of :func:`~adaptspeech.data.common_voice.prepare_dataset` into a training batch.
+
+    Args:
+        processor: the ``Wav2Vec2Processor`` (its tokenizer gives the ``[PAD]``, ``<s>`` and ``</s>`` ids, its
+            feature extractor the padding value and, for on-the-fly fbank, the rate and ``n_mels``).
+        language_to_id (`dict[str, int]`, *optional*): maps each row's ``language`` to the id in ``lang_ids``.
+        feature_type (`str`, defaults to ``"waveform"``): ``"waveform"`` pads ``input_values``; ``"fbank"``
+            pads ``input_features`` (computed on the fly from ``input_values`` when a row has only those).
+        add_decoder_targets (`bool`, defaults to `False`): also build the attention decoder's inputs/targets.
+        pad_to_multiple_of (`int`, *optional*): round the input length up to a multiple of this.
+
+    Returns (from ``__call__``), with ``B`` rows, ``S`` samples, ``T`` frames, ``L`` the longest label sequence:
+        - ``input_values`` ``[B, S]`` float32 (waveform) or ``input_features`` ``[B, T, n_mels]`` float32 (fbank),
+          padded with the feature extractor's ``padding_value`` (0.0);
+        - ``attention_mask`` ``[B, S or T]`` **bool**, True on real samples / frames (a long mask makes HF's
+          encoder index by integer and costs most of the step);
+        - ``labels`` ``[B, L]`` long, padded with -100 (when the rows have ``labels``);
+        - ``lang_ids`` ``[B]`` long (when ``language_to_id`` is given);
+        - with ``add_decoder_targets``: ``decoder_input_ids`` ``[B, L + 1]`` = ``<s>`` + labels, padded with
+          ``[PAD]``, and ``decoder_labels`` ``[B, L + 1]`` = labels + ``</s>``, padded with -100.
+    """
+
+    processor: Any
+    language_to_id: Mapping[str, int] | None = None
+    feature_type: str = "waveform"
+    add_decoder_targets: bool = False
+    pad_to_multiple_of: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.feature_type not in FEATURE_TYPES:
+            raise ValueError(
+                f"feature_type: unknown value {self.feature_type!r}; allowed values: {', '.join(FEATURE_TYPES)}"
+            )
+        tokenizer = self.processor.tokenizer
+        if self.add_decoder_targets and (tokenizer.bos_token_id is None or tokenizer.eos_token_id is None):
+            raise ValueError("add_decoder_targets needs a tokenizer with <s> and </s> tokens (see build_processor)")
+
+    def _inputs(self, row: Mapping[str, Any]) -> np.ndarray:
+        key = INPUT_KEYS[self.feature_type]
+        if key in row:
+            return np.asarray(row[key], dtype=np.float32)
+        if self.feature_type == "fbank" and "input_values" in row:
+            extractor = self.processor.feature_extractor
+            fbank_view = _FbankView(extractor)
+            return extract_features(np.asarray(row["input_values"], dtype=np.float32), fbank_view)[1]
+        raise KeyError(f"a row for feature_type={self.feature_type!r} needs {key!r}; it has {', '.join(row)}")
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        if not features:
+            raise ValueError("cannot collate an empty batch")
+        inputs = [self._inputs(row) for row in features]
+        lengths = [x.shape[0] for x in inputs]
+        longest = max(lengths)
+        if self.pad_to_multiple_of:
+            longest = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        pad_value = float(getattr(self.processor.feature_extractor, "padding_value", 0.0))
+        padded = np.full((len(inputs), longest, *inputs[0].shape[1:]), pad_value, dtype=np.float32)
+        mask = np.zeros((len(inputs), longest), dtype=bool)
+        for i, x in enumerate(inputs):
+            padded[i, : x.shape[0]] = x
+            mask[i, : x.shape[0]] = True
+        batch: dict[str, torch.Tensor] = {
+            INPUT_KEYS[self.feature_type]: torch.from_numpy(padded),
+            "attention_mask": torch.from_numpy(mask),
+        }
+        if "labels" in features[0]:
+            labels = [list(map(int, row["labels"])) for row in features]
+            batch["labels"] = _pad(labels, IGNORE_INDEX)
+            if self.add_decoder_targets:
+                tokenizer = self.processor.tokenizer
+                batch["decoder_input_ids"] = _pad(
+                    [[tokenizer.bos_token_id, *lab] for lab in labels], tokenizer.pad_token_id
+                )
+                batch["decoder_labels"] = _pad([[*lab, tokenizer.eos_token_id] for lab in labels], IGNORE_INDEX)
+        if self.language_to_id is not None:
+            batch["lang_ids"] = torch.tensor([self._language_id(row) for row in features], dtype=torch.long)
+        return batch
+
+    def _language_id(self, row: Mapping[str, Any]) -> int:
+        language = row.get("language")
+        if language not in self.language_to_id:
+            raise KeyError(
+                f"language {language!r} of clip {row.get('path', '?')} is not in language_to_id; "
+                f"allowed values: {', '.join(self.language_to_id)}"
+            )
+        return int(self.language_to_id[language])
+
+
+class _FbankView:
+    """The feature extractor seen as an fbank one (for rows that carry waveforms only)."""
+
+    feature_type = "fbank"
+
+    def __init__(self, extractor: Any) -> None:
+        self.sampling_rate = extractor.sampling_rate
+        self.do_normalize = getattr(extractor, "do_normalize", True)
+        self.n_mels = getattr(extractor, "n_mels", 80)
+
+
+def _pad(sequences: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    """``[B, max len]`` long tensor of ``sequences`` right-padded with ``value``."""
+    out = torch.full((len(sequences), max(len(s) for s in sequences)), value, dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        out[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return out
