@@ -1,0 +1,175 @@
+"""``EncoderAttention``: the shared parts of every attention kind and the one forward signature.
+
+Every kind is built as ``Cls(config: AttentionConfig)`` and called as
+``forward(hidden_states [B, T, D], padding_mask [B, T] bool (True = real frame) or None) -> [B, T, D]``.
+
+Parameter names follow the transformers module whose checkpoints a kind can take over (``q_proj`` ...
+``out_proj`` as in ``Wav2Vec2Attention``; ``linear_q`` ... ``linear_pos``, ``pos_bias_u/v`` as in
+``Wav2Vec2ConformerSelfAttention``), so a swapped model's state dict has the same keys as the original
+wherever the weights mean the same thing. :meth:`EncoderAttention.init_from_hf` copies by *role* (query, key,
+value, output, position projection, position biases), whatever the source's naming.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from .config import AttentionConfig
+from .masks import attention_mask
+
+#: attribute names that hold each role in transformers' attention modules (wav2vec2, wav2vec2-conformer).
+HF_ROLE_NAMES: dict[str, tuple[str, ...]] = {
+    "query": ("q_proj", "linear_q"),
+    "key": ("k_proj", "linear_k"),
+    "value": ("v_proj", "linear_v"),
+    "output": ("out_proj", "linear_out"),
+    "pos": ("linear_pos",),
+    "pos_bias_u": ("pos_bias_u",),
+    "pos_bias_v": ("pos_bias_v",),
+}
+
+
+class EncoderAttention(nn.Module):
+    """Base class: value / output projections, head split / merge, masks, and weight copying from
+    transformers.
+
+    Subclasses set :attr:`roles` (role -> own attribute name; ``value`` and ``output`` are built here) and
+    implement :meth:`forward`.
+
+    Args:
+        config (`AttentionConfig`): needs ``hidden_size`` and ``num_heads`` set.
+    """
+
+    #: role -> attribute name in this module; ``init_from_hf`` copies these roles.
+    roles: ClassVar[dict[str, str]] = {"value": "v_proj", "output": "out_proj"}
+
+    def __init__(self, config: AttentionConfig) -> None:
+        super().__init__()
+        config.require_dims()
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_heads
+        self.head_dim = config.head_dim
+        self.dropout = config.dropout
+        self.add_module(self.roles["value"], nn.Linear(self.hidden_size, self.hidden_size, bias=config.bias))
+        self.add_module(self.roles["output"], nn.Linear(self.hidden_size, self.hidden_size, bias=config.bias))
+
+    # --- shared parts ---------------------------------------------------------------------------------------
+    @property
+    def value_proj(self) -> nn.Linear:
+        """``W_V``: ``[B, T, D] -> [B, T, D]``."""
+        return getattr(self, self.roles["value"])
+
+    @property
+    def output_proj(self) -> nn.Linear:
+        """``W_O``: ``[B, T, D] -> [B, T, D]``."""
+        return getattr(self, self.roles["output"])
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, T, D] -> [B, h, T, d_k]``."""
+        batch, frames, _ = x.shape
+        return x.view(batch, frames, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, h, T, d_k] -> [B, T, D]`` (heads concatenated)."""
+        batch, _, frames, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, frames, self.hidden_size)
+
+    def attention_mask(self, padding_mask: torch.Tensor | None, num_frames: int) -> torch.Tensor | None:
+        """Bool ``[B or 1, 1, T, T]`` (True = may attend): key padding and the configured chunk mask; ``None``
+        if nothing is masked."""
+        return attention_mask(padding_mask, num_frames, self.config.chunk_size, self.config.num_left_chunks)
+
+    def attention_dropout(self, weights: torch.Tensor) -> torch.Tensor:
+        """Dropout on attention weights (identity in eval mode or with ``dropout == 0``)."""
+        return nn.functional.dropout(weights, p=self.dropout, training=self.training)
+
+    @staticmethod
+    def check_padding_mask(hidden_states: torch.Tensor, padding_mask: torch.Tensor | None) -> None:
+        """Refuse a padding mask whose shape is not ``[B, T]`` of the hidden states."""
+        if padding_mask is not None and tuple(padding_mask.shape) != tuple(hidden_states.shape[:2]):
+            raise ValueError(
+                f"padding_mask must be [B, T] = {tuple(hidden_states.shape[:2])} (True on real frames), "
+                f"got {tuple(padding_mask.shape)}"
+            )
+
+    def forward(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``hidden_states [B, T, D]``, ``padding_mask [B, T]`` (True = real frame) or None -> ``[B, T,
+        D]``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement forward")
+
+    # --- initialisation -------------------------------------------------------------------------------------
+    def reset_parameters(self) -> None:
+        """Re-initialise the parameters that are not plain ``nn.Linear`` (subclasses with such parameters
+        override).
+
+        Model code calling transformers' ``_init_weights`` should call this for ``EncoderAttention`` modules.
+        """
+
+    @torch.no_grad()
+    def init_from_hf(self, hf_attention: nn.Module) -> list[str]:
+        """Copy the weights whose role and shape match from a transformers attention module.
+
+        Args:
+            hf_attention: ``Wav2Vec2Attention`` (``q_proj/k_proj/v_proj/out_proj``) or
+                ``Wav2Vec2ConformerSelfAttention`` (``linear_q/k/v/out``, ``linear_pos``, ``pos_bias_u/v``),
+                or any module using those names.
+
+        Returns:
+            The names (in this module) of the tensors copied, e.g. ``["v_proj.weight", "v_proj.bias", ...]``.
+        """
+        copied: list[str] = []
+        for role, own_name in self.roles.items():
+            source = find_role(hf_attention, role)
+            if source is None:
+                continue
+            copied += copy_weights(getattr(self, own_name), source, own_name)
+        return copied
+
+    def extra_repr(self) -> str:
+        return f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, dropout={self.dropout}"
+
+
+def find_role(module: nn.Module, role: str) -> nn.Module | nn.Parameter | None:
+    """The sub-module or parameter of ``module`` that plays ``role`` in transformers' naming, or None."""
+    for name in HF_ROLE_NAMES[role]:
+        found = getattr(module, name, None)
+        if found is not None:
+            return found
+    return None
+
+
+def copy_weights(target: nn.Module | nn.Parameter, source: nn.Module | nn.Parameter, prefix: str) -> list[str]:
+    """Copy ``source`` into ``target`` where shapes match; return the copied names (``prefix.weight`` ...).
+
+    For two ``nn.Linear`` the weight is copied when shapes match; the bias is copied when both have one, and
+    zeroed when only the target has one (so the copied map is the same function).
+    """
+    if isinstance(target, nn.Parameter) or isinstance(source, nn.Parameter):
+        if isinstance(target, torch.Tensor) and isinstance(source, torch.Tensor) and target.shape == source.shape:
+            target.copy_(source)
+            return [prefix]
+        return []
+    weight, source_weight = getattr(target, "weight", None), getattr(source, "weight", None)
+    if weight is None or source_weight is None or weight.shape != source_weight.shape:
+        return []
+    weight.copy_(source_weight)
+    copied = [f"{prefix}.weight"]
+    bias, source_bias = getattr(target, "bias", None), getattr(source, "bias", None)
+    if bias is not None:
+        if source_bias is not None and source_bias.shape == bias.shape:
+            bias.copy_(source_bias)
+            copied.append(f"{prefix}.bias")
+        else:
+            bias.zero_()
+    return copied
+
+
+def linear_uniform_(tensor: torch.Tensor, fan_in: int) -> None:
+    """``nn.Linear``'s default initialisation (uniform in ``+-1/sqrt(fan_in)``) for a hand-made parameter."""
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    nn.init.uniform_(tensor, -bound, bound)

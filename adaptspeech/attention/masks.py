@@ -1,0 +1,104 @@
+"""Masks shared by every attention kind: key padding, chunk (streaming) masks, local windows, masked softmax.
+
+Conventions: a *padding mask* is bool ``[B, T]`` with True on real frames (None = no padding); an *allowed*
+mask is bool and broadcastable to the scores, True where a query may attend to a key.
+
+Chunk masks follow seeds/001's chunk section: frames are grouped into chunks of ``chunk_size``; a query in
+chunk ``q`` sees every key in chunks ``q - num_left_chunks .. q`` (all previous chunks when ``num_left_chunks
+== -1``), so training with the mask equals decoding chunk by chunk with a cache of the previous chunks. Full
+attention is the special case of one chunk as long as the sequence (``chunk_size == 0`` or ``>= T``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def chunk_mask(
+    num_frames: int, chunk_size: int, num_left_chunks: int = -1, device: torch.device | None = None
+) -> torch.Tensor | None:
+    """Bool ``[T, T]`` (query, key): True where the key's chunk is the query's or one of its allowed left
+    chunks.
+
+    Returns ``None`` for ``chunk_size <= 0`` (no chunks: full attention). One chunk at least as long as the
+    sequence gives an all-True mask, i.e. full attention.
+    """
+    if chunk_size <= 0:
+        return None
+    chunk = torch.arange(num_frames, device=device) // chunk_size
+    diff = chunk[:, None] - chunk[None, :]  # query chunk - key chunk
+    allowed = diff >= 0
+    if num_left_chunks >= 0:
+        allowed &= diff <= num_left_chunks
+    return allowed
+
+
+def attention_mask(
+    padding_mask: torch.Tensor | None,
+    num_frames: int,
+    chunk_size: int = 0,
+    num_left_chunks: int = -1,
+) -> torch.Tensor | None:
+    """Combine key padding and chunk masks into bool ``[B or 1, 1, T, T]``; ``None`` when nothing is masked.
+
+    Padding masks keys only (as transformers' bidirectional masks do): a padded query still attends to the
+    real keys, so padded outputs are finite and real outputs never see padded frames.
+    """
+    device = padding_mask.device if padding_mask is not None else None
+    # one chunk covering the sequence is full attention: skip building an all-True mask
+    chunks = chunk_mask(num_frames, chunk_size, num_left_chunks, device) if chunk_size < num_frames else None
+    keys = None
+    if padding_mask is not None and not bool(padding_mask.all()):
+        keys = padding_mask[:, None, None, :].bool()  # [B, 1, 1, T]
+    if chunks is None:
+        return keys
+    chunks = chunks[None, None]  # [1, 1, T, T]
+    return chunks if keys is None else chunks & keys
+
+
+def local_window_mask(
+    padding_mask: torch.Tensor | None,
+    num_frames: int,
+    context_width: int,
+    chunk_size: int = 0,
+    num_left_chunks: int = -1,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """Bool ``[B or 1, T, c]``: True where the ``j``-th neighbour ``t + j - floor(c/2)`` of frame ``t``
+    exists, is a real frame and lies in an allowed chunk. Memory ``O(T c)``: the window is indexed, never a
+    ``T x T`` matrix."""
+    if padding_mask is not None:
+        device = padding_mask.device
+    half = context_width // 2
+    frames = torch.arange(num_frames, device=device)
+    neighbours = frames[:, None] + torch.arange(-half, half + 1, device=device)[None, :]  # [T, c]
+    allowed = (neighbours >= 0) & (neighbours < num_frames)
+    if chunk_size > 0:
+        diff = frames[:, None] // chunk_size - neighbours.clamp(min=0) // chunk_size
+        ok = diff >= 0
+        if num_left_chunks >= 0:
+            ok &= diff <= num_left_chunks
+        allowed &= ok
+    allowed = allowed[None]  # [1, T, c]
+    if padding_mask is not None and not bool(padding_mask.all()):
+        padded = torch.nn.functional.pad(padding_mask.bool(), (half, half), value=False)  # [B, T + c - 1]
+        real = padded.unfold(1, context_width, 1)  # [B, T, c]: real[b, t, j] = padding_mask[b, t + j - half]
+        allowed = allowed & real
+    return allowed
+
+
+def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None, dim: int = -1) -> torch.Tensor:
+    """Softmax over ``dim`` restricted to ``allowed`` (broadcastable bool); rows with nothing allowed give
+    zeros.
+
+    Masked entries get exactly zero weight (their logits are the dtype's minimum, whose ``exp`` underflows to
+    0), so a masked value never leaks, and no row is ever NaN.
+    """
+    if allowed is None:
+        return torch.softmax(scores, dim=dim)
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=dim)
+    empty = ~allowed.any(dim=dim, keepdim=True)
+    if bool(empty.any()):
+        probs = probs.masked_fill(empty, 0.0)
+    return probs

@@ -1,0 +1,168 @@
+"""``rel_pos``: Transformer-XL relative-position self-attention (seeds/001), with chunk (streaming) masks.
+
+Scores, per head, with ``q_i, k_j`` the projected query / key, ``p_r = W_pos R_r`` the projected sinusoid of
+the relative position ``r = i - j`` and the learnable biases ``u = pos_bias_u``, ``v = pos_bias_v``::
+
+    A_ij = ((q_i + u) . k_j + (q_i + v) . p_{i-j}) / sqrt(d_k)        (terms (ac) + (bd) of the seed)
+
+The ``(bd)`` term is one matrix product with all ``2T-1`` positions followed by :func:`~.positional.rel_shift`
+(pad and reshape), exactly as the seed and transformers' ``Wav2Vec2ConformerSelfAttention`` compute it. Names
+and shapes match that module (``linear_q/k/v/out``, ``linear_pos`` without bias, ``pos_bias_u/v``
+``[h, d_k]``), so wav2vec2-conformer rel-pos checkpoints load unchanged and the outputs agree to float
+rounding.
+
+Speed (forward + backward at least as fast as transformers' module, see ``scripts/bench_attention.py``): the
+seed's zero column is put into the position matrix (one zero row, ``O(T D)``) instead of copying the
+``T x 2T`` score matrix to pad it, the ``1/sqrt(d_k)`` scale is folded into ``q + v``, and one ``baddbmm``
+computes the content scores and adds the position scores in the same pass.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .base import EncoderAttention
+from .config import AttentionConfig
+from .masks import masked_softmax
+from .positional import RelativePositionTable, relative_scores_prepadded
+from .registry import ATTENTION
+
+#: key / value cache of :meth:`RelPositionSelfAttention.forward_chunk`: ``(key, value)``, each
+#: ``[B, h, M, d_k]``.
+ChunkCache = tuple[torch.Tensor, torch.Tensor]
+
+
+@ATTENTION.register("rel_pos")
+class RelPositionSelfAttention(EncoderAttention):
+    """Multi-head self-attention with Transformer-XL relative positions and optional chunk masks.
+
+    Args:
+        config (`AttentionConfig`): ``hidden_size`` (even), ``num_heads``, ``dropout``, ``bias``,
+            ``max_relative_positions``, ``chunk_size``, ``num_left_chunks``.
+    """
+
+    roles: ClassVar[dict[str, str]] = {
+        "query": "linear_q",
+        "key": "linear_k",
+        "value": "linear_v",
+        "output": "linear_out",
+        "pos": "linear_pos",
+        "pos_bias_u": "pos_bias_u",
+        "pos_bias_v": "pos_bias_v",
+    }
+
+    def __init__(self, config: AttentionConfig) -> None:
+        super().__init__(config)
+        if self.hidden_size % 2:
+            raise ValueError(f"rel_pos attention needs an even attention.hidden_size, got {self.hidden_size}")
+        self.linear_q = nn.Linear(self.hidden_size, self.hidden_size, bias=config.bias)
+        self.linear_k = nn.Linear(self.hidden_size, self.hidden_size, bias=config.bias)
+        self.linear_pos = nn.Linear(self.hidden_size, self.hidden_size, bias=False)
+        self.pos_bias_u = nn.Parameter(torch.empty(self.num_heads, self.head_dim))
+        self.pos_bias_v = nn.Parameter(torch.empty(self.num_heads, self.head_dim))
+        self.positions = RelativePositionTable(self.hidden_size, config.max_relative_positions)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform ``pos_bias_u/v`` (as transformers initialises them)."""
+        nn.init.xavier_uniform_(self.pos_bias_u)
+        nn.init.xavier_uniform_(self.pos_bias_v)
+
+    @torch.no_grad()
+    def init_from_hf(self, hf_attention: nn.Module) -> list[str]:
+        """Copy q/k/v/out (and ``linear_pos``, ``pos_bias_u/v`` where the source has them).
+
+        From a module without relative positions (``Wav2Vec2Attention``, or a conformer layer with rotary or
+        no position embeddings) ``linear_pos`` and both position biases are zeroed: the ``(bd)`` term and
+        ``u`` then vanish and the swapped layer computes exactly what the original did, learning positions
+        from there.
+        """
+        copied = super().init_from_hf(hf_attention)
+        if "linear_pos.weight" not in copied:
+            self.linear_pos.weight.zero_()
+            self.pos_bias_u.zero_()
+            self.pos_bias_v.zero_()
+        return copied
+
+    # --- scores ---------------------------------------------------------------------------------------------
+    def _position_scores(self, query: torch.Tensor, num_keys: int) -> torch.Tensor:
+        """The ``(bd)`` term ``(q_i + v) . p_{(M+i)-j} / sqrt(d_k)``: ``[B, h, C, L]`` (a view) for ``C`` queries
+        that are the last ``C`` of ``L = M + C`` keys (``M = 0``: full self-attention).
+
+        ``rel_shift``'s zero column comes from a zero first row of the position matrix, so the product is born
+        padded (``[B, h, C, 2L]``) and the shift is pure reshaping (:func:`relative_scores_prepadded`)."""
+        pos = self.positions(num_keys, query.dtype, query.device)  # [2L-1, D]: positions L-1 .. -(L-1)
+        pos = F.pad(self.linear_pos(pos), (0, 0, 1, 0))  # [2L, D], row 0 = 0
+        pos = pos.view(-1, self.num_heads, self.head_dim).permute(1, 2, 0)  # [h, d_k, 2L]
+        query_v = (query + self.pos_bias_v[:, None, :]) * self.head_dim**-0.5  # [B, h, C, d_k]
+        return relative_scores_prepadded(torch.matmul(query_v, pos), num_keys)
+
+    def _attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        allowed: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """``softmax(((q + u) . k + (q + v) . p) / sqrt(d_k))`` over the allowed keys, times the values.
+
+        ``[B, h, C, d_k]`` queries, ``[B, h, L, d_k]`` keys / values -> ``[B, h, C, d_k]``. One ``baddbmm`` adds
+        the content scores to the position scores as it computes them (no separate pass over the ``C x L``
+        matrix); the mask is applied in place on that fresh matrix.
+        """
+        batch, heads, queries, _ = query.shape
+        keys = key.shape[2]
+        bias = self._position_scores(query, keys).reshape(batch * heads, queries, keys)  # still a view
+        query_u = (query + self.pos_bias_u[:, None, :]).reshape(batch * heads, queries, self.head_dim)
+        scores = torch.baddbmm(
+            bias, query_u, key.reshape(batch * heads, keys, self.head_dim).transpose(1, 2), alpha=self.head_dim**-0.5
+        ).view(batch, heads, queries, keys)
+        weights = self.attention_dropout(masked_softmax(scores, allowed))
+        return torch.matmul(weights, value)
+
+    def forward(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T, D]``, ``[B, T]`` bool or None -> ``[B, T, D]``."""
+        self.check_padding_mask(hidden_states, padding_mask)
+        frames = hidden_states.shape[1]
+        query = self.split_heads(self.linear_q(hidden_states))  # [B, h, T, d_k]
+        key = self.split_heads(self.linear_k(hidden_states))
+        value = self.split_heads(self.value_proj(hidden_states))
+        context = self._attend(query, key, value, self.attention_mask(padding_mask, frames))
+        return self.output_proj(self.merge_heads(context))
+
+    # --- streaming ------------------------------------------------------------------------------------------
+    def forward_chunk(self, chunk: torch.Tensor, cache: ChunkCache | None = None) -> tuple[torch.Tensor, ChunkCache]:
+        """Streaming decoding, one chunk at a time (seeds/001, chunk section): ``C`` queries attend to the
+        ``M`` cached keys of the previous chunks and to their own chunk, with the chunk form of ``rel_shift``
+        (``C x (2L-1)`` scores, ``L = M + C``, first ``L`` columns kept).
+
+        Feeding a sequence in chunks of ``config.chunk_size`` equals :meth:`forward` on the whole sequence
+        with the chunk mask (tested). No padding: stream one utterance (or equal-length ones) per batch.
+
+        Args:
+            chunk: ``[B, C, D]`` with ``C <= chunk_size`` (only the last chunk may be shorter).
+            cache: ``(key, value)`` ``[B, h, M, d_k]`` from the previous call, or None at the start.
+
+        Returns:
+            ``([B, C, D], new_cache)``; the cache keeps the last ``num_left_chunks`` chunks (all when -1).
+        """
+        chunk_size = self.config.chunk_size
+        if chunk_size <= 0:
+            raise ValueError("forward_chunk needs attention.chunk_size > 0 (the streaming chunk length)")
+        if chunk.shape[1] > chunk_size:
+            raise ValueError(f"chunk of {chunk.shape[1]} frames is longer than attention.chunk_size={chunk_size}")
+        query = self.split_heads(self.linear_q(chunk))  # [B, h, C, d_k]
+        key = self.split_heads(self.linear_k(chunk))
+        value = self.split_heads(self.value_proj(chunk))
+        if cache is not None:
+            key = torch.cat([cache[0], key], dim=2)  # [B, h, L, d_k]
+            value = torch.cat([cache[1], value], dim=2)
+        context = self._attend(query, key, value, None)
+        keep = key.shape[2] if self.config.num_left_chunks < 0 else self.config.num_left_chunks * chunk_size
+        start = max(key.shape[2] - keep, 0)
+        new_cache = (key[:, :, start:], value[:, :, start:])
+        return self.output_proj(self.merge_heads(context)), new_cache

@@ -1,0 +1,102 @@
+"""AttentionConfig: defaults, JSON round trips, refusals naming the setting and the allowed values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adaptspeech.attention import ATTENTION, AttentionConfig
+
+
+def test_kinds_are_registered() -> None:
+    assert ATTENTION.names() == ["ldsa", "mhsa", "rel_pos", "synthesizer_dense", "synthesizer_random"]
+
+
+def test_defaults_keep_the_backbone_attention() -> None:
+    config = AttentionConfig()
+    assert config.is_default
+    assert config.layer_indices(12) == []
+    assert config.context_width == 15 and config.chunk_size == 0 and config.num_left_chunks == -1
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"kind": "ldsa", "layers": [3, 0], "context_width": 31, "hybrid": True, "chunk_size": 8},
+        {"kind": "synthesizer_random", "synthesizer_init": "fixed_patterns", "synthesizer_freeze": True},
+        {"kind": "rel_pos", "hidden_size": 768, "num_heads": 12, "num_left_chunks": 2, "chunk_size": 16},
+    ],
+)
+def test_json_round_trip(settings: dict) -> None:
+    config = AttentionConfig(**settings)
+    again = AttentionConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert again == config
+    assert again.to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"kind": "lsh"}, ["attention.kind", "'lsh'", "default, ldsa, mhsa, rel_pos"]),
+        ({"kind": "ldsa", "context_width": 14}, ["attention.context_width", "odd", "14"]),
+        ({"kind": "ldsa", "context_width": 0}, ["attention.context_width"]),
+        ({"kind": "mhsa", "hidden_size": 30, "num_heads": 4}, ["hidden_size (30)", "num_heads (4)", "1, 2, 3, 5"]),
+        ({"kind": "mhsa", "layers": [1, 1]}, ["attention.layers", "duplicates"]),
+        ({"kind": "mhsa", "layers": [-1]}, ["attention.layers", ">= 0"]),
+        ({"kind": "mhsa", "layers": "all"}, ["attention.layers"]),
+        ({"kind": "mhsa", "dropout": 1.0}, ["attention.dropout"]),
+        ({"kind": "mhsa", "dropout": "0.1"}, ["attention.dropout"]),
+        ({"kind": "ldsa", "hybrid": "yes"}, ["attention.hybrid", "true or false"]),
+        ({"kind": "mhsa", "chunk_size": -4}, ["attention.chunk_size"]),
+        ({"kind": "mhsa", "num_left_chunks": -2}, ["attention.num_left_chunks"]),
+        ({"kind": "mhsa", "hidden_size": -8}, ["attention.hidden_size"]),
+        ({"kind": "synthesizer_random", "synthesizer_init": "eye"}, ["synthesizer_init", "random, fixed_patterns"]),
+        ({"kind": "synthesizer_dense", "synthesizer_max_len": 0}, ["attention.synthesizer_max_len"]),
+        ({"kind": "mhsa", "hybrid": True}, ["attention.hybrid", "'ldsa'"]),
+        ({"kind": "synthesizer_dense", "synthesizer_freeze": True}, ["synthesizer_freeze", "synthesizer_random"]),
+        ({"kind": "mhsa", "synthesizer_init": "fixed_patterns"}, ["synthesizer_init", "synthesizer_random"]),
+        ({"chunk_size": 4}, ["attention.chunk_size", "mhsa"]),
+    ],
+)
+def test_impossible_values_are_refused(settings: dict, words: list[str]) -> None:
+    with pytest.raises(ValueError) as error:
+        AttentionConfig(**settings)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_from_dict_refuses_unknown_settings() -> None:
+    with pytest.raises(ValueError, match=r"unknown setting.*context_size.*allowed settings: .*context_width"):
+        AttentionConfig.from_dict({"kind": "ldsa", "context_size": 15})
+
+
+def test_for_model_fills_in_the_backbone_widths() -> None:
+    config = AttentionConfig(kind="ldsa", layers=[5, 1]).for_model(hidden_size=64, num_heads=4, num_layers=6)
+    assert (config.hidden_size, config.num_heads, config.head_dim) == (64, 4, 16)
+    assert config.layer_indices(6) == [1, 5]
+    own_heads = AttentionConfig(kind="ldsa", num_heads=8).for_model(64, 4, 6)
+    assert own_heads.num_heads == 8  # an attention may use its own head split
+    assert AttentionConfig(kind="mhsa").layer_indices(3) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("settings", "model", "words"),
+    [
+        ({"kind": "mhsa", "layers": [0, 6]}, (64, 4, 6), ["[6] out of range", "6 layers", "0..5"]),
+        ({"kind": "mhsa", "hidden_size": 32}, (64, 4, 6), ["hidden_size=32", "hidden_size=64"]),
+        ({"kind": "mhsa", "num_heads": 5}, (64, 4, 6), ["num_heads=5", "1, 2, 4, 8, 16, 32, 64"]),
+        ({"kind": "mhsa"}, (64, 5, 6), ["num_heads=5"]),
+    ],
+)
+def test_validate_for_model_refuses_mismatches(settings: dict, model: tuple[int, int, int], words: list[str]) -> None:
+    with pytest.raises(ValueError) as error:
+        AttentionConfig(**settings).validate_for_model(*model)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_building_a_module_needs_the_widths() -> None:
+    with pytest.raises(ValueError, match=r"hidden_size and attention\.num_heads must be set"):
+        ATTENTION.get("mhsa")(AttentionConfig(kind="mhsa"))
