@@ -86,6 +86,19 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
         super().post_init()
         self._sync_routing()
 
+    def train(self, mode: bool = True) -> AdaptSpeechPreTrainedModel:
+        """``nn.Module.train``, except that normalisation layers with running statistics (the conformer convolution
+        module's BatchNorm) whose parameters are all frozen stay in eval mode: a frozen backbone must not drift
+        through its running means and variances while adapters or the fusion train."""
+        super().train(mode)
+        if mode:
+            for module in self.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    params = list(module.parameters(recurse=False))
+                    if params and not any(p.requires_grad for p in params):
+                        module.eval()
+        return self
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         """Heads: normal(0, 0.02) weights and zero biases (the backbone initialises itself)."""

@@ -212,11 +212,13 @@ class LanguageAdapterMixin:
                 param.requires_grad = flag
         if backbone and feature_encoder is False:
             self.config.backbone_spec.freeze_feature_encoder(self.backbone)
+        self.train(self.training)  # frozen normalisation statistics follow the new flags
 
     def freeze_base_model(self) -> None:
         """MMS name: freeze the backbone (adapters, fusion and head keep their flags)."""
         for _, param in self._named_groups()["backbone"]:
             param.requires_grad = False
+        self.train(self.training)
 
     def trainable_parameters(self) -> dict[str, Any]:
         """Per group (backbone, each language's adapter, fusion, head): total and trainable counts, plus shares."""

@@ -132,6 +132,9 @@ class FbankConformerModel(Wav2Vec2ConformerPreTrainedModel):
         super().__init__(config)
         self.subsampling = FbankSubsampling(config)
         self.encoder = Wav2Vec2ConformerEncoder(config)
+        # transformers' conformer encoder builds a convolutional position embedding that its forward never calls;
+        # drop it so that it neither counts as trainable nor leaves DDP with unused parameters
+        del self.encoder.pos_conv_embed
         self.post_init()
 
     def _get_feat_extract_output_lengths(

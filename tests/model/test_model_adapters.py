@@ -60,8 +60,11 @@ def test_per_utterance_routing_equals_single_language_runs():
         model(**inputs)
 
 
-def test_optimizer_step_changes_exactly_the_target_adapter_and_fusion():
-    model = make_model()
+@pytest.mark.parametrize("backbone_type", ["wav2vec2", "wav2vec2_conformer", "fbank_conformer"])
+def test_optimizer_step_changes_exactly_the_target_adapter_and_fusion(backbone_type):
+    """Compares the whole state dict, buffers included: the conformers' BatchNorm statistics must not move."""
+    model = make_model(backbone_type)
+    model.train()
     model.add_fusion(LANGS, target_language="ro")
     model.set_trainable(adapters=["ro"], fusion=True)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -174,3 +177,19 @@ def test_adapter_layers_subset_and_fbank_backbone():
     model.add_fusion(["ro", "cs"], target_language="ro")
     out = model(**tiny_inputs(model.config), labels=torch.tensor([[4, 5], [5, 6]]), output_fusion_weights=True)
     assert len(out.fusion_weights) == 1 and torch.isfinite(out.loss)
+
+
+def test_frozen_batchnorm_keeps_its_statistics_but_a_trained_one_updates():
+    model = make_model("fbank_conformer")
+    norm = model.backbone.encoder.layers[0].conv_module.batch_norm
+    model.set_trainable(adapters=["ro"])
+    model.train()
+    assert not norm.training and model.training
+    before = norm.running_mean.clone()
+    model(**tiny_inputs(model.config))
+    assert torch.equal(norm.running_mean, before)
+    model.set_trainable(backbone=True)
+    model.train()
+    assert norm.training
+    model(**tiny_inputs(model.config))
+    assert not torch.equal(norm.running_mean, before)

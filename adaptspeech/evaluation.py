@@ -1,0 +1,91 @@
+"""Decode a prepared dataset with a model and score it: WER / CER overall and per language."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from datasets import Dataset
+from tqdm.auto import tqdm
+
+from .data.collator import DataCollatorCTCWithPadding
+from .decoding import transcribe_batch
+from .metrics import compute_error_rates
+
+
+def feature_type_of_model(model: Any) -> str:
+    return "fbank" if model.main_input_name == "input_features" else "waveform"
+
+
+def _routing_languages(model: Any) -> bool:
+    """True when the model routes each utterance to its language's adapter (needs ``lang_ids``)."""
+    config = model.config
+    return len(config.active_languages) > 1 and not config.fusion_active
+
+
+@torch.no_grad()
+def transcribe_dataset(
+    model: Any,
+    dataset: Dataset,
+    processor: Any,
+    method: str = "ctc_greedy",
+    batch_size: int = 16,
+    progress: bool = True,
+    **options: Any,
+) -> list[str]:
+    """Decoded text for every row of a prepared dataset (in order), with any decoding method."""
+    model.eval()
+    collator = DataCollatorCTCWithPadding(
+        processor,
+        language_to_id=model.language_to_id if _routing_languages(model) else None,
+        feature_type=feature_type_of_model(model),
+    )
+    tokenizer = processor.tokenizer
+    texts: list[str] = []
+    # decode in length order (less padding), then restore the dataset order
+    lengths = dataset["input_length"] if "input_length" in dataset.column_names else [0] * len(dataset)
+    order = sorted(range(len(dataset)), key=lambda i: lengths[i])
+    decoded: dict[int, str] = {}
+    bar = tqdm(total=len(order), desc=f"decoding ({method})", disable=not progress, leave=False)
+    for start in range(0, len(order), batch_size):
+        indices = order[start : start + batch_size]
+        batch = collator([dataset[i] for i in indices])
+        batch.pop("labels", None)
+        batch = {k: v.to(model.device) for k, v in batch.items()}
+        ids = transcribe_batch(model, batch, method, **options)
+        for i, row in zip(indices, ids, strict=True):
+            decoded[i] = tokenizer.decode(row, group_tokens=False, skip_special_tokens=True)
+        bar.update(len(indices))
+    bar.close()
+    texts = [decoded[i] for i in range(len(dataset))]
+    return texts
+
+
+def evaluate_dataset(
+    model: Any,
+    dataset: Dataset,
+    processor: Any,
+    method: str = "ctc_greedy",
+    batch_size: int = 16,
+    progress: bool = True,
+    examples: int = 3,
+    **options: Any,
+) -> dict[str, Any]:
+    """WER / CER overall and per language (corpus-level rates) of ``model`` on ``dataset``.
+
+    The references are the dataset's normalised ``text`` column (what the model was trained to output).
+    """
+    start = time.perf_counter()
+    hypotheses = transcribe_dataset(model, dataset, processor, method, batch_size, progress, **options)
+    references = list(dataset["text"])
+    languages: Sequence[str] | None = list(dataset["language"]) if "language" in dataset.column_names else None
+    result = compute_error_rates(hypotheses, references, languages=languages)
+    result["method"] = method
+    result["decode_seconds"] = time.perf_counter() - start
+    result["examples"] = [
+        {"reference": r, "hypothesis": h, **({"language": languages[i]} if languages else {})}
+        for i, (r, h) in enumerate(zip(references[:examples], hypotheses[:examples], strict=True))
+    ]
+    return result

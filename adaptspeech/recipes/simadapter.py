@@ -1,0 +1,361 @@
+"""The SimAdapter protocol as one recipe, with its baselines on the same target data.
+
+Stages (each a YAML file beside ``recipe.yaml``, each overridable as ``<stage>.<section>.<key>=value``):
+
+1. ``base``: a multilingual encoder + CTC head trained on the source languages (or a pretrained checkpoint:
+   ``base.model.init=backbone``, ``base.model.path=facebook/wav2vec2-xls-r-300m``);
+2. ``source_adapters``: one adapter per source language, the base frozen (all trained in one run: each utterance
+   goes through its own language's adapter);
+3. ``target_adapter``: the target language's adapter alone on the (small) target training set, then ``fusion``:
+   SimAdapter over the source adapters and the target adapter, everything else frozen.
+
+Baselines on the same target data: ``finetune`` (the whole base model), ``scratch`` (the same architecture from
+random initialisation) and the target adapter alone (stage 3a). Zero-shot base is reported too.
+
+Outputs in ``output_dir``: ``results.md`` / ``results.json`` (CER / WER per system on the target test set,
+trainable parameters, training time; the source languages' test CER of the base), ``fusion_heatmap.png`` (the mean
+SimAdapter attention per layer and fused language on the target test set) and ``training_curves.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..training.stage import (
+    StageConfigError,
+    StageSpec,
+    apply_overrides,
+    load_prepared,
+    load_yaml,
+    run_stage,
+    select_languages,
+)
+
+RECIPE_KEYS = (
+    "name",
+    "output_dir",
+    "threads",
+    "seed",
+    "corpus",
+    "prepare",
+    "sources",
+    "target",
+    "target_subset",
+    "stages",
+    "baselines",
+    "evaluation",
+    "progress",
+)
+STAGE_NAMES = ("base", "source_adapters", "target_adapter", "fusion")
+BASELINE_NAMES = ("finetune", "scratch")
+
+
+class RecipeError(StageConfigError):
+    """A recipe that does not fit; the message names the setting."""
+
+
+def load_recipe(path: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Read ``recipe.yaml`` and its stage files into one dict, then apply ``a.b.c=value`` overrides."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "recipe.yaml"
+    recipe = load_yaml(path)
+    recipe["_dir"] = str(path.parent)
+    for group in ("stages", "baselines"):
+        resolved = {}
+        for name, ref in (recipe.get(group) or {}).items():
+            resolved[name] = load_yaml(path.parent / ref) if isinstance(ref, str) else dict(ref or {})
+        recipe[group] = resolved
+    # overrides address stages by name directly: base.training.max_steps=100
+    flat_overrides, stage_overrides = [], []
+    for text in overrides or []:
+        head = text.split("=", 1)[0].split(".", 1)[0]
+        (stage_overrides if head in STAGE_NAMES + BASELINE_NAMES else flat_overrides).append(text)
+    recipe = apply_overrides(recipe, flat_overrides)
+    for text in stage_overrides:
+        head, rest = text.split(".", 1)
+        group = "stages" if head in STAGE_NAMES else "baselines"
+        if head not in recipe[group]:
+            raise RecipeError(f"override {text!r}: the recipe has no stage {head!r}")
+        recipe[group][head] = apply_overrides(recipe[group][head], [rest])
+    _check_recipe(recipe)
+    return recipe
+
+
+def _check_recipe(recipe: dict[str, Any]) -> None:
+    unknown = sorted(set(recipe) - set(RECIPE_KEYS) - {"_dir"})
+    if unknown:
+        raise RecipeError(f"recipe: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(RECIPE_KEYS)}")
+    for key in ("output_dir", "sources", "target", "corpus"):
+        if not recipe.get(key):
+            raise RecipeError(f"recipe: missing required setting {key!r}")
+    missing = [s for s in STAGE_NAMES if s not in recipe.get("stages", {})]
+    if missing:
+        raise RecipeError(f"recipe.stages: missing stage(s) {missing}; a recipe runs {', '.join(STAGE_NAMES)}")
+    unknown_baselines = sorted(set(recipe.get("baselines", {})) - set(BASELINE_NAMES))
+    if unknown_baselines:
+        raise RecipeError(f"recipe.baselines: unknown {unknown_baselines}; allowed: {', '.join(BASELINE_NAMES)}")
+    if recipe["target"] in recipe["sources"]:
+        raise RecipeError(f"recipe: target {recipe['target']!r} is also a source language")
+
+
+def _log(message: str) -> None:
+    print(f"[adaptspeech] {message}", flush=True)
+
+
+def prepare_data(recipe: dict[str, Any]) -> Path:
+    """Build (synthetic) or locate (Common Voice) the corpus and prepare it once; returns the prepared folder."""
+    from ..data.pipeline import prepare_corpus
+    from ..data.synthetic import build_synthetic_corpus
+
+    out = Path(recipe["output_dir"])
+    corpus = dict(recipe["corpus"])
+    languages = [*recipe["sources"], recipe["target"]]
+    kind = corpus.pop("kind", "synthetic")
+    prepared_dir = out / "prepared"
+    if (prepared_dir / "dataset" / "dataset_dict.json").is_file() and (prepared_dir / "processor").is_dir():
+        _log(f"prepared data found in {prepared_dir}: reusing it")
+        return prepared_dir
+    if kind == "synthetic":
+        root = Path(corpus.pop("root", out / "corpus"))
+        start = time.perf_counter()
+        summary = build_synthetic_corpus(
+            root,
+            languages=languages,
+            clips_per_language=int(corpus.pop("clips_per_language", 1000)),
+            seed=int(corpus.pop("seed", recipe.get("seed", 0))),
+            num_workers=int(corpus.pop("workers", 2)),
+            progress=bool(recipe.get("progress", True)),
+            **corpus,
+        )
+        _log(
+            f"synthetic corpus: {summary.get('clips_written', '?')} clips written in "
+            f"{time.perf_counter() - start:.0f} s -> {root}"
+        )
+    elif kind == "common_voice":
+        root = corpus.pop("root", None)
+        if not root:
+            raise RecipeError("corpus.root: the Common Voice release folder (cv-corpus-*/) or a Hub dataset id")
+    else:
+        raise RecipeError(f"corpus.kind {kind!r} unknown; allowed values: synthetic, common_voice")
+    prepare = dict(recipe.get("prepare") or {})
+    start = time.perf_counter()
+    prepare_corpus(root, languages, prepared_dir, **prepare)
+    _log(f"prepared {', '.join(languages)} in {time.perf_counter() - start:.0f} s -> {prepared_dir}")
+    return prepared_dir
+
+
+def _stage_spec(
+    recipe: dict[str, Any],
+    name: str,
+    group: str,
+    prepared: Path,
+    languages: list[str],
+    model_path: Path | None,
+    subset: str | None,
+) -> dict[str, Any]:
+    spec = dict(recipe[group][name])
+    spec["name"] = name
+    spec["output_dir"] = str(Path(recipe["output_dir"]) / name)
+    spec.setdefault("seed", recipe.get("seed", 0))
+    data = dict(spec.get("data") or {})
+    data.setdefault("prepared_dir", str(prepared))
+    data.setdefault("train_languages", languages)
+    if subset:
+        data.setdefault("train_subset", subset)
+        data.setdefault("subset_seed", recipe.get("seed", 0))
+    spec["data"] = data
+    model = dict(spec.get("model") or {})
+    if model_path is not None and model.get("init", "pretrained") == "pretrained":
+        model.setdefault("init", "pretrained")
+        model.setdefault("path", str(model_path))
+    spec["model"] = model
+    return spec
+
+
+def _fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_size: int = 16) -> dict[str, Any]:
+    """Average the SimAdapter attention over the real frames of ``dataset``; plot it per layer and language."""
+    from ..data.collator import DataCollatorCTCWithPadding
+    from ..evaluation import feature_type_of_model
+    from ..reports import plot_fusion_heatmap
+
+    collator = DataCollatorCTCWithPadding(processor, feature_type=feature_type_of_model(model))
+    model.eval()
+    sums: np.ndarray | None = None
+    frames = 0.0
+    with torch.no_grad():
+        for start in range(0, len(dataset), batch_size):
+            batch = collator([dataset[i] for i in range(start, min(len(dataset), start + batch_size))])
+            batch.pop("labels", None)
+            out = model(**batch, output_fusion_weights=True)
+            mask = torch.arange(out.logits.shape[1])[None] < out.frame_lengths[:, None]
+            layer_sums = np.stack([(w * mask[..., None]).sum((0, 1)).numpy() for w in out.fusion_weights])
+            sums = layer_sums if sums is None else sums + layer_sums
+            frames += float(mask.sum())
+    weights = sums / max(frames, 1.0)
+    fusion = model.config.fusion_settings()
+    languages = list(fusion.languages) + (["self"] if fusion.include_self else [])
+    layers = sorted(model.adapter_blocks)
+    plot_fusion_heatmap(
+        weights,
+        languages,
+        path,
+        layers=layers,
+        title=f"SimAdapter attention on {fusion.target_language} test (mean over frames)",
+    )
+    return {"languages": languages, "layers": layers, "weights": weights.round(4).tolist()}
+
+
+def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[str, Any]:
+    """Run every stage and baseline, evaluate on the test sets, write the table and the plots.
+
+    Args:
+        recipe: from :func:`load_recipe`.
+        only: run only these stages / baselines (the others must have run before: their models are reused).
+    """
+    from ..evaluation import evaluate_dataset
+    from ..modeling import AdaptSpeechForCTC
+    from ..reports import plot_training_curves, write_results
+
+    if recipe.get("threads"):
+        torch.set_num_threads(int(recipe["threads"]))
+    out = Path(recipe["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    total_start = time.perf_counter()
+    progress = bool(recipe.get("progress", True))
+    sources, target = list(recipe["sources"]), recipe["target"]
+    subset = recipe.get("target_subset")
+    prepared = prepare_data(recipe)
+    dataset, processor = load_prepared(prepared)
+    evaluation = dict(recipe.get("evaluation") or {})
+    split = evaluation.get("split", "test")
+    method = evaluation.get("method", "ctc_greedy")
+    options = dict(evaluation.get("options") or {})
+
+    plan: list[tuple[str, str, list[str], str | None, str | None]] = [
+        # name, group, training languages, previous stage whose model it starts from, subset
+        ("base", "stages", sources, None, None),
+        ("source_adapters", "stages", sources, "base", None),
+        ("target_adapter", "stages", [target], "source_adapters", subset),
+        ("fusion", "stages", [target], "target_adapter", subset),
+    ]
+    if "finetune" in recipe.get("baselines", {}):
+        plan.append(("finetune", "baselines", [target], "base", subset))
+    if "scratch" in recipe.get("baselines", {}):
+        plan.append(("scratch", "baselines", [target], None, subset))
+
+    results: dict[str, Any] = {}
+    histories: dict[str, list[dict[str, Any]]] = {}
+    for name, group, languages, previous, stage_subset in plan:
+        stage_dir = out / name
+        model_path = out / previous / "model" if previous else None
+        spec = _stage_spec(recipe, name, group, prepared, languages, model_path, stage_subset)
+        StageSpec.from_dict(spec)  # validate every stage before the long work
+        if only and name not in only:
+            summary_path = stage_dir / "stage_summary.json"
+            if not summary_path.is_file():
+                raise RecipeError(f"stage {name!r} was skipped (--only) but has not run before: {summary_path}")
+            results[name] = json.loads(summary_path.read_text())
+            histories[name] = json.loads((stage_dir / "log_history.json").read_text())
+            continue
+        _log(f"stage {name}: training on {', '.join(languages)}" + (f" ({stage_subset} each)" if stage_subset else ""))
+        result = run_stage(spec, progress=progress)
+        results[name] = json.loads((stage_dir / "stage_summary.json").read_text())
+        histories[name] = result.log_history
+        _log(f"stage {name}: {result.train_seconds:.0f} s, dev CER {100 * result.eval['overall']['cer']:.2f}%")
+
+    # --- test-set evaluation -------------------------------------------------------------------------------------
+    test = dataset[split]
+    target_test = select_languages(test, [target], split, "evaluation")
+    source_test = select_languages(test, sources, split, "evaluation")
+    rows: list[dict[str, Any]] = []
+    source_rows: list[dict[str, Any]] = []
+
+    def evaluate(stage: str, data: Any, setup: Any = None) -> tuple[dict[str, Any], Any]:
+        model = AdaptSpeechForCTC.from_pretrained(out / stage / "model")
+        if setup is not None:
+            setup(model)
+        return evaluate_dataset(model, data, processor, method=method, progress=progress, **options), model
+
+    base_sources, base_model = evaluate("base", source_test)
+    adapters_sources, _ = evaluate("source_adapters", source_test, lambda m: m.set_active_languages(sources))
+    for lang in sources:
+        source_rows.append(
+            {
+                "language": lang,
+                "base_cer": base_sources["per_language"][lang]["cer"],
+                "base_wer": base_sources["per_language"][lang]["wer"],
+                "adapter_cer": adapters_sources["per_language"][lang]["cer"],
+                "adapter_wer": adapters_sources["per_language"][lang]["wer"],
+            }
+        )
+    source_average = {
+        "base_cer": float(np.mean([r["base_cer"] for r in source_rows])),
+        "adapter_cer": float(np.mean([r["adapter_cer"] for r in source_rows])),
+    }
+
+    def system_row(system: str, stage: str | None, metrics: dict[str, Any], model: Any) -> dict[str, Any]:
+        report = model.trainable_parameters() if stage is None else results[stage]["trainable"]
+        return {
+            "system": system,
+            "cer": metrics["overall"]["cer"],
+            "wer": metrics["overall"]["wer"],
+            "trainable_params": 0 if stage is None else report["trainable"],
+            "trainable_share": 0.0 if stage is None else report["trainable_share"],
+            "train_seconds": None if stage is None else results[stage]["train_seconds"],
+        }
+
+    zero_shot, _ = evaluate("base", target_test)
+    rows.append(system_row("base, zero-shot (no target training)", None, zero_shot, base_model))
+    for system, stage in (
+        ("from scratch", "scratch"),
+        ("full fine-tuning of the base", "finetune"),
+        ("target adapter alone", "target_adapter"),
+        ("SimAdapter fusion (+ target adapter)", "fusion"),
+    ):
+        if stage not in results:
+            continue
+        metrics, model = evaluate(stage, target_test)
+        rows.append(system_row(system, stage, metrics, model))
+        if stage == "fusion":
+            heatmap = _fusion_heatmap(model, target_test, processor, out / "fusion_heatmap.png")
+    plot_training_curves(histories, out / "training_curves.png", keys=("loss", "eval_cer"))
+    total_seconds = time.perf_counter() - total_start
+    title = f"Target {target} ({subset or 'all'} of training audio), {split} set: held-out voices, unseen words"
+    extra = {
+        "target": target,
+        "sources": sources,
+        "target_subset": subset,
+        "target_train_rows": results["target_adapter"]["train_rows"],
+        "target_train_hours": results["target_adapter"]["train_hours"],
+        "source_languages": source_rows,
+        "source_average": source_average,
+        "fusion_heatmap": heatmap,
+        "total_seconds": total_seconds,
+        "decoding": method,
+    }
+    write_results(rows, out, "results", title=title, extra=extra)
+    source_md = [
+        "| source language | base CER % | base WER % | base + own adapter CER % |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in source_rows:
+        source_md.append(
+            f"| {r['language']} | {100 * r['base_cer']:.2f} | {100 * r['base_wer']:.2f} | "
+            f"{100 * r['adapter_cer']:.2f} |"
+        )
+    source_md.append(
+        f"| **average** | **{100 * source_average['base_cer']:.2f}** | | "
+        f"**{100 * source_average['adapter_cer']:.2f}** |"
+    )
+    with open(out / "results.md", "a") as fh:
+        fh.write("\n### Source languages, " + split + " set\n\n" + "\n".join(source_md) + "\n")
+        fh.write(f"\nTotal wall time: {total_seconds / 60:.1f} min. Decoding: {method}.\n")
+    return {"rows": rows, **extra}

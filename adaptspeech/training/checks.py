@@ -1,0 +1,128 @@
+"""Checks that a stage's settings fit, run before any long work so that a bad setting ends with one clear line.
+
+* :func:`check_training_values`: the types of the ``training`` section's ``TrainingArguments`` fields (``transformers``
+  does not check them: ``learning_rate: abc`` would only fail deep inside the optimizer);
+* :func:`check_model_fits`: the model against the data and the evaluation settings: the evaluation decoder needs the
+  head it decodes, the input feature size matches the data's, the width divides into the attention heads, and one
+  forward pass on two training rows runs. The forward pass is in eval mode without gradients and draws no random
+  numbers, so a seeded run is the same with or without the check.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .stage import StageConfigError
+
+_SIMPLE_TYPES: dict[type, str] = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    type(None): "null",
+}
+_DECODERS_NEEDING = {
+    "las_head": ("attention_greedy", "attention_beam"),
+    "ctc_head": ("ctc_greedy", "ctc_beam", "joint"),
+}
+
+
+def _simple_alternatives(annotation: Any) -> tuple[type, ...] | None:
+    """The alternatives of a field annotation when all are bool / int / float / str / None, else None."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        alternatives = typing.get_args(annotation)
+    else:
+        alternatives = (annotation,)
+    if all(a in _SIMPLE_TYPES for a in alternatives):
+        return tuple(alternatives)
+    return None
+
+
+def _accepts(alternatives: tuple[type, ...], value: Any) -> bool:
+    for kind in alternatives:
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if kind in (bool, str, type(None)) and isinstance(value, kind):
+            return True
+    return False
+
+
+def check_training_values(training: Mapping[str, Any]) -> None:
+    """Refuse ``training`` values whose type does not fit their ``TrainingArguments`` field.
+
+    Only fields typed with bool / int / float / str (or None) are checked; an int is a valid float.
+
+    Raises:
+        StageConfigError: naming the field, what it expects and the value.
+    """
+    from transformers import TrainingArguments
+
+    fields = TrainingArguments.__dataclass_fields__
+    for key, value in training.items():
+        if key not in fields:
+            continue
+        alternatives = _simple_alternatives(fields[key].type)
+        if alternatives is None or _accepts(alternatives, value):
+            continue
+        expected = " or ".join(_SIMPLE_TYPES[a] for a in alternatives)
+        raise StageConfigError(f"training.{key}: expected {expected}, got {value!r}")
+
+
+def _backbone_setting(model: Any, name: str) -> Any:
+    return getattr(getattr(model.config, "backbone_config", None), name, None)
+
+
+def check_model_fits(
+    model: Any, collator: Any, rows: Sequence[Mapping[str, Any]], evaluation: Mapping[str, Any] | None = None
+) -> None:
+    """Check ``model`` against a few training ``rows`` (collated by ``collator``) and the evaluation settings.
+
+    Args:
+        model: the stage's model (trainable groups set).
+        collator: the stage's data collator.
+        rows: at least one training row; the first two are run through the model.
+        evaluation: the stage's ``evaluation`` section (``method``).
+
+    Raises:
+        StageConfigError: naming the setting that does not fit, or quoting the error of the forward pass.
+    """
+    method = (evaluation or {}).get("method", "ctc_greedy")
+    for head, methods in _DECODERS_NEEDING.items():
+        if method in methods and getattr(model, head, None) is None:
+            raise StageConfigError(
+                f"evaluation.method {method!r} needs the model's {head.replace('_', ' ')}, which a model with "
+                f"head={model.config.head!r} lacks; set evaluation.method to one that fits "
+                "(ctc_greedy, ctc_beam, joint need a CTC head; attention_greedy, attention_beam a LAS head)"
+            )
+    hidden, heads = _backbone_setting(model, "hidden_size"), _backbone_setting(model, "num_attention_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+        raise StageConfigError(
+            f"model.config.backbone_config: hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+        )
+    if len(rows) == 0:
+        raise StageConfigError("the training split has no rows for data.train_languages (after data.train_subset)")
+    batch = collator([rows[i] for i in range(min(2, len(rows)))])
+    inputs = batch[model.main_input_name]
+    mel_bins = _backbone_setting(model, "num_mel_bins")
+    if model.main_input_name == "input_features" and mel_bins is not None and inputs.shape[-1] != mel_bins:
+        raise StageConfigError(
+            f"model.config.backbone_config.num_mel_bins is {mel_bins} but the prepared data have "
+            f"{inputs.shape[-1]} filterbank channels per frame"
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(**batch)
+    except (RuntimeError, ValueError, IndexError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise StageConfigError(f"the model does not run on the prepared data (a forward pass failed): {first}") from err
+    finally:
+        model.train(was_training)

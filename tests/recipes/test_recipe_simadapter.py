@@ -1,0 +1,130 @@
+"""The SimAdapter recipe end to end at toy scale: every stage and baseline runs on a tiny synthetic corpus, the
+results table, the fusion heatmap and the training curves are written; recipe and stage settings are validated."""
+
+import json
+
+import pytest
+
+from adaptspeech.recipes import RecipeError, load_recipe, run_recipe
+from adaptspeech.training.stage import StageConfigError, StageSpec, apply_overrides, parse_override
+
+TINY = {
+    "backbone_type": "fbank_conformer",
+    "backbone_config": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "conv_depthwise_kernel_size": 3,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def recipe_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("recipe")
+    overrides = [
+        f"output_dir={out}",
+        "progress=false",
+        "sources=[cs, pl]",
+        "target=sk",
+        "target_subset=8utt",
+        "corpus.clips_per_language=20",
+        "prepare.max_seconds=12",
+        f"base.model.config={json.dumps(TINY)}",
+        f"scratch.model.config={json.dumps(TINY)}",
+        "source_adapters.model.add_adapters={cs: {bottleneck: 8}, pl: {bottleneck: 8}}",
+        "source_adapters.model.active_languages=[cs, pl]",
+        "source_adapters.model.trainable={adapters: [cs, pl]}",
+        "target_adapter.model.add_adapters={sk: {bottleneck: 8}}",
+        "fusion.model.fusion={languages: [cs, pl, sk], target_language: sk, residual: none}",
+    ]
+    for stage in ("base", "source_adapters", "target_adapter", "fusion", "finetune", "scratch"):
+        overrides += [
+            f"{stage}.training.max_steps=3",
+            f"{stage}.training.save_steps=3",
+            f"{stage}.training.per_device_train_batch_size=4",
+            f"{stage}.training.logging_steps=1",
+            f"{stage}.training.eval_strategy=no",
+        ]
+    recipe = load_recipe("recipes/synthetic_demo", overrides)
+    return out, run_recipe(recipe)
+
+
+def test_every_system_is_in_the_table(recipe_run):
+    out, result = recipe_run
+    systems = [row["system"] for row in result["rows"]]
+    assert systems == [
+        "base, zero-shot (no target training)",
+        "from scratch",
+        "full fine-tuning of the base",
+        "target adapter alone",
+        "SimAdapter fusion (+ target adapter)",
+    ]
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["rows"] == json.loads(json.dumps(result["rows"]))
+    md = (out / "results.md").read_text()
+    assert "SimAdapter fusion" in md and "| cs |" in md and "average" in md
+    by_system = {row["system"]: row for row in result["rows"]}
+    # trainable shares: adapter < fusion < full fine-tuning = scratch = 1
+    adapter = by_system["target adapter alone"]["trainable_share"]
+    fusion = by_system["SimAdapter fusion (+ target adapter)"]["trainable_share"]
+    assert 0 < adapter < fusion < 1
+    assert by_system["full fine-tuning of the base"]["trainable_share"] == pytest.approx(1.0)
+    for row in result["rows"]:
+        assert row["cer"] >= 0 and row["wer"] >= 0
+    assert result["target_train_rows"] == 8
+
+
+def test_plots_and_fusion_weights(recipe_run):
+    out, result = recipe_run
+    for name in ("fusion_heatmap.png", "training_curves.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    heatmap = result["fusion_heatmap"]
+    assert heatmap["languages"] == ["cs", "pl", "sk"]
+    for row in heatmap["weights"]:
+        assert sum(row) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_only_reuses_earlier_stages(recipe_run):
+    out, result = recipe_run
+    before = (out / "base" / "stage_summary.json").read_text()
+    overrides = [
+        f"output_dir={out}",
+        "progress=false",
+        "sources=[cs, pl]",
+        "target=sk",
+        "target_subset=8utt",
+        "fusion.model.fusion={languages: [cs, pl, sk], target_language: sk, residual: query}",
+        "fusion.training.max_steps=2",
+        "fusion.training.eval_strategy=no",
+        "fusion.training.per_device_train_batch_size=4",
+    ]
+    again = run_recipe(load_recipe("recipes/synthetic_demo", overrides), only=["fusion"])
+    assert (out / "base" / "stage_summary.json").read_text() == before
+    assert [r["system"] for r in again["rows"]] == [r["system"] for r in result["rows"]]
+
+
+def test_overrides_and_validation(tmp_path):
+    assert parse_override("training.learning_rate=3e-4") == (["training", "learning_rate"], 3e-4)
+    assert apply_overrides({"a": {"b": 1}}, ["a.c=[1, 2]"]) == {"a": {"b": 1, "c": [1, 2]}}
+    with pytest.raises(StageConfigError, match=r"section\.key=value"):
+        parse_override("oops")
+    base = {
+        "name": "x",
+        "output_dir": str(tmp_path),
+        "data": {"prepared_dir": "p", "train_languages": ["cs"]},
+        "model": {"init": "config"},
+    }
+    StageSpec.from_dict(base)
+    with pytest.raises(StageConfigError, match=r"learning_rat.*TrainingArguments"):
+        StageSpec.from_dict({**base, "training": {"learning_rat": 1}})
+    with pytest.raises(StageConfigError, match=r"allowed values: config, pretrained, backbone"):
+        StageSpec.from_dict({**base, "model": {"init": "hub"}})
+    with pytest.raises(StageConfigError, match=r"trainable.*allowed settings"):
+        StageSpec.from_dict({**base, "model": {"trainable": {"encoder": True}}})
+    with pytest.raises(RecipeError, match=r"unknown setting.*bas"):
+        load_recipe("recipes/synthetic_demo", ["bas.training.max_steps=1"])
+    with pytest.raises(RecipeError, match="target 'cs' is also a source"):
+        load_recipe("recipes/synthetic_demo", ["target=cs"])
