@@ -23,9 +23,10 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  demo) exec python -m adaptspeech.smoke "$@" ;;
+  demo) exec adaptspeech demo "$@" ;;
+  smoke) exec python -m adaptspeech.smoke "$@" ;;
   test)
     ruff check adaptspeech tests scripts
     exec python -m pytest -q "$@" ;;
-  *) echo "usage: ./run.sh demo|test [args...]" >&2; exit 2 ;;
+  *) echo "usage: ./run.sh demo|test|smoke [args...]" >&2; exit 2 ;;
 esac

@@ -51,14 +51,13 @@ class AdaptSpeechConfig(PretrainedConfig):
     """
 
     model_type = "adaptspeech"
-    #: what ``Trainer.prediction_step`` drops from the outputs: evaluation keeps the CTC logits only
+    #: what ``Trainer.prediction_step`` drops from the outputs: evaluation keeps the CTC logits and frame lengths
     keys_to_ignore_at_inference = [  # noqa: RUF012 - transformers reads this class attribute
         "loss_ctc",
         "loss_att",
         "loss_fusion_reg",
         "loss_fusion_guide",
         "attention_logits",
-        "frame_lengths",
         "encoder_hidden_states",
         "hidden_states",
         "fusion_weights",

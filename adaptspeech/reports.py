@@ -73,47 +73,70 @@ def _pyplot():
     return plt
 
 
-def plot_fusion_heatmap(
-    weights: np.ndarray,
-    languages: Sequence[str],
-    path: str | os.PathLike,
-    title: str = "SimAdapter attention per layer",
-    layers: Sequence[int] | None = None,
-) -> Path:
-    """Heatmap of the mean fusion attention: rows = encoder layers, columns = fused languages.
-
-    Args:
-        weights: [num_layers, num_languages], each row a distribution (the time-, batch- and utterance-averaged
-            attention of that layer).
-    """
-    weights = np.asarray(weights, dtype=float)
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(languages), 1.2 + 0.5 * len(weights)))
-    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(1e-9, float(weights.max())), aspect="auto")
-    ax.set_xticks(range(len(languages)), labels=list(languages))
-    layer_labels = [str(i) for i in (layers if layers is not None else range(len(weights)))]
-    ax.set_yticks(range(len(weights)), labels=layer_labels)
-    ax.set_xlabel("fused language adapter")
-    ax.set_ylabel("encoder layer")
-    ax.set_title(title)
-    for i in range(weights.shape[0]):
-        for j in range(weights.shape[1]):
-            ax.text(
-                j,
-                i,
-                f"{weights[i, j]:.2f}",
-                ha="center",
-                va="center",
-                color="white" if weights[i, j] < 0.6 * weights.max() else "black",
-                fontsize=8,
-            )
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+def _save(fig: Any, plt: Any, path: str | os.PathLike) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _heatmap_panel(ax: Any, weights: np.ndarray, languages: Sequence[str], layer_labels: list[str], title: str) -> Any:
+    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(1e-9, float(weights.max())), aspect="auto")
+    ax.set_xticks(range(len(languages)), labels=list(languages))
+    ax.set_yticks(range(len(weights)), labels=layer_labels)
+    ax.set_xlabel("fused language adapter")
+    ax.set_ylabel("encoder layer")
+    ax.set_title(title, fontsize=10)
+    for i in range(weights.shape[0]):
+        for j in range(weights.shape[1]):
+            dark = weights[i, j] < 0.6 * weights.max()
+            ax.text(
+                j, i, f"{weights[i, j]:.2f}", ha="center", va="center", color="white" if dark else "black", fontsize=8
+            )
+    return image
+
+
+def plot_fusion_heatmap(
+    weights: np.ndarray,
+    languages: Sequence[str],
+    path: str | os.PathLike,
+    title: str = "SimAdapter attention per layer",
+    layers: Sequence[int] | None = None,
+    target: str | None = None,
+) -> Path:
+    """Heatmap of the mean fusion attention: rows = encoder layers, columns = fused languages.
+
+    Args:
+        weights: [num_layers, num_languages], each row a distribution (the time-, batch- and utterance-averaged
+            attention of that layer).
+        target: the target language among ``languages``; when given, a second panel shows the attention over the
+            *source* languages alone (the target's column dropped, rows renormalised): the language similarity
+            SimAdapter learns, which the target's own adapter otherwise dominates.
+    """
+    weights = np.asarray(weights, dtype=float)
+    layer_labels = [str(i) for i in (layers if layers is not None else range(len(weights)))]
+    plt = _pyplot()
+    panels = 2 if target is not None and target in languages and len(languages) > 1 else 1
+    fig, axes = plt.subplots(
+        1, panels, figsize=(panels * (1.6 + 0.9 * len(languages)), 1.4 + 0.5 * len(weights)), squeeze=False
+    )
+    image = _heatmap_panel(axes[0][0], weights, languages, layer_labels, title)
+    fig.colorbar(image, ax=axes[0][0], fraction=0.046, pad=0.04)
+    if panels == 2:
+        keep = [j for j, lang in enumerate(languages) if lang != target]
+        sources = weights[:, keep]
+        sources = sources / np.clip(sources.sum(1, keepdims=True), 1e-12, None)
+        image = _heatmap_panel(
+            axes[0][1],
+            sources,
+            [languages[j] for j in keep],
+            layer_labels,
+            f"source languages only (renormalised, {target} dropped)",
+        )
+        fig.colorbar(image, ax=axes[0][1], fraction=0.046, pad=0.04)
+    return _save(fig, plt, path)
 
 
 def plot_training_curves(
@@ -136,9 +159,4 @@ def plot_training_curves(
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path)

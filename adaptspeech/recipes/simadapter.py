@@ -209,6 +209,7 @@ def _fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_
         path,
         layers=layers,
         title=f"SimAdapter attention on {fusion.target_language} test (mean over frames)",
+        target=fusion.target_language,
     )
     return {"languages": languages, "layers": layers, "weights": weights.round(4).tolist()}
 

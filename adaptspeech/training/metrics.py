@@ -13,10 +13,19 @@ from ..metrics import compute_error_rates
 
 
 def argmax_logits(logits: torch.Tensor | tuple, labels: Any) -> torch.Tensor:
-    """``preprocess_logits_for_metrics``: keep only the CTC argmax ids [B, T] (not [B, T, V] logits)."""
+    """``preprocess_logits_for_metrics``: keep only the CTC argmax ids [B, T] (not [B, T, V] logits).
+
+    The model's outputs reach here as ``(logits [B, T, V], frame_lengths [B])``; frames past each utterance's length
+    are padding whose argmax is noise, so they are set to -100 (dropped by :func:`collapse_ctc`).
+    """
+    lengths = None
     if isinstance(logits, tuple):
-        logits = logits[0]
-    return logits.argmax(-1)
+        logits, lengths = logits[0], (logits[1] if len(logits) > 1 else None)
+    ids = logits.argmax(-1)
+    if lengths is not None and lengths.dim() == 1:
+        padded = torch.arange(ids.shape[1], device=ids.device)[None, :] >= lengths[:, None]
+        ids = ids.masked_fill(padded, -100)
+    return ids
 
 
 def collapse_ctc(ids: Sequence[int], blank_id: int) -> list[int]:

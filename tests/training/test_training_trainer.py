@@ -131,6 +131,25 @@ def test_trainer_logs_terms_writes_adapter_checkpoints_and_per_language_metrics(
     for key in ("eval_wer", "eval_cer", "eval_wer_ro", "eval_cer_cs", "eval_cer_pl"):
         assert key in metrics and metrics[key] >= 0
 
+    # the same figure by hand: greedy CTC over each utterance's real frames only (padding frames must not count)
+    from adaptspeech.metrics import compute_error_rates
+
+    model.eval()
+    rows = make_dataset(6, seed=1)
+    hyps, refs, langs = [], [], []
+    with torch.no_grad():
+        for start in range(0, len(rows), 4):
+            batch = collate([rows[i] for i in range(start, min(len(rows), start + 4))])
+            out = model(**{k: v for k, v in batch.items() if k != "labels"})
+            for b in range(out.logits.shape[0]):
+                ids = out.logits[b, : out.frame_lengths[b]].argmax(-1).tolist()
+                hyps.append(tokenizer.decode(collapse_ctc(ids, 0), group_tokens=False))
+                refs.append(tokenizer.decode([i for i in batch["labels"][b].tolist() if i >= 0], group_tokens=False))
+                langs.append(model.adapter_languages[int(batch["lang_ids"][b])])
+    by_hand = compute_error_rates(hyps, refs, languages=langs)
+    assert metrics["eval_cer"] == pytest.approx(by_hand["overall"]["cer"])
+    assert metrics["eval_cer_ro"] == pytest.approx(by_hand["per_language"]["ro"]["cer"])
+
 
 class StopAt(TrainerCallback):
     def __init__(self, step):
