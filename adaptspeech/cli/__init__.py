@@ -1,0 +1,105 @@
+"""The ``adaptspeech`` command.
+
+Each subcommand lives in its own module (``prepare.py``, ``train.py`` ...) as one function ``_add_<name>(subparsers)`` that declares its parser and sets ``func`` to the
+function that runs it; :data:`SUBCOMMANDS` lists them. Heavy imports happen inside the runners, so that
+``adaptspeech --help`` stays fast. Expected errors (a missing folder, a bad value) end with one line
+``adaptspeech: error: ...`` and exit status 1; usage errors (an unknown option) are one line too, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from .common import DECODING_CHOICES, PROG, CommandError
+from .evaluate import _add_evaluate
+from .prepare import _add_prepare
+from .push import _add_push
+from .recipe import _add_demo, _add_recipe, demo_recipe_dir
+from .train import _add_train
+from .transcribe import _add_transcribe
+
+# ---- the command ---------------------------------------------------------------------------------------
+
+__all__ = [
+    "DECODING_CHOICES",
+    "PROG",
+    "SUBCOMMANDS",
+    "CommandError",
+    "build_parser",
+    "demo_recipe_dir",
+    "main",
+]
+
+SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_prepare,
+    _add_train,
+    _add_evaluate,
+    _add_transcribe,
+    _add_push,
+    _add_recipe,
+    _add_demo,
+)
+"""Each adds one subcommand."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """``ArgumentParser`` whose usage errors are one line (``PROG: error: ...``, exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG, description="Low-resource speech recognition with per-language adapters on the Hugging Face stack."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """Errors that end the command with one line: bad input, missing files, offline pushes, bad clips.
+
+    ``StageConfigError``, ``RecipeError`` and ``AdapterLoadError`` are ``ValueError`` subclasses; the classes of
+    modules not imported yet cannot have been raised.
+    """
+    errors: list[type[BaseException]] = [CommandError, OSError, ValueError, KeyError, ImportError]
+    for module, name in (("adaptspeech.hub", "PushError"), ("adaptspeech.data.audio", "BadClipError")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None:
+            errors.append(cls)
+    return tuple(errors)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``adaptspeech`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    ``KEY=VALUE`` overrides may also follow other options (``train --config s.yaml --threads 1 a.b=1``). Set
+    ``ADAPTSPEECH_TRACEBACK=1`` to see the traceback of an expected error.
+    """
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if hasattr(args, "overrides") and all("=" in t and not t.startswith("-") for t in extra):
+            args.overrides = [*args.overrides, *extra]
+        else:
+            where = f"{PROG} {args.command}"
+            parser.exit(2, f"{where}: error: unrecognized arguments: {' '.join(extra)} (see `{where} --help`)\n")
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if not isinstance(err, _expected_errors()) or os.environ.get("ADAPTSPEECH_TRACEBACK"):
+            raise
+        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        print(f"{PROG}: error: {' '.join(str(message).split()) or type(err).__name__}", file=sys.stderr)
+        return 1
+

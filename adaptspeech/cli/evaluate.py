@@ -1,0 +1,71 @@
+"""``adaptspeech evaluate``: WER / CER of a model on a prepared split, overall and per language."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import (
+    CommandError,
+    _add_decoding_options,
+    _check_vocabulary,
+    _decoding_options,
+    _load_model,
+    _positive_int,
+    _split_list,
+)
+
+# ---- evaluate ------------------------------------------------------------------------------------------------
+
+
+def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
+    evaluate = subparsers.add_parser(
+        "evaluate",
+        help="WER / CER of a model on a prepared split, overall and per language (JSON)",
+        description="Decode a split of a prepared dataset (`adaptspeech prepare` output) with any head and decoder "
+        "and score it with the shipped WER / CER modules (no network): overall and per language.",
+    )
+    evaluate.add_argument("--model", required=True, metavar="DIR", help="a model folder saved by `adaptspeech train`")
+    evaluate.add_argument("--data", required=True, metavar="PREPARED_DIR", help="`adaptspeech prepare` output")
+    evaluate.add_argument("--split", default="test", help="split to score (default test)")
+    evaluate.add_argument("--languages", default=None, help="comma-separated languages (default: all of the split)")
+    evaluate.add_argument("--max-rows", type=_positive_int, default=None, help="score only the first N rows")
+    evaluate.add_argument("--output", default=None, metavar="results.json", help="write the rates as JSON")
+    _add_decoding_options(evaluate)
+    evaluate.set_defaults(func=_run_evaluate)
+
+
+def _run_evaluate(args: argparse.Namespace) -> int:
+    from ..evaluation import evaluate_dataset
+    from ..metrics import write_error_rates_json
+    from ..training.stage import load_prepared, select_languages
+
+    model, processor = _load_model(args.model)
+    dataset, data_processor = load_prepared(args.data)
+    if args.split not in dataset:
+        raise CommandError(
+            f"--split {args.split!r} is not prepared in {args.data}; prepared splits: {', '.join(sorted(dataset))}"
+        )
+    data = dataset[args.split]
+    languages = _split_list(args.languages)
+    if languages:
+        data = select_languages(data, languages, args.split, "--languages")
+    if args.max_rows:
+        data = data.select(range(min(len(data), args.max_rows)))
+    processor = processor or data_processor
+    _check_vocabulary(model, processor, args.model if processor is not data_processor else args.data)
+    method, options = _decoding_options(args, model)
+    result = evaluate_dataset(
+        model, data, processor, method=method, batch_size=args.batch_size, progress=not args.no_progress, **options
+    )
+    result.update(model=str(Path(args.model)), data=str(Path(args.data)), split=args.split, options=options)
+    for code, entry in result["per_language"].items():
+        print(f"{code}\tCER {100 * entry['cer']:.2f}%\tWER {100 * entry['wer']:.2f}%\t{entry['num_utterances']} utt")
+    overall = result["overall"]
+    print(
+        f"overall\tCER {100 * overall['cer']:.2f}%\tWER {100 * overall['wer']:.2f}%\t"
+        f"{overall['num_utterances']} utt ({method})"
+    )
+    if args.output:
+        print(f"wrote {write_error_rates_json(result, args.output)}")
+    return 0
