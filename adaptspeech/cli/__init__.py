@@ -1,9 +1,10 @@
 """The ``adaptspeech`` command.
 
-Each subcommand lives in its own module (``prepare.py``, ``train.py`` ...) as one function ``_add_<name>(subparsers)`` that declares its parser and sets ``func`` to the
-function that runs it; :data:`SUBCOMMANDS` lists them. Heavy imports happen inside the runners, so that
-``adaptspeech --help`` stays fast. Expected errors (a missing folder, a bad value) end with one line
-``adaptspeech: error: ...`` and exit status 1; usage errors (an unknown option) are one line too, exit status 2.
+Each subcommand lives in its own module (``prepare.py``, ``train.py`` ...) as one function
+``_add_<name>(subparsers)`` that declares its parser and sets ``func`` to the function that runs it;
+:data:`SUBCOMMANDS` lists them. Heavy imports happen inside the runners, so that ``adaptspeech --help`` stays fast.
+Expected errors (a missing folder, a bad value) end with one line ``adaptspeech: error: ...`` and exit status 1;
+usage errors (an unknown option) are one line too, exit status 2.
 """
 
 from __future__ import annotations
