@@ -69,14 +69,7 @@ class LanguageAdapterBlock(nn.Module):
     def add_adapter(self, language: str, config: LanguageAdapterConfig) -> BottleneckAdapter:
         if language in self.adapters:
             raise ValueError(f"layer {self.layer_index} already has an adapter for language {language!r}")
-        adapter = BottleneckAdapter(
-            self.hidden_size,
-            config.bottleneck,
-            activation=config.activation,
-            layer_norm=config.layer_norm,
-            dropout=config.dropout,
-            init=config.init,
-        )
+        adapter = BottleneckAdapter.from_config(self.hidden_size, config)
         mark_initialized(adapter)
         self.adapters[language] = adapter
         return adapter

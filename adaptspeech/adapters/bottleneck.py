@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -61,6 +63,18 @@ class BottleneckAdapter(nn.Module):
             nn.init.zeros_(self.up.weight)
             if self.up.bias is not None:
                 nn.init.zeros_(self.up.bias)
+
+    @classmethod
+    def from_config(cls, hidden_size: int, config: Any) -> BottleneckAdapter:
+        """Build from a :class:`~adaptspeech.adapters.config.LanguageAdapterConfig` (or anything with its fields)."""
+        return cls(
+            hidden_size,
+            config.bottleneck,
+            activation=config.activation,
+            layer_norm=config.layer_norm,
+            dropout=config.dropout,
+            init=config.init,
+        )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """[..., D] -> [..., D]."""

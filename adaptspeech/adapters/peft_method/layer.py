@@ -79,14 +79,7 @@ class SpeechAdapterLayer(nn.Module, BaseTunerLayer):
         settings = config.fusion_settings()
         if settings is None:
             adapter = config.bottleneck_settings()
-            self.speech_adapter_bottleneck[adapter_name] = BottleneckAdapter(
-                self.hidden_size,
-                adapter.bottleneck,
-                activation=adapter.activation,
-                layer_norm=adapter.layer_norm,
-                dropout=adapter.dropout,
-                init=adapter.init,
-            )
+            self.speech_adapter_bottleneck[adapter_name] = BottleneckAdapter.from_config(self.hidden_size, adapter)
         else:
             missing = [name for name in settings.languages if name not in self.speech_adapter_bottleneck]
             if missing:
