@@ -104,9 +104,9 @@ def subset_indices(
 
     For each language: its speakers (rows with an empty speaker id count as one speaker each), minus
     ``exclude_speakers``, are shuffled by ``(seed, language)``; whole speakers are taken in that order, their
-    rows shuffled too, until the budget is reached (the last speaker may be cut). A duration budget stops at
-    the first row that brings the total to the budget or over. A language short of the budget gives all its
-    rows and a warning.
+    rows shuffled too, until the budget is full (the last speaker may be cut). A budget is an upper bound: the
+    selection stops before the first row that would take the total over it, so "10min" is at most 10 minutes
+    (short of it by less than one clip). A language short of the budget gives all its rows and a warning.
 
     Returns:
         Sorted row indices.
@@ -130,16 +130,19 @@ def subset_indices(
             groups.setdefault(speaker or f"\0row{row}", []).append(row)
         order = sorted(groups)
         total = 0.0
+        full = False
         for k in rng.permutation(len(order)).tolist():
             rows = groups[order[k]]
             for j in rng.permutation(len(rows)).tolist():
-                if total >= size.budget:
+                cost = float(durations[rows[j]]) if size.is_duration else 1.0
+                if total + cost > size.budget:
+                    full = True
                     break
                 selected.append(rows[j])
-                total += float(durations[rows[j]]) if size.is_duration else 1.0
-            if total >= size.budget:
+                total += cost
+            if full:
                 break
-        if total < size.budget:
+        if not full and total < size.budget:
             have = f"{total / (size.budget / size.amount):g} {size.unit}"
             logger.warning("language %s has only %s (of %s) for the subset", language, have, size)
     return sorted(selected)

@@ -17,7 +17,7 @@ from adaptspeech.data import (
     speakers,
     temperature_mix,
 )
-from adaptspeech.data.subsets import mixture_indices
+from adaptspeech.data.subsets import mixture_indices, subset_indices
 
 
 def _pool(seed: int = 0) -> Dataset:
@@ -73,13 +73,21 @@ def test_utterance_budget_per_language_deterministic_and_whole_speakers():
     assert len(cut) <= 1
 
 
-def test_duration_budget_is_reached_by_the_smallest_prefix():
+def test_duration_budget_is_an_upper_bound_filled_to_within_one_clip():
     pool = _pool()
     subset = low_resource_subset(pool, "1min", seed=0)
     for lang in ("ro", "cs"):
         durations = [d for d, x in zip(subset["duration"], subset["language"]) if x == lang]
-        assert sum(durations) >= 60.0
-        assert sum(durations) - max(durations) < 60.0  # no row beyond the one that reached the budget
+        longest = max(d for d, x in zip(pool["duration"], pool["language"]) if x == lang)
+        assert sum(durations) <= 60.0  # "1min" means at most one minute
+        assert 60.0 - sum(durations) < longest  # stopped only because the next clip would not fit
+
+
+def test_duration_budget_stops_before_the_clip_that_would_overshoot():
+    # one speaker, clips of 4 s: a 15 s budget takes exactly three of them (12 s), never a fourth (16 s)
+    assert len(subset_indices(["ro"] * 5, ["spk"] * 5, [4.0] * 5, SubsetSize(0.25, "minutes"))) == 3
+    # a budget met exactly is met, not overshot: 16 s of 4 s clips is four clips
+    assert len(subset_indices(["ro"] * 5, ["spk"] * 5, [4.0] * 5, SubsetSize(16 / 60, "minutes"))) == 4
 
 
 def test_excluded_speakers_never_appear_and_splits_are_speaker_disjoint():
