@@ -13,8 +13,9 @@ Baselines on the same target data: ``finetune`` (the whole base model), ``scratc
 random initialisation) and the target adapter alone (stage 3a). Zero-shot base is reported too.
 
 Outputs in ``output_dir``: ``results.md`` / ``results.json`` (CER / WER per system on the target test set,
-trainable parameters, training time; the source languages' test CER of the base), ``fusion_heatmap.png`` (the mean
-SimAdapter attention per layer and fused language on the target test set) and ``training_curves.png``.
+trainable parameters, training time -- the SimAdapter row counts stage 3a's target adapter and stage 3b together;
+the source languages' test CER of the base), ``fusion_heatmap.png`` (the mean SimAdapter attention per layer and
+fused language on the target test set) and ``training_curves.png``.
 """
 
 from __future__ import annotations
@@ -180,6 +181,19 @@ def _stage_spec(
     return spec
 
 
+def _trained_parameters(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Parameters trained across consecutive stages of one model (groups counted once), from their
+    ``trainable_parameters()`` reports; share of the last stage's model. No report: nothing trained."""
+    if not reports:
+        return {"trainable": 0, "trainable_share": 0.0}
+    trained: dict[str, int] = {}
+    for report in reports:
+        for group, counts in report["groups"].items():
+            trained[group] = max(trained.get(group, 0), counts["trainable"])
+    total = sum(trained.values())
+    return {"trainable": total, "trainable_share": total / max(reports[-1]["total"], 1)}
+
+
 def _fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_size: int = 16) -> dict[str, Any]:
     """Average the SimAdapter attention over the real frames of ``dataset``; plot it per layer and language."""
     from ..data.collator import DataCollatorCTCWithPadding
@@ -285,7 +299,7 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
             setup(model)
         return evaluate_dataset(model, data, processor, method=method, progress=progress, **options), model
 
-    base_sources, base_model = evaluate("base", source_test)
+    base_sources, _ = evaluate("base", source_test)
     adapters_sources, _ = evaluate("source_adapters", source_test, lambda m: m.set_active_languages(sources))
     for lang in sources:
         source_rows.append(
@@ -302,29 +316,31 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
         "adapter_cer": float(np.mean([r["adapter_cer"] for r in source_rows])),
     }
 
-    def system_row(system: str, stage: str | None, metrics: dict[str, Any], model: Any) -> dict[str, Any]:
-        report = model.trainable_parameters() if stage is None else results[stage]["trainable"]
+    def system_row(system: str, stage: str | None, metrics: dict[str, Any]) -> dict[str, Any]:
+        # SimAdapter needs the target adapter of stage 3a: its row counts both stages' parameters and time.
+        stages = [] if stage is None else ["target_adapter", stage] if stage == "fusion" else [stage]
+        trainable = _trained_parameters([results[s]["trainable"] for s in stages if s in results])
         return {
             "system": system,
             "cer": metrics["overall"]["cer"],
             "wer": metrics["overall"]["wer"],
-            "trainable_params": 0 if stage is None else report["trainable"],
-            "trainable_share": 0.0 if stage is None else report["trainable_share"],
-            "train_seconds": None if stage is None else results[stage]["train_seconds"],
+            "trainable_params": trainable["trainable"],
+            "trainable_share": trainable["trainable_share"],
+            "train_seconds": sum(results[s]["train_seconds"] for s in stages if s in results) if stages else None,
         }
 
     zero_shot, _ = evaluate("base", target_test)
-    rows.append(system_row("base, zero-shot (no target training)", None, zero_shot, base_model))
+    rows.append(system_row("base, zero-shot (no target training)", None, zero_shot))
     for system, stage in (
         ("from scratch", "scratch"),
         ("full fine-tuning of the base", "finetune"),
         ("target adapter alone", "target_adapter"),
-        ("SimAdapter fusion (+ target adapter)", "fusion"),
+        ("SimAdapter fusion (on the target adapter)", "fusion"),
     ):
         if stage not in results:
             continue
         metrics, model = evaluate(stage, target_test)
-        rows.append(system_row(system, stage, metrics, model))
+        rows.append(system_row(system, stage, metrics))
         if stage == "fusion":
             heatmap = _fusion_heatmap(model, target_test, processor, out / "fusion_heatmap.png")
     plot_training_curves(histories, out / "training_curves.png", keys=("loss", "eval_cer"))

@@ -59,7 +59,7 @@ def test_every_system_is_in_the_table(recipe_run):
         "from scratch",
         "full fine-tuning of the base",
         "target adapter alone",
-        "SimAdapter fusion (+ target adapter)",
+        "SimAdapter fusion (on the target adapter)",
     ]
     saved = json.loads((out / "results.json").read_text())
     assert saved["rows"] == json.loads(json.dumps(result["rows"]))
@@ -68,8 +68,17 @@ def test_every_system_is_in_the_table(recipe_run):
     by_system = {row["system"]: row for row in result["rows"]}
     # trainable shares: adapter < fusion < full fine-tuning = scratch = 1
     adapter = by_system["target adapter alone"]["trainable_share"]
-    fusion = by_system["SimAdapter fusion (+ target adapter)"]["trainable_share"]
+    fusion_row = by_system["SimAdapter fusion (on the target adapter)"]
+    fusion = fusion_row["trainable_share"]
     assert 0 < adapter < fusion < 1
+    # SimAdapter builds on stage 3a: its row counts the target adapter's parameters and time once, plus the fusion's
+    stage_a = json.loads((out / "target_adapter" / "stage_summary.json").read_text())
+    stage_b = json.loads((out / "fusion" / "stage_summary.json").read_text())
+    groups_a, groups_b = stage_a["trainable"]["groups"], stage_b["trainable"]["groups"]
+    assert fusion_row["trainable_params"] == groups_a["adapter:sk"]["trainable"] + groups_b["fusion"]["trainable"]
+    total = stage_b["trainable"]["total"]
+    assert fusion_row["trainable_share"] == pytest.approx(fusion_row["trainable_params"] / total)
+    assert fusion_row["train_seconds"] == pytest.approx(stage_a["train_seconds"] + stage_b["train_seconds"])
     assert by_system["full fine-tuning of the base"]["trainable_share"] == pytest.approx(1.0)
     for row in result["rows"]:
         assert row["cer"] >= 0 and row["wer"] >= 0
