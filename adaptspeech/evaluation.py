@@ -71,11 +71,14 @@ def evaluate_dataset(
     batch_size: int = 16,
     progress: bool = True,
     examples: int = 3,
+    return_hypotheses: bool = False,
     **options: Any,
 ) -> dict[str, Any]:
     """WER / CER overall and per language (corpus-level rates) of ``model`` on ``dataset``.
 
-    The references are the dataset's normalised ``text`` column (what the model was trained to output).
+    The references are the dataset's normalised ``text`` column (what the model was trained to output). With
+    ``return_hypotheses=True`` the result also holds every decoded text under ``"hypotheses"`` (dataset order),
+    e.g. for :func:`~adaptspeech.metrics.significance.paired_bootstrap`.
     """
     start = time.perf_counter()
     hypotheses = transcribe_dataset(model, dataset, processor, method, batch_size, progress, **options)
@@ -84,6 +87,8 @@ def evaluate_dataset(
     result = compute_error_rates(hypotheses, references, languages=languages)
     result["method"] = method
     result["decode_seconds"] = time.perf_counter() - start
+    if return_hypotheses:
+        result["hypotheses"] = hypotheses
     result["examples"] = [
         {"reference": r, "hypothesis": h, **({"language": languages[i]} if languages else {})}
         for i, (r, h) in enumerate(zip(references[:examples], hypotheses[:examples], strict=True))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..metrics.significance import paired_bootstrap, utterance_edits
 from ..training.stage import (
     StageConfigError,
     StageSpec,
@@ -55,6 +56,9 @@ RECIPE_KEYS = (
     "progress",
 )
 STAGE_NAMES = ("base", "source_adapters", "target_adapter", "fusion")
+ADAPTER_ALONE = "target adapter alone"
+#: results.md column: CER difference to the adapter alone with its 95% paired-bootstrap interval (points)
+VS_ADAPTER_COLUMN = "CER - adapter alone, 95% CI"
 BASELINE_NAMES = ("finetune", "scratch")
 
 
@@ -194,6 +198,32 @@ def _trained_parameters(reports: list[dict[str, Any]]) -> dict[str, Any]:
     return {"trainable": total, "trainable_share": total / max(reports[-1]["total"], 1)}
 
 
+def _compare_with(
+    baseline: str, rows: list[dict[str, Any]], edits: dict[str, np.ndarray], ref_units: np.ndarray
+) -> dict[str, dict[str, float]]:
+    """Paired bootstrap (1,000 resamples of the test utterances) of every system's CER minus ``baseline``'s.
+
+    Adds the markdown column :data:`VS_ADAPTER_COLUMN` to each row (``-0.09 [-0.63, +0.45]``, percentage points,
+    95% interval) and returns the figures per system for ``results.json``; empty when the baseline did not run.
+    """
+    if baseline not in edits:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if row["system"] == baseline:
+            row[VS_ADAPTER_COLUMN] = "-"
+            continue
+        result = paired_bootstrap(edits[row["system"]], edits[baseline], ref_units)
+        row[VS_ADAPTER_COLUMN] = f"{100 * result.delta:+.2f} [{100 * result.low:+.2f}, {100 * result.high:+.2f}]"
+        out[row["system"]] = {
+            "cer_delta": result.delta,
+            "ci_low": result.low,
+            "ci_high": result.high,
+            "p_not_better": result.p_not_better,
+        }
+    return out
+
+
 def _fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_size: int = 16) -> dict[str, Any]:
     """Average the SimAdapter attention over the real frames of ``dataset``; plot it per layer and language."""
     from ..data.collator import DataCollatorCTCWithPadding
@@ -237,7 +267,7 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
     """
     from ..evaluation import evaluate_dataset
     from ..modeling import AdaptSpeechForCTC
-    from ..reports import plot_training_curves, write_results
+    from ..reports import TABLE_COLUMNS, plot_training_curves, write_results
 
     if recipe.get("threads"):
         torch.set_num_threads(int(recipe["threads"]))
@@ -297,7 +327,10 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
         model = AdaptSpeechForCTC.from_pretrained(out / stage / "model")
         if setup is not None:
             setup(model)
-        return evaluate_dataset(model, data, processor, method=method, progress=progress, **options), model
+        metrics = evaluate_dataset(
+            model, data, processor, method=method, progress=progress, return_hypotheses=True, **options
+        )
+        return metrics, model
 
     base_sources, _ = evaluate("base", source_test)
     adapters_sources, _ = evaluate("source_adapters", source_test, lambda m: m.set_active_languages(sources))
@@ -329,20 +362,26 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
             "train_seconds": sum(results[s]["train_seconds"] for s in stages if s in results) if stages else None,
         }
 
+    references = list(target_test["text"])
+    target_edits: dict[str, np.ndarray] = {}
+    ref_units = np.zeros(0)
     zero_shot, _ = evaluate("base", target_test)
     rows.append(system_row("base, zero-shot (no target training)", None, zero_shot))
+    target_edits[rows[-1]["system"]], ref_units = utterance_edits(zero_shot["hypotheses"], references, "char")
     for system, stage in (
         ("from scratch", "scratch"),
         ("full fine-tuning of the base", "finetune"),
-        ("target adapter alone", "target_adapter"),
+        (ADAPTER_ALONE, "target_adapter"),
         ("SimAdapter fusion (on the target adapter)", "fusion"),
     ):
         if stage not in results:
             continue
         metrics, model = evaluate(stage, target_test)
         rows.append(system_row(system, stage, metrics))
+        target_edits[system], _ = utterance_edits(metrics["hypotheses"], references, "char")
         if stage == "fusion":
             heatmap = _fusion_heatmap(model, target_test, processor, out / "fusion_heatmap.png")
+    significance = _compare_with(ADAPTER_ALONE, rows, target_edits, ref_units)
     plot_training_curves(histories, out / "training_curves.png", keys=("loss", "eval_cer"))
     total_seconds = time.perf_counter() - total_start
     title = f"Target {target} ({subset or 'all'} of training audio), {split} set: held-out voices, unseen words"
@@ -355,10 +394,12 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
         "source_languages": source_rows,
         "source_average": source_average,
         "fusion_heatmap": heatmap,
+        "significance": significance,
         "total_seconds": total_seconds,
         "decoding": method,
     }
-    write_results(rows, out, "results", title=title, extra=extra)
+    columns = (*TABLE_COLUMNS, VS_ADAPTER_COLUMN) if significance else TABLE_COLUMNS
+    write_results(rows, out, "results", columns=columns, title=title, extra=extra)
     source_md = [
         "| source language | base CER % | base WER % | base + own adapter CER % |",
         "| --- | --- | --- | --- |",

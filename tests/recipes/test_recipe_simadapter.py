@@ -65,6 +65,15 @@ def test_every_system_is_in_the_table(recipe_run):
     assert saved["rows"] == json.loads(json.dumps(result["rows"]))
     md = (out / "results.md").read_text()
     assert "SimAdapter fusion" in md and "| cs |" in md and "average" in md
+    assert "CER - adapter alone, 95% CI" in md
+    # every other system against the adapter alone: paired bootstrap of the CER difference on the same utterances
+    by_cer = {row["system"]: row["cer"] for row in result["rows"]}
+    significance = saved["significance"]
+    assert set(significance) == set(systems) - {"target adapter alone"}
+    for system, figures in significance.items():
+        assert figures["cer_delta"] == pytest.approx(by_cer[system] - by_cer["target adapter alone"])
+        assert figures["ci_low"] <= figures["cer_delta"] <= figures["ci_high"]
+        assert 0.0 <= figures["p_not_better"] <= 1.0
     by_system = {row["system"]: row for row in result["rows"]}
     # trainable shares: adapter < fusion < full fine-tuning = scratch = 1
     adapter = by_system["target adapter alone"]["trainable_share"]
