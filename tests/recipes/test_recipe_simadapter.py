@@ -20,15 +20,16 @@ TINY = {
 }
 
 
+def _toy_run(out) -> list[str]:
+    """Overrides shared by every toy run of the demo recipe: its output folder, languages and target subset."""
+    return [f"output_dir={out}", "progress=false", "sources=[cs, pl]", "target=sk", "target_subset=8utt"]
+
+
 @pytest.fixture(scope="module")
 def recipe_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("recipe")
     overrides = [
-        f"output_dir={out}",
-        "progress=false",
-        "sources=[cs, pl]",
-        "target=sk",
-        "target_subset=8utt",
+        *_toy_run(out),
         "corpus.clips_per_language=20",
         "prepare.max_seconds=12",
         f"base.model.config={json.dumps(TINY)}",
@@ -109,11 +110,7 @@ def test_only_reuses_earlier_stages(recipe_run):
     out, result = recipe_run
     before = (out / "base" / "stage_summary.json").read_text()
     overrides = [
-        f"output_dir={out}",
-        "progress=false",
-        "sources=[cs, pl]",
-        "target=sk",
-        "target_subset=8utt",
+        *_toy_run(out),
         "fusion.model.fusion={languages: [cs, pl, sk], target_language: sk, residual: query}",
         "fusion.training.max_steps=2",
         "fusion.training.eval_strategy=no",
