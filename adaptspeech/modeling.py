@@ -10,8 +10,15 @@ from torch import nn
 from transformers import AutoModel, AutoModelForCTC, AutoModelForSpeechSeq2Seq, PreTrainedModel
 from transformers import initialization as init
 
-from .adapters.block import AdapterRouting, LanguageAdapterBlock, mark_initialized
+from .adapters.block import LanguageAdapterBlock, mark_initialized
 from .adapters.mixin import ADAPTER_MODULE_NAME, LanguageAdapterMixin
+from .adapters.routing import (
+    AdapterRouting,
+    checkpoint_with_routing,
+    current_call,
+    routing_call,
+    row_languages_from_ids,
+)
 from .adapters.simadapter import guide_loss
 from .configuration import AdaptSpeechConfig
 from .heads.ctc import CTCHead
@@ -82,8 +89,20 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
             blocks[i] = block
         return blocks
 
+    def _set_gradient_checkpointing(
+        self, enable: bool = True, gradient_checkpointing_func: Any = None, **kwargs: Any
+    ) -> None:
+        """transformers' hook, with the checkpoint function wrapped so that a recomputed layer runs inside the
+        routing call of its forward (per-utterance languages, fusion residual; see
+        :mod:`adaptspeech.adapters.routing`)."""
+        from torch.utils.checkpoint import checkpoint
+
+        func = checkpoint_with_routing(gradient_checkpointing_func or checkpoint)
+        super()._set_gradient_checkpointing(enable=enable, gradient_checkpointing_func=func, **kwargs)
+
     def post_init(self) -> None:
         super().post_init()
+        self._place_all_added()
         self._sync_routing()
 
     def train(self, mode: bool = True) -> AdaptSpeechPreTrainedModel:
@@ -177,23 +196,15 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
             ``(hidden [B, T, D], frame_mask [B, T] bool, hidden_states or None, fusion weights per layer)``.
         """
         spec = self.config.backbone_spec
-        if lang_ids is not None and lang_ids.numel() and int(lang_ids.max()) >= len(self.adapter_languages):
-            raise ValueError(
-                f"lang_ids holds {int(lang_ids.max())} but the model has {len(self.adapter_languages)} adapter "
-                f"languages {self.adapter_languages}"
-            )
-        routing = self.routing
-        routing.lang_ids = lang_ids
-        routing.collect_fusion_weights = collect_fusion_weights
-        routing.fusion_weights = []
-        try:
-            if attention_mask is not None:
-                attention_mask = attention_mask.to(torch.bool)
+        rows = row_languages_from_ids(lang_ids, self.adapter_languages)
+        outer = current_call()
+        if rows is None and outer is not None:
+            rows = outer.row_languages  # e.g. a PeftModel's `adapter_names` around this model
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(torch.bool)
+        with routing_call(rows, collect_fusion_weights) as call:
             outputs = self.backbone(inputs, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
-            fusion_weights = list(routing.fusion_weights)
-        finally:
-            routing.lang_ids = None
-            routing.fusion_weights = []
+        fusion_weights = [call.fusion_weights[i] for i in sorted(call.fusion_weights)]
         hidden = outputs.last_hidden_state
         frame_mask = spec.frame_mask(self.backbone, attention_mask, hidden.shape[1], hidden.shape[0])
         return hidden, frame_mask, getattr(outputs, "hidden_states", None), fusion_weights

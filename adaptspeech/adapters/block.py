@@ -5,39 +5,34 @@ chosen encoder layer (``layer.language_adapters``) and apply it with a forward h
 parameter names therefore stay exactly those of the HF checkpoint (a pretrained wav2vec2 state dict loads unchanged),
 and the adapters live beside them under ``...layers.<i>.language_adapters.adapters.<lang>``.
 
-Which adapters run is decided by a :class:`AdapterRouting` object shared by all blocks of one model:
+Which adapters run is decided by the model's :class:`~adaptspeech.adapters.routing.AdapterRouting` settings and,
+for per-utterance languages, by the :class:`~adaptspeech.adapters.routing.RoutingCall` of the running forward;
+what they do is :mod:`adaptspeech.adapters.engine` (shared with the peft ``speech_adapter`` layer):
 
 * fusion active: every fused language's adapter runs on the layer output ``z`` and SimAdapter mixes them;
 * one active language: ``y = adapter_lang(z)``;
 * several active languages without fusion: each utterance goes through the adapter of its own language, given
-  per batch as ``lang_ids`` (multilingual adapter training in one batch);
+  per call as ``lang_ids`` (multilingual adapter training in one batch);
 * no active language: the layer output is left unchanged.
+
+No per-call tensor is kept on the block: the pre-FFN residual the fusion needs travels from the capturing hook to
+the layer-output hook inside the running :class:`~adaptspeech.adapters.routing.RoutingCall`.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from .bottleneck import BottleneckAdapter
 from .config import FusionConfig, LanguageAdapterConfig
-from .simadapter import SimAdapterFusion, simadapter_output
+from .engine import fuse, route
+from .routing import AdapterRouting, RoutingCall, current_call
+from .simadapter import SimAdapterFusion
 
-
-@dataclass
-class AdapterRouting:
-    """Forward-time state shared by the blocks of one model (not saved; the model sets it before each forward)."""
-
-    active_languages: list[str] = field(default_factory=list)
-    fusion_active: bool = False
-    language_ids: list[str] = field(default_factory=list)
-    lang_ids: torch.Tensor | None = None
-    frame_mask: torch.Tensor | None = None
-    collect_fusion_weights: bool = False
-    fusion_weights: list[torch.Tensor] = field(default_factory=list)
+__all__ = ["AdapterRouting", "LanguageAdapterBlock", "mark_initialized"]
 
 
 def mark_initialized(module: nn.Module) -> None:
@@ -51,8 +46,8 @@ class LanguageAdapterBlock(nn.Module):
 
     Args:
         hidden_size (`int`): width of the layer output.
-        layer_index (`int`): index of the encoder layer (for messages).
-        routing (`AdapterRouting`): shared forward-time state.
+        layer_index (`int`): index of the encoder layer (for messages and the per-call scratch keys).
+        routing (`AdapterRouting`): the model's routing settings (read, never written, by the block).
     """
 
     def __init__(self, hidden_size: int, layer_index: int, routing: AdapterRouting) -> None:
@@ -63,7 +58,6 @@ class LanguageAdapterBlock(nn.Module):
         self.adapters = nn.ModuleDict()
         self.fusion: SimAdapterFusion | None = None
         self.fusion_config: FusionConfig | None = None
-        self._residual: torch.Tensor | None = None
 
     # --- construction ------------------------------------------------------------------------------------------
     def add_adapter(self, language: str, config: LanguageAdapterConfig) -> BottleneckAdapter:
@@ -97,42 +91,33 @@ class LanguageAdapterBlock(nn.Module):
         residual_module.register_forward_hook(functools.partial(_capture_residual, self))
         layer.register_forward_hook(_apply_language_adapters)
 
+    @property
+    def fusing(self) -> bool:
+        """The fusion is the active path of this layer."""
+        return self.routing.fusion_active and self.fusion is not None
+
     # --- forward -------------------------------------------------------------------------------------------------
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Apply the routed adapters (or the fusion) to the layer output [B, T, D] -> [B, T, D]."""
-        routing = self.routing
-        residual, self._residual = self._residual, None
-        if routing.fusion_active and self.fusion is not None:
-            return self._fuse(hidden_states, residual)
-        languages = [lang for lang in routing.active_languages if lang in self.adapters]
-        if not languages:
-            return hidden_states
-        if len(routing.active_languages) == 1:
-            return self.adapters[languages[0]](hidden_states)
-        # several active languages (some may be LoRA languages, absent here): route each utterance
-        return self._route_per_utterance(hidden_states, languages)
+        call = current_call()
+        residual = None if call is None else call.residuals.pop(self.layer_index, None)
+        if self.fusing:
+            return self._fuse(hidden_states, residual, call)
+        return route(
+            hidden_states,
+            self.adapters,
+            self.routing.active_languages,
+            None if call is None else call.row_languages,
+            f"encoder layer {self.layer_index}",
+        )
 
-    def _fuse(self, hidden_states: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    def _fuse(
+        self, hidden_states: torch.Tensor, residual: torch.Tensor | None, call: RoutingCall | None
+    ) -> torch.Tensor:
         assert self.fusion is not None and self.fusion_config is not None
-        adapters = [self.adapters[lang] for lang in self.fusion_config.languages]
-        output, weights = simadapter_output(self.fusion, self.fusion_config, adapters, hidden_states, residual)
-        if self.routing.collect_fusion_weights:
-            self.routing.fusion_weights.append(weights)
-        return output
-
-    def _route_per_utterance(self, hidden_states: torch.Tensor, languages: list[str]) -> torch.Tensor:
-        routing = self.routing
-        if routing.lang_ids is None:
-            raise ValueError(
-                f"several languages are active ({languages}) without fusion: pass `lang_ids` (one per utterance) "
-                "to forward, call set_active_languages([lang]) for one, or enable the fusion"
-            )
-        output = hidden_states.clone()
-        for lang in languages:
-            index = routing.language_ids.index(lang)
-            rows = (routing.lang_ids == index).nonzero(as_tuple=True)[0]
-            if rows.numel():
-                output[rows] = self.adapters[lang](hidden_states[rows])
+        output, weights = fuse(hidden_states, self.fusion, self.fusion_config, self.adapters, residual)
+        if call is not None and call.collect_fusion_weights:
+            call.fusion_weights[self.layer_index] = weights
         return output
 
     def regularizer(self) -> torch.Tensor | None:
@@ -141,8 +126,9 @@ class LanguageAdapterBlock(nn.Module):
 
 
 def _capture_residual(block: LanguageAdapterBlock, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-    if block.routing.fusion_active and block.fusion is not None:
-        block._residual = output
+    call = current_call()
+    if call is not None and block.fusing:
+        call.residuals[block.layer_index] = output
 
 
 def _apply_language_adapters(layer: nn.Module, args: tuple, output: torch.Tensor | tuple) -> torch.Tensor | tuple:

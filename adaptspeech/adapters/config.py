@@ -9,11 +9,7 @@ from typing import Any
 from ..registry import Registry
 from .bottleneck import ACTIVATIONS, ADAPTER_INITS
 from .simadapter import FUSION_RESIDUALS
-
-#: adapter types; "bottleneck" is ours, "lora" is stock PEFT LoRA injected per language.
-ADAPTER_TYPES: Registry[str] = Registry("adapter type")
-ADAPTER_TYPES.register("bottleneck")("bottleneck")
-ADAPTER_TYPES.register("lora")("lora")
+from .types import ADAPTER_TYPES  # the adapter types (bottleneck, lora), checked below
 
 #: fusion types.
 FUSION_TYPES: Registry[str] = Registry("fusion type")

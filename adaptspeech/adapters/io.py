@@ -87,21 +87,26 @@ def read_meta(path: Path) -> dict[str, Any]:
         raise AdapterLoadError(f"{path} is not a readable adapter config: {err}") from err
 
 
-def check_and_copy(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor], origin: Path) -> None:
-    """Copy ``source`` into ``target`` after checking that the keys and every shape match."""
-    missing = sorted(set(target) - set(source))
-    unexpected = sorted(set(source) - set(target))
+def check_shapes(expected: dict[str, tuple[int, ...]], source: dict[str, torch.Tensor], origin: Path) -> None:
+    """Raise :class:`AdapterLoadError` unless ``source`` has exactly the keys of ``expected``, each of its shape."""
+    missing = sorted(set(expected) - set(source))
+    unexpected = sorted(set(source) - set(expected))
     if missing or unexpected:
         raise AdapterLoadError(
             f"{origin} does not fit this model: missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
             f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
         )
     for key, tensor in source.items():
-        if tuple(tensor.shape) != tuple(target[key].shape):
+        if tuple(tensor.shape) != tuple(expected[key]):
             raise AdapterLoadError(
                 f"{origin}: tensor {key!r} has shape {tuple(tensor.shape)} but the model expects "
-                f"{tuple(target[key].shape)}"
+                f"{tuple(expected[key])}"
             )
+
+
+def copy_tensors(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor]) -> None:
+    """Copy ``source`` into the live tensors ``target`` (same keys and shapes; checked by :func:`check_shapes`),
+    converting to each target's dtype and device."""
     with torch.no_grad():
         for key, tensor in source.items():
             target[key].copy_(tensor.to(dtype=target[key].dtype, device=target[key].device))

@@ -41,8 +41,9 @@ from peft.tuners.lora import LoraLayer
 from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
-from .block import AdapterRouting, mark_initialized
+from .block import mark_initialized
 from .mixin import ADAPTER_MODULE_NAME
+from .routing import BASE_ROW, AdapterRouting, current_call
 
 #: attribute set on a LoRA layer once the routing pre-hook is registered on it.
 _HOOK_FLAG = "_adaptspeech_lora_routing_hook"
@@ -126,17 +127,19 @@ def _route_lora(
     routing: AdapterRouting, layer: LoraLayer, args: tuple, kwargs: dict[str, Any]
 ) -> tuple[tuple, dict[str, Any]] | None:
     """Forward pre-hook: with several active languages (of any adapter type, fusion off), route each utterance
-    to the LoRA of its own language, or to the base projection when that language has no active LoRA here."""
+    to the LoRA of its own language, or to the base projection when that language has no active LoRA here. The
+    utterances' languages come from the running :class:`~adaptspeech.adapters.routing.RoutingCall` (also when a
+    checkpointed layer recomputes in backward)."""
     if routing.fusion_active or len(routing.active_languages) < 2:
         return None
-    if routing.lang_ids is None:
+    call = current_call()
+    if call is None or call.row_languages is None:
         raise ValueError(
             f"several languages are active ({routing.active_languages}) without fusion: pass `lang_ids` (one "
             "per utterance) to forward, or call set_active_languages([lang]) for one"
         )
     routed = {lang for lang in routing.active_languages if lang in layer.lora_A}
-    names = [routing.language_ids[i] for i in routing.lang_ids.tolist()]
-    return args, {**kwargs, "adapter_names": [n if n in routed else "__base__" for n in names]}
+    return args, {**kwargs, "adapter_names": [n if n in routed else BASE_ROW for n in call.row_languages]}
 
 
 def _apply_routing(model: Any, extra_managed: frozenset[str] = frozenset()) -> None:
@@ -233,3 +236,36 @@ def lora_tensors(model: Any, language: str) -> dict[str, torch.Tensor]:
     if not tensors:
         raise KeyError(f"the model has no LoRA weights for language {language!r}")
     return tensors
+
+
+def lora_modules(model: Any, language: str) -> list[nn.Module]:
+    """The ``lora_A`` / ``lora_B`` modules of ``language`` on every wrapped projection."""
+    return [
+        entry
+        for _, _, layer in _lora_layers(model)
+        for _, entry in _language_entries(layer, language)
+        if isinstance(entry, nn.Module)
+    ]
+
+
+def lora_expected_shapes(model: Any, language: str, adapter_config: Any) -> dict[str, tuple[int, ...]]:
+    """The keys and shapes of :func:`lora_tensors` that a LoRA adapter with ``adapter_config``'s settings would have
+    on this model (``lora_A.weight`` [r, in], ``lora_B.weight`` [out, r] per targeted projection); changes nothing.
+
+    Raises:
+        ValueError: ``lora_target_modules`` match no projection (as :func:`add_lora_language` would).
+    """
+    _target_names(model, language, list(adapter_config.lora_target_modules))  # same refusal as the injection
+    wanted = set(adapter_config.lora_target_modules)
+    r = adapter_config.lora_r
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i, (_, layer) in sorted(_encoder_layers(model).items()):
+        for sub_name, sub in layer.named_modules():
+            if not sub_name or _is_adapter_internal(sub_name) or not isinstance(sub, (nn.Linear, LoraLayer)):
+                continue
+            if sub_name.rsplit(".", 1)[-1] not in wanted:
+                continue
+            base = sub.get_base_layer() if isinstance(sub, LoraLayer) else sub
+            shapes[f"layers.{i}.{sub_name}.lora_A.weight"] = (r, base.in_features)
+            shapes[f"layers.{i}.{sub_name}.lora_B.weight"] = (base.out_features, r)
+    return shapes

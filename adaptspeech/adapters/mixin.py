@@ -23,12 +23,15 @@ from .io import (
     FUSION_CONFIG,
     FUSION_WEIGHTS,
     AdapterLoadError,
-    check_and_copy,
+    check_shapes,
+    copy_tensors,
     read_meta,
     read_tensors,
     resolve_file,
     write_tensors,
 )
+from .simadapter import SimAdapterFusion
+from .types import AdapterType, get_adapter_type
 
 ADAPTER_MODULE_NAME = "language_adapters"
 
@@ -59,7 +62,7 @@ class LanguageAdapterMixin:
         return languages
 
     def add_language_adapter(self, language: str, **settings: Any) -> None:
-        """Give ``language`` an adapter in every adapter layer.
+        """Give ``language`` an adapter in every adapter layer, on the model's device and in its dtype.
 
         Args:
             language: language code (becomes the adapter's name and file name).
@@ -72,33 +75,44 @@ class LanguageAdapterMixin:
         adapter_config = LanguageAdapterConfig.from_dict({**self.config.adapter_defaults, **settings})
         self._build_language_adapter(language, adapter_config)
         self.config.adapters = {**self.config.adapters, language: adapter_config.to_dict()}
-        self.routing.language_ids = self.adapter_languages
-        self.to(self._adapter_device_dtype())
+        self._sync_routing()
 
-    def _adapter_device_dtype(self) -> torch.device:
-        return next(self.parameters()).device
+    def _placement(self) -> tuple[torch.device, torch.dtype]:
+        """``(device, dtype)`` of the backbone's first floating-point parameter: where everything added goes."""
+        for param in self.backbone.parameters():
+            if param.is_floating_point():
+                return param.device, param.dtype
+        return torch.device("cpu"), torch.get_default_dtype()
+
+    def _place(self, modules: Iterable[nn.Module]) -> None:
+        """Move modules the toolkit added (adapters, fusion, heads) to the backbone's device and dtype."""
+        device, dtype = self._placement()
+        for module in modules:
+            module.to(device=device, dtype=dtype)
+
+    def _place_all_added(self) -> None:
+        """Move every adapter, fusion and head to the backbone's device and dtype (a model built around a
+        pretrained half-precision backbone)."""
+        modules: list[nn.Module] = list(self.adapter_blocks.values())
+        modules += [head for head in (getattr(self, "ctc_head", None), getattr(self, "las_head", None)) if head]
+        for language in self.config.adapters:
+            modules += self._adapter_type_of(language).modules(self, language)
+        self._place(modules)
 
     def _build_language_adapter(self, language: str, adapter_config: LanguageAdapterConfig) -> None:
-        if adapter_config.adapter_type == "lora":
-            from .lora import add_lora_language
+        adapter_type = get_adapter_type(adapter_config.adapter_type)
+        adapter_type.build(self, language, adapter_config)
+        self._place(adapter_type.modules(self, language))
 
-            add_lora_language(self, language, adapter_config)
-            return
-        for block in self.adapter_blocks.values():
-            block.add_adapter(language, adapter_config)
+    def _adapter_type_of(self, language: str) -> AdapterType:
+        return get_adapter_type(self.config.adapters[language]["adapter_type"])
 
     def remove_language_adapter(self, language: str) -> None:
         self._check_languages([language], "remove_language_adapter")
         fusion = self.config.fusion_settings()
         if fusion is not None and language in fusion.languages:
             raise ValueError(f"language {language!r} is fused ({fusion.languages}); remove the fusion first")
-        if self.config.adapters[language]["adapter_type"] == "lora":
-            from .lora import remove_lora_language
-
-            remove_lora_language(self, language)
-        else:
-            for block in self.adapter_blocks.values():
-                block.remove_adapter(language)
+        self._adapter_type_of(language).remove(self, language)
         adapters = dict(self.config.adapters)
         del adapters[language]
         self.config.adapters = adapters
@@ -116,14 +130,15 @@ class LanguageAdapterMixin:
         """
         self._check_languages(languages, "add_fusion")
         fusion_config = FusionConfig(languages=list(languages), **settings)
-        lora = [lang for lang in languages if self.config.adapters[lang]["adapter_type"] != "bottleneck"]
-        if lora:
-            raise ValueError(f"SimAdapter fuses bottleneck adapters; {lora} are LoRA adapters")
+        unfusable = [lang for lang in languages if not self._adapter_type_of(lang).fusable]
+        if unfusable:
+            kinds = {lang: self.config.adapters[lang]["adapter_type"] for lang in unfusable}
+            raise ValueError(f"SimAdapter fuses bottleneck adapters; {kinds} cannot be fused")
         for block in self.adapter_blocks.values():
             block.set_fusion(fusion_config)
+        self._place(block.fusion for block in self.adapter_blocks.values())
         self.config.fusion = fusion_config.to_dict()
         self.fusion_guide_weight = fusion_config.guide_weight
-        self.to(self._adapter_device_dtype())
         if activate:
             self.set_fusion_active(True)
 
@@ -259,13 +274,6 @@ class LanguageAdapterMixin:
         return text
 
     # --- save / load -------------------------------------------------------------------------------------------
-    def _adapter_tensors(self, language: str) -> dict[str, torch.Tensor]:
-        tensors: dict[str, torch.Tensor] = {}
-        for i, block in self.adapter_blocks.items():
-            for name, tensor in block.adapters[language].state_dict().items():
-                tensors[f"layers.{i}.{name}"] = tensor
-        return tensors
-
     def _head_tensors(self) -> dict[str, torch.Tensor]:
         tensors: dict[str, torch.Tensor] = {}
         for prefix, head in (("head", getattr(self, "ctc_head", None)), ("las_head", getattr(self, "las_head", None))):
@@ -287,12 +295,7 @@ class LanguageAdapterMixin:
     def save_adapter(self, language: str, folder: str | os.PathLike, include_head: bool = False) -> Path:
         """Write ``adapter.<language>.safetensors`` and ``adapter.<language>.json`` into ``folder``."""
         self._check_languages([language], "save_adapter")
-        if self.config.adapters[language]["adapter_type"] == "lora":
-            from .lora import lora_tensors
-
-            tensors = lora_tensors(self, language)
-        else:
-            tensors = self._adapter_tensors(language)
+        tensors = self._adapter_type_of(language).tensors(self, language)
         if include_head:
             tensors.update(self._head_tensors())
         meta = {
@@ -314,9 +317,11 @@ class LanguageAdapterMixin:
     ) -> None:
         """Load ``adapter.<language>.safetensors`` from a folder or a Hub repo (MMS-style).
 
-        If the model has no adapter for ``language`` yet, one is created from the file's settings. The file's
-        hidden size, layers and every tensor shape are checked first; a mismatch raises
-        :class:`AdapterLoadError` naming the file, the key and both shapes.
+        If the model has no adapter for ``language`` yet, one is created from the file's settings; one with other
+        settings (e.g. another bottleneck) is replaced. The load is atomic: the file's hidden size, layers, keys
+        and every tensor shape are checked against what the file's settings give on this model *before* anything
+        changes; a mismatch raises :class:`AdapterLoadError` naming the file, the key and both shapes, and leaves
+        the model (weights, config, active languages) exactly as it was.
         """
         check_language_code(language)
         meta_path = resolve_file(path_or_repo, ADAPTER_CONFIG.format(language), revision, token, cache_dir)
@@ -332,29 +337,33 @@ class LanguageAdapterMixin:
                 f"{weights_path}: adapter for {language!r} covers encoder layers {meta.get('layers')}, this model "
                 f"has adapter layers {sorted(self.adapter_blocks)}"
             )
-        adapter_config = LanguageAdapterConfig.from_dict(meta["adapter"])
-        created = language not in self.config.adapters
-        if not created and self.config.adapters[language] != adapter_config.to_dict():
-            # same language, other settings (e.g. bottleneck): rebuild it from the file's settings
-            self.remove_language_adapter(language)
-            created = True
-        if created:
-            self.add_language_adapter(language, **meta["adapter"])
+        try:
+            adapter_config = LanguageAdapterConfig.from_dict(meta["adapter"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise AdapterLoadError(f"{meta_path}: adapter settings do not fit: {err}") from err
+        adapter_type = get_adapter_type(adapter_config.adapter_type)
         source = read_tensors(weights_path)
-        if adapter_config.adapter_type == "lora":
-            from .lora import lora_tensors
-
-            target = lora_tensors(self, language)
-        else:
-            target = self._adapter_tensors(language)
+        try:
+            expected = adapter_type.expected_shapes(self, language, adapter_config)
+        except ValueError as err:
+            raise AdapterLoadError(f"{weights_path}: {err}") from err
+        if meta.get("include_head"):
+            expected.update({k: tuple(v.shape) for k, v in self._head_tensors().items()})
+        check_shapes(expected, source, weights_path)
+        # everything fits: swap
+        replace = language in self.config.adapters and self.config.adapters[language] != adapter_config.to_dict()
+        active = list(self.config.active_languages)
+        if replace:
+            self.remove_language_adapter(language)  # refuses (before changing anything) if the language is fused
+        if language not in self.config.adapters:
+            self.add_language_adapter(language, **adapter_config.to_dict())
+        if replace and not activate:
+            self.config.active_languages = active
+            self._sync_routing()
+        target = adapter_type.tensors(self, language)
         if meta.get("include_head"):
             target.update(self._head_tensors())
-        try:
-            check_and_copy(target, source, weights_path)
-        except AdapterLoadError:
-            if created:
-                self.remove_language_adapter(language)
-            raise
+        copy_tensors(target, source)
         if activate:
             self.set_target_language(language)
 
@@ -377,24 +386,43 @@ class LanguageAdapterMixin:
         token: str | bool | None = None,
         activate: bool = True,
     ) -> None:
-        """Load a fusion saved by :meth:`save_fusion`; its languages' adapters must be loaded already."""
+        """Load a fusion saved by :meth:`save_fusion`; its languages' adapters must be loaded already.
+
+        Atomic like :meth:`load_adapter`: the settings, the fused languages and every tensor shape are checked
+        before the model's current fusion (if any) is replaced.
+        """
         meta_path = resolve_file(path_or_repo, FUSION_CONFIG, revision, token)
         weights_path = resolve_file(path_or_repo, FUSION_WEIGHTS, revision, token)
         meta = read_meta(meta_path)
-        settings = dict(meta["fusion"])
+        try:
+            fusion_config = FusionConfig.from_dict(dict(meta["fusion"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise AdapterLoadError(f"{meta_path}: fusion settings do not fit: {err}") from err
+        try:
+            self._check_languages(fusion_config.languages, f"{meta_path}")
+        except KeyError as err:
+            raise AdapterLoadError(str(err.args[0])) from err
+        source = read_tensors(weights_path)
+        with torch.device("meta"):
+            prototype = SimAdapterFusion(self.config.hidden_size, fusion_config.num_entries)
+        shapes = {k: tuple(v.shape) for k, v in prototype.state_dict().items()}
+        expected = {f"layers.{i}.{k}": shape for i in self.adapter_blocks for k, shape in shapes.items()}
+        check_shapes(expected, source, weights_path)
+        settings = fusion_config.to_dict()
         languages = settings.pop("languages")
         self.add_fusion(languages, activate=activate, **settings)
         target = {
             f"layers.{i}.{k}": v
             for i, block in self.adapter_blocks.items()
-            for k, v in block.fusion.state_dict(keep_vars=True).items()
+            for k, v in block.fusion.state_dict().items()
         }
-        check_and_copy({k: v.data for k, v in target.items()}, read_tensors(weights_path), weights_path)
+        copy_tensors(target, source)
 
     # --- fusion losses -----------------------------------------------------------------------------------------
     def fusion_regularizer(self) -> torch.Tensor:
         """Unweighted ``L_reg = sum_layers sum_ij (I - W_V)_ij^2``; zero without fusion."""
         terms = [block.regularizer() for block in self.adapter_blocks.values() if block.fusion is not None]
         if not terms:
-            return torch.zeros((), device=self._adapter_device_dtype())
+            device, dtype = self._placement()
+            return torch.zeros((), device=device, dtype=dtype)
         return torch.stack(terms).sum()

@@ -78,7 +78,7 @@ def test_default_targets_are_the_encoder_layers():
     assert wrapped_layers(excluded) == ["base_model.model.backbone.encoder.layers.1"]
 
 
-def test_layer_output_equals_the_bottleneck_equation_and_active_adapters_sum():
+def test_layer_output_equals_the_bottleneck_equation_and_several_active_adapters_route_per_utterance():
     model = get_peft_model(hf_model(), SpeechAdapterConfig(bottleneck=8), adapter_name="ro")
     model.add_adapter("cs", SpeechAdapterConfig(bottleneck=4))
     model.eval()
@@ -93,10 +93,15 @@ def test_layer_output_equals_the_bottleneck_equation_and_active_adapters_sum():
     with torch.no_grad():
         assert torch.allclose(captured["y"], z + reference_bottleneck(ro, z), atol=1e-5)
         model.base_model.set_adapter(["ro", "cs"])
-        logits(model, inputs)
+        with pytest.raises(ValueError, match="several adapters are active .*adapter_names"):
+            model(**inputs)
+        model(**inputs, adapter_names=["cs", "__base__"])
         z = captured["z"]
-        expected = z + reference_bottleneck(ro, z) + reference_bottleneck(cs, z)
-        assert torch.allclose(captured["y"], expected, atol=1e-5)
+        # utterance 0 through cs only, utterance 1 untouched: never the sum of the two adapters
+        assert torch.allclose(captured["y"][0], z[0] + reference_bottleneck(cs, z[:1])[0], atol=1e-5)
+        assert torch.equal(captured["y"][1], z[1])
+        with pytest.raises(ValueError, match=r"adapter_names \['xx'\] are not speech adapters"):
+            model(**inputs, adapter_names=["xx", "ro"])
     with model.disable_adapter():
         base = logits(model, inputs)
     assert torch.equal(base, logits(hf_model(), inputs))

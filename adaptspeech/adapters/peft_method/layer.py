@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -11,7 +12,9 @@ from torch import nn
 from ...backbones import get_backbone_spec
 from ..bottleneck import BottleneckAdapter
 from ..config import FusionConfig
-from ..simadapter import SimAdapterFusion, simadapter_output
+from ..engine import fuse, route
+from ..routing import current_call, routing_call
+from ..simadapter import SimAdapterFusion
 from .config import SpeechAdapterConfig
 
 
@@ -37,9 +40,12 @@ class SpeechAdapterLayer(nn.Module, BaseTunerLayer):
     The forward runs the encoder layer, then, on its output ``z`` [B, T, D]:
 
     * no active adapter (or adapters disabled): ``z`` unchanged;
-    * one active bottleneck adapter ``a``: ``a(z) = z + up(act(down(LN(z))))``;
-    * several active bottleneck adapters: ``z + sum_i (a_i(z) - z)``, i.e. their branches are summed, as peft
-      sums the deltas of several active LoRA adapters;
+    * one active bottleneck adapter ``a``: ``a(z) = z + up(act(down(LN(z))))`` for every utterance;
+    * several active bottleneck adapters: each utterance goes through the adapter named for it in the call
+      (``peft_model(..., adapter_names=[...])``, one name per utterance, ``"__base__"`` for none), exactly as the
+      native adaptspeech block routes by ``lang_ids``: both run :mod:`adaptspeech.adapters.engine`. Deltas are
+      never summed (peft's LoRA sums them; a per-language adapter has no meaning on another language's speech),
+      and several active adapters without per-utterance names are refused;
     * an active fusion adapter (it must be the only active one): SimAdapter over its fused adapters.
 
     Bottleneck adapters cannot be merged into the encoder layer (they are non-linear): ``merge`` raises.
@@ -65,8 +71,6 @@ class SpeechAdapterLayer(nn.Module, BaseTunerLayer):
         self.speech_adapter_fusion_settings: dict[str, FusionConfig] = {}
         self._disable_adapters = False
         self.merged_adapters: list[str] = []
-        self._capture_ffn_input = False
-        self._ffn_input: torch.Tensor | None = None
         self._ffn_hook: Any = None
         self._active_adapter = adapter_name
         self.update_layer(adapter_name, config)
@@ -106,8 +110,10 @@ class SpeechAdapterLayer(nn.Module, BaseTunerLayer):
                 container[adapter_name].to(reference.device)
 
     def _keep_ffn_input(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        if self._capture_ffn_input:
-            self._ffn_input = output
+        """Hand the pre-FFN LayerNorm output to this layer's fusion through the running routing call."""
+        call = current_call()
+        if call is not None and not self.disable_adapters and self._active()[1]:
+            call.residuals[id(self)] = output
 
     # --- forward -------------------------------------------------------------------------------------------------
     def _active(self) -> tuple[list[str], list[str]]:
@@ -130,35 +136,19 @@ class SpeechAdapterLayer(nn.Module, BaseTunerLayer):
                 f"a fusion adapter must be the only active adapter, active: {adapters + fusions}; call "
                 f"set_adapter({fusions[0]!r})"
             )
-        self._capture_ffn_input = bool(fusions)
-        try:
+        call = current_call()
+        with contextlib.nullcontext(call) if call is not None else routing_call() as call:
             output = self.base_layer(hidden_states, *args, **kwargs)
-            ffn_input = self._ffn_input
-        finally:
-            self._capture_ffn_input, self._ffn_input = False, None
+            ffn_input = call.residuals.pop(id(self), None)
         z = output[0] if isinstance(output, tuple) else output
-        y = self._adapt(z, adapters, fusions, ffn_input)
-        return (y, *output[1:]) if isinstance(output, tuple) else y
-
-    def _adapt(
-        self, z: torch.Tensor, adapters: list[str], fusions: list[str], ffn_input: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The adapters' part of the forward on the layer output ``z`` [B, T, D], computed in the adapters'
-        dtype (peft keeps adapter weights in float32 under a half-precision model) and returned in ``z``'s."""
-        first = fusions[0] if fusions else adapters[0]
-        container = self.speech_adapter_fusion if fusions else self.speech_adapter_bottleneck
-        dtype = next(container[first].parameters()).dtype
-        x = z.to(dtype)
         if fusions:
-            settings = self.speech_adapter_fusion_settings[first]
-            fused = [self.speech_adapter_bottleneck[lang] for lang in settings.languages]
-            residual = None if ffn_input is None else ffn_input.to(dtype)
-            y, _ = simadapter_output(self.speech_adapter_fusion[first], settings, fused, x, residual)
-            return y.to(z.dtype)
-        if len(adapters) == 1:
-            return self.speech_adapter_bottleneck[first](x).to(z.dtype)
-        delta = sum(self.speech_adapter_bottleneck[name](x) - x for name in adapters)
-        return z + delta.to(z.dtype)
+            name = fusions[0]
+            settings = self.speech_adapter_fusion_settings[name]
+            fusion = self.speech_adapter_fusion[name]
+            y, _ = fuse(z, fusion, settings, self.speech_adapter_bottleneck, ffn_input)
+        else:
+            y = route(z, self.speech_adapter_bottleneck, adapters, call.row_languages, "speech_adapter layer")
+        return (y, *output[1:]) if isinstance(output, tuple) else y
 
     # --- housekeeping ------------------------------------------------------------------------------------------
     def delete_adapter(self, adapter_name: str) -> None:

@@ -3,12 +3,16 @@ layers of HF wav2vec2 / wav2vec2-conformer models and of adaptspeech models."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from peft.tuners.tuners_utils import BaseTuner, _ExcludedModule, check_target_module_exists
 from torch import nn
 
+from ..routing import BASE_ROW, routing_call
 from .config import ENCODER_LAYERS_PATTERN, SpeechAdapterConfig
 from .layer import SpeechAdapterLayer
 
@@ -99,6 +103,29 @@ class SpeechAdapterModel(BaseTuner):
             if marker in key:
                 return key.replace(marker, f".{container}.", 1)
         return super()._remove_adapter_name_from_key(key, adapter_name)
+
+    @contextlib.contextmanager
+    def _enable_peft_forward_hooks(self, *args: Any, **kwargs: Any) -> Iterator[None]:
+        """peft's per-call hook: ``adapter_names`` (one adapter name per utterance, ``"__base__"`` for none) routes
+        each utterance to its own adapter when several are active (see :class:`SpeechAdapterLayer`); unlike
+        peft's LoRA this also works in training (multilingual adapter training in one batch)."""
+        adapter_names = kwargs.pop("adapter_names", None)
+        if adapter_names is None:
+            yield
+            return
+        known = {
+            name
+            for module in self.model.modules()
+            if isinstance(module, SpeechAdapterLayer)
+            for name in module.speech_adapter_bottleneck
+        }
+        unknown = sorted({name for name in adapter_names if name != BASE_ROW} - known)
+        if unknown:
+            raise ValueError(
+                f"adapter_names {unknown} are not speech adapters of this model; its adapters: {sorted(known)}"
+            )
+        with routing_call(row_languages=list(adapter_names)):
+            yield
 
     # --- fusion losses -----------------------------------------------------------------------------------------
     def _fusion_name(self, adapter_name: str | None) -> str:

@@ -1,0 +1,110 @@
+"""The one adapter engine: what an adapter layer does to an encoder layer's output, shared by the native
+:class:`~adaptspeech.adapters.block.LanguageAdapterBlock` and the peft ``speech_adapter`` layer.
+
+Semantics (the same in both):
+
+* no active adapter on this layer: the layer output ``z`` is left unchanged;
+* exactly one active adapter: every utterance goes through it (MMS's target language);
+* several active adapters: **each utterance goes through the adapter of its own language**, named per call
+  (``lang_ids`` for adaptspeech models, ``adapter_names`` for a ``PeftModel``, both ending up in the
+  :class:`~adaptspeech.adapters.routing.RoutingCall`); an utterance whose language has no active adapter on this
+  layer (e.g. a LoRA language, or ``"__base__"``) passes unchanged. Deltas of several adapters are never summed:
+  a per-language adapter has no meaning applied to another language's speech. Without per-utterance languages the
+  call is refused;
+* an active fusion: SimAdapter over its fused adapters (:func:`fuse`).
+
+The adapters compute in their own dtype (peft keeps adapter weights in float32 under a half-precision model when
+asked to) and the result is returned in ``z``'s dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .simadapter import SimAdapterFusion, simadapter_output
+
+
+def _param_dtype(module: nn.Module, fallback: torch.dtype) -> torch.dtype:
+    param = next(module.parameters(), None)
+    return fallback if param is None else param.dtype
+
+
+def _run(adapter: nn.Module, z: torch.Tensor) -> torch.Tensor:
+    """``adapter(z)`` computed in the adapter's dtype, returned in ``z``'s."""
+    dtype = _param_dtype(adapter, z.dtype)
+    return adapter(z.to(dtype)).to(z.dtype)
+
+
+def route(
+    z: torch.Tensor,
+    adapters: Mapping[str, nn.Module],
+    active: Sequence[str],
+    row_languages: Sequence[str] | None,
+    where: str,
+) -> torch.Tensor:
+    """Apply the active adapters to a layer output (see the module docstring).
+
+    Args:
+        z: the layer output [B, T, D].
+        adapters: this layer's adapters by language / adapter name.
+        active: every active language, in order (also those without an adapter on this layer).
+        row_languages: the language of each of the ``B`` utterances, or None.
+        where: the layer, for messages.
+
+    Returns:
+        ``[B, T, D]``.
+
+    Raises:
+        ValueError: several adapters active and ``row_languages`` missing or of the wrong length.
+    """
+    present = [name for name in active if name in adapters]
+    if not present:
+        return z
+    if len(active) == 1:
+        return _run(adapters[present[0]], z)
+    if row_languages is None:
+        raise ValueError(
+            f"{where}: several adapters are active ({', '.join(active)}) without fusion: give each utterance its "
+            "language (`lang_ids` to an adaptspeech model, `adapter_names` to a PeftModel), or activate one"
+        )
+    if len(row_languages) != z.shape[0]:
+        raise ValueError(
+            f"{where}: {len(row_languages)} per-utterance languages for a batch of {z.shape[0]} utterances"
+        )
+    output = z.clone()
+    for name in present:
+        rows = [i for i, lang in enumerate(row_languages) if lang == name]
+        if rows:
+            index = torch.tensor(rows, device=z.device)
+            output[index] = _run(adapters[name], z.index_select(0, index))
+    return output
+
+
+def fuse(
+    z: torch.Tensor,
+    fusion: SimAdapterFusion,
+    settings: Any,
+    adapters: Mapping[str, nn.Module],
+    residual: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SimAdapter over ``settings.languages`` on the layer output.
+
+    Args:
+        z: the layer output [B, T, D].
+        fusion: the layer's :class:`SimAdapterFusion`.
+        settings: its :class:`~adaptspeech.adapters.config.FusionConfig` (languages, include_self, residual).
+        adapters: this layer's adapters by language.
+        residual: the layer's pre-FFN LayerNorm output [B, T, D] (for ``residual="ffn_input"``), or None.
+
+    Returns:
+        ``(output [B, T, D] in z's dtype, weights [B, T, N])``.
+    """
+    dtype = _param_dtype(fusion, z.dtype)
+    fused = [adapters[lang] for lang in settings.languages]
+    x = z.to(dtype)
+    output, weights = simadapter_output(fusion, settings, fused, x, None if residual is None else residual.to(dtype))
+    return output.to(z.dtype), weights

@@ -1,0 +1,154 @@
+"""Which adapters run, and for which utterance: the model's routing settings and the per-call routing context.
+
+Two kinds of state decide what an adapter layer does, and they live in different places:
+
+* **Settings** (:class:`AdapterRouting`): the active languages, whether the fusion is on, the order of the
+  languages that ``lang_ids`` index. They change only when the user calls ``set_active_languages`` /
+  ``set_fusion_active`` / ``add_language_adapter`` (like peft's active adapter), and are held by the model.
+* **Per-call state** (:class:`RoutingCall`): which language each utterance of *this* batch is, whether this call
+  collects the fusion weights, and the tensors one hook hands to another during the call (the pre-FFN residual,
+  the fusion weights). It never lives on a module: :func:`routing_call` puts it in a :class:`contextvars.ContextVar`
+  for the duration of one forward, so two threads (``nn.DataParallel`` replicas) calling the same model see their
+  own call, and nothing is left behind after the call.
+
+Activation checkpointing re-runs a layer's forward during backward, after the call has returned (and, on GPUs, on
+the autograd engine's thread). :func:`checkpoint_with_routing` wraps the checkpoint function so that the
+recomputation runs inside the very :class:`RoutingCall` its forward saw (marked ``replay=True`` so that collecting
+hooks do not collect twice). adaptspeech models install it from ``_set_gradient_checkpointing``; it works with
+re-entrant and non-re-entrant checkpointing alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+#: the name a row gets to mean "no adapter" (peft's own spelling in ``adapter_names``).
+BASE_ROW = "__base__"
+
+
+@dataclass
+class AdapterRouting:
+    """A model's routing settings (not per call; see the module docstring).
+
+    Args:
+        active_languages: the adapters that run (one: every utterance goes through it; several: each utterance
+            goes through the adapter of its own language).
+        fusion_active: run the SimAdapter fusion instead of single adapters.
+        language_ids: the languages that ``lang_ids`` index (the model's ``adapter_languages``).
+    """
+
+    active_languages: list[str] = field(default_factory=list)
+    fusion_active: bool = False
+    language_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RoutingCall:
+    """The routing state of one forward call.
+
+    Args:
+        row_languages: the language of each utterance of the batch (``None``: not given). A row named
+            :data:`BASE_ROW` uses no adapter.
+        collect_fusion_weights: keep each fused layer's attention weights.
+        fusion_weights: layer index -> fusion weights ``[B, T, N]`` (filled by the fusion layers).
+        residuals: adapter layer -> the pre-FFN LayerNorm output ``[B, T, D]`` captured for the fusion residual
+            (handed from the capturing hook to the adapter layer within one layer call).
+        replay: this is the recomputation of a checkpointed layer during backward.
+    """
+
+    row_languages: tuple[str, ...] | None = None
+    collect_fusion_weights: bool = False
+    fusion_weights: dict[int, torch.Tensor] = field(default_factory=dict)
+    residuals: dict[int, torch.Tensor] = field(default_factory=dict)
+    replay: bool = False
+
+    def for_replay(self) -> RoutingCall:
+        """A copy for a checkpoint recomputation: same rows, own scratch dicts, collects nothing."""
+        return dataclasses.replace(self, collect_fusion_weights=False, fusion_weights={}, residuals={}, replay=True)
+
+
+_CURRENT: ContextVar[RoutingCall | None] = ContextVar("adaptspeech_routing_call", default=None)
+
+
+def current_call() -> RoutingCall | None:
+    """The :class:`RoutingCall` of the forward running in this thread / context, or None outside one."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def routing_call(
+    row_languages: Sequence[str] | None = None, collect_fusion_weights: bool = False
+) -> Iterator[RoutingCall]:
+    """Run a forward inside a fresh :class:`RoutingCall` (restoring the previous one afterwards).
+
+    Args:
+        row_languages: the language of each utterance (``B`` names), or None.
+        collect_fusion_weights: keep each fused layer's attention weights in ``call.fusion_weights``.
+    """
+    call = RoutingCall(
+        row_languages=None if row_languages is None else tuple(row_languages),
+        collect_fusion_weights=collect_fusion_weights,
+    )
+    token = _CURRENT.set(call)
+    try:
+        yield call
+    finally:
+        _CURRENT.reset(token)
+
+
+def row_languages_from_ids(lang_ids: torch.Tensor | None, languages: Sequence[str]) -> tuple[str, ...] | None:
+    """``lang_ids`` [B] (positions in ``languages``) -> one language name per utterance.
+
+    Raises:
+        ValueError: an id outside ``languages`` (naming it and the languages).
+    """
+    if lang_ids is None:
+        return None
+    ids = [int(i) for i in lang_ids.reshape(-1).tolist()]
+    bad = [i for i in ids if not 0 <= i < len(languages)]
+    if bad:
+        raise ValueError(
+            f"lang_ids holds {bad[0]} but the model has {len(languages)} adapter languages {list(languages)}"
+        )
+    return tuple(languages[i] for i in ids)
+
+
+def _bind_call(function: Callable[..., Any], call: RoutingCall | None) -> Callable[..., Any]:
+    """``function`` run inside ``call`` the first time and inside ``call.for_replay()`` on every later run (the
+    recomputations of a checkpoint)."""
+    runs = 0
+
+    @functools.wraps(function)
+    def bound(*args: Any, **kwargs: Any) -> Any:
+        nonlocal runs
+        scope = call if runs == 0 or call is None else call.for_replay()
+        runs += 1
+        token = _CURRENT.set(scope)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _CURRENT.reset(token)
+
+    return bound
+
+
+def checkpoint_with_routing(checkpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap an activation-checkpoint function (``torch.utils.checkpoint.checkpoint`` or a partial of it) so that
+    the checkpointed function recomputes inside the routing call of its forward (see the module docstring)."""
+    if getattr(checkpoint, "_adaptspeech_routed", False):
+        return checkpoint
+
+    @functools.wraps(checkpoint)
+    def routed_checkpoint(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return checkpoint(_bind_call(function, current_call()), *args, **kwargs)
+
+    routed_checkpoint._adaptspeech_routed = True  # type: ignore[attr-defined]
+    return routed_checkpoint
