@@ -103,7 +103,7 @@ def test_threads_with_different_lang_ids_get_the_outputs_of_sequential_calls():
             for repeat in range(15):
                 with torch.no_grad():
                     results[(k, repeat)] = model(**inputs, lang_ids=ids[k]).logits
-        except BaseException as err:  # noqa: BLE001 - reported below
+        except BaseException as err:  # reported below
             errors.append(err)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(ids))]

@@ -93,7 +93,7 @@ def test_layer_output_equals_the_bottleneck_equation_and_several_active_adapters
     with torch.no_grad():
         assert torch.allclose(captured["y"], z + reference_bottleneck(ro, z), atol=1e-5)
         model.base_model.set_adapter(["ro", "cs"])
-        with pytest.raises(ValueError, match="several adapters are active .*adapter_names"):
+        with pytest.raises(ValueError, match=r"several adapters are active .*adapter_names"):
             model(**inputs)
         model(**inputs, adapter_names=["cs", "__base__"])
         z = captured["z"]
