@@ -21,6 +21,7 @@ from .adapters.routing import (
 )
 from .adapters.simadapter import guide_loss
 from .configuration import AdaptSpeechConfig
+from .heads import get_head
 from .heads.ctc import CTCHead
 from .modeling_outputs import AdaptSpeechOutput
 
@@ -251,12 +252,12 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         if config.head not in self.supported_heads:
             raise ValueError(
                 f"{type(self).__name__} takes head {' or '.join(repr(h) for h in self.supported_heads)}, "
-                f"the config has head={config.head!r}"
-                + ("; use AdaptSpeechForJointCTCAttention" if config.head == "las" else "")
+                f"the config has head={config.head!r}; use {get_head(config.head).model_class.__name__}"
             )
         super().__init__(config, backbone=backbone)
+        head = get_head(config.head)
         self.ctc_head = None
-        if "ctc" in config.head.split("_"):
+        if head.has_ctc:
             self.ctc_head = CTCHead(
                 config.hidden_size,
                 config.vocab_size,
@@ -266,7 +267,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
                 zero_infinity=config.ctc_zero_infinity,
             )
         self.las_head = None
-        if "las" in config.head.split("_"):
+        if head.has_las:
             from .heads.las import LASDecoder
 
             self.las_head = LASDecoder(config.las_config())
