@@ -103,7 +103,7 @@ def _load_model(model_dir: str) -> tuple[Any, Any | None]:
     from transformers.utils import logging as hf_logging
 
     from ..configuration import AdaptSpeechConfig
-    from ..modeling import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
+    from ..heads import get_head
 
     path = Path(model_dir)
     if not (path / "config.json").is_file():
@@ -111,7 +111,7 @@ def _load_model(model_dir: str) -> tuple[Any, Any | None]:
             f"--model {path}: no config.json there (pass a folder saved by `adaptspeech train`, i.e. OUTPUT_DIR/model)"
         )
     config = AdaptSpeechConfig.from_pretrained(path)
-    cls = AdaptSpeechForCTC if config.head in AdaptSpeechForCTC.supported_heads else AdaptSpeechForJointCTCAttention
+    cls = get_head(config.head).model_class
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a local folder loads in a blink: no "Loading weights" bar on stderr
     try:
