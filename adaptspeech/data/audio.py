@@ -5,12 +5,22 @@ and torchaudio has no CPU wheel here. So clips stay ``Audio(decode=False)`` in t
 here: soundfile (libsndfile: wav, flac, ogg, mp3) reads them, the channels are averaged to mono and soxr
 resamples to the model's rate. Bad clips raise :class:`BadClipError` with a machine-readable ``reason``
 so that the data preparation can skip and count them instead of crashing an epoch.
+
+libsndfile's mp3 decoder (mpg123) prints notes such as ``Illegal Audio-MPEG-Header`` straight to the process's
+standard error (file descriptor 2, below Python's ``sys.stderr``). :func:`load_audio` captures them while it
+decodes: a clip that fails names them in its error, a clip that decodes drops them, and the terminal stays clean.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
@@ -25,6 +35,7 @@ UNREADABLE = "unreadable"
 NAN = "nan"
 SILENT = "silent"
 TOO_LONG = "too_long"
+TRUNCATED = "truncated"
 
 DEFAULT_SILENCE_THRESHOLD = 1e-4
 """Peak amplitude (full scale = 1.0) under which a clip counts as silent, about -80 dBFS."""
@@ -35,8 +46,8 @@ class BadClipError(Exception):
 
     Args:
         path (`str`): the clip's file name or path, as it should appear in a report.
-        reason (`str`): one of ``missing``, ``empty``, ``unreadable``, ``nan``, ``silent``, ``too_long``
-            (or a reason added by the data preparation, e.g. ``too_short``).
+        reason (`str`): one of ``missing``, ``empty``, ``unreadable``, ``truncated``, ``nan``, ``silent``,
+            ``too_long`` (or a reason added by the data preparation, e.g. ``too_short``).
         detail (`str`, *optional*): a human-readable explanation (durations, the decoder's message).
     """
 
@@ -72,11 +83,15 @@ def load_audio(
         does that).
 
     Raises:
-        BadClipError: ``missing`` (no such file), ``empty`` (zero bytes or zero frames), ``unreadable``
-            (soundfile cannot decode it), ``nan`` (non-finite samples), ``silent``, ``too_long``.
+        BadClipError: ``missing`` (no such file, or a folder), ``empty`` (zero bytes or zero frames),
+            ``unreadable`` (soundfile cannot decode it; the detail gives the decoder's reason), ``truncated`` (the
+            file ends before the length its header declares: a WAV data chunk cut short, an mp3 whose frames stop
+            early), ``nan`` (non-finite samples), ``silent``, ``too_long``.
     """
     name = str(path)
     if data is None:
+        if os.path.isdir(path):
+            raise BadClipError(name, MISSING, "a folder, not an audio file")
         if not os.path.isfile(path):
             raise BadClipError(name, MISSING, "no such file")
         if os.path.getsize(path) == 0:
@@ -86,18 +101,31 @@ def load_audio(
         if len(data) == 0:
             raise BadClipError(name, EMPTY, "zero bytes")
         source = io.BytesIO(data)
-    try:
-        with sf.SoundFile(source) as handle:
-            sr = handle.samplerate
-            if max_seconds is not None and 0 < handle.frames < np.iinfo(np.int64).max:
-                _check_length(name, handle.frames, sr, max_seconds)
-            wave = handle.read(dtype="float32", always_2d=True)
-    except BadClipError:
-        raise
-    except (sf.SoundFileError, RuntimeError, ValueError, EOFError, OSError) as err:
-        raise BadClipError(name, UNREADABLE, f"soundfile cannot decode it: {err}") from None
+    with _decoder_messages() as notes:
+        try:
+            with sf.SoundFile(source) as handle:
+                sr = handle.samplerate
+                declared = handle.frames if 0 < handle.frames < np.iinfo(np.int64).max else None
+                if max_seconds is not None and declared is not None:
+                    _check_length(name, declared, sr, max_seconds)
+                wave = handle.read(dtype="float32", always_2d=True)
+                cut_short = _truncation(handle)
+        except BadClipError:
+            raise
+        except (sf.SoundFileError, RuntimeError, ValueError, EOFError, OSError) as err:
+            error = err
+        else:
+            error = None
+    if error is not None:
+        raise BadClipError(name, UNREADABLE, _unreadable_detail(error, notes)) from None
+    if cut_short is not None:
+        raise BadClipError(name, TRUNCATED, cut_short)
     if wave.shape[0] == 0:
         raise BadClipError(name, EMPTY, "no audio frames")
+    if declared is not None and wave.shape[0] < declared - max(_FRAME_TOLERANCE, 0.01 * declared):
+        raise BadClipError(
+            name, TRUNCATED, f"{wave.shape[0] / sr:.2f} s decoded of the {declared / sr:.2f} s its header declares"
+        )
     if max_seconds is not None:
         _check_length(name, wave.shape[0], sr, max_seconds)
     if not np.isfinite(wave).all():
@@ -109,6 +137,80 @@ def load_audio(
     if sr != target_sr:
         mono = soxr.resample(mono, sr, target_sr, quality="HQ")
     return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+_FRAME_TOLERANCE = 2 * 1152
+"""Samples a decoded clip may fall short of its header's count (two mp3 frames: encoder delay and padding), beyond
+1% of the count, before it counts as truncated."""
+
+_WAV_DATA_CHUNK = re.compile(r"^data\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # streaming writers leave the size unset
+_NOT_A_FILE = "File does not exist or is not a regular file"
+_DECODE_LOCK = threading.Lock()
+
+
+def _truncation(handle: sf.SoundFile) -> str | None:
+    """Why the open file ends before its content does, from libsndfile's log (``extra_info``), or ``None``.
+
+    libsndfile reads a WAV file whose data chunk is cut short up to the cut without an error (its log says
+    ``data : N (should be M)``), and an Ogg file without its last page as zero frames (its log says ``File ended
+    unexpectedly``).
+    """
+    if handle.format in ("WAV", "WAVEX", "RF64", "W64"):
+        match = _WAV_DATA_CHUNK.search(handle.extra_info)
+        if match is None:
+            return None
+        declared, present = int(match.group(1)), int(match.group(2))
+        if declared in _UNKNOWN_SIZES or present >= declared:
+            return None
+        return f"the data chunk declares {declared} bytes, the file holds {present}"
+    if handle.format == "OGG" and "File ended unexpectedly" in handle.extra_info:
+        return "the Ogg stream ends without its end-of-stream page"
+    return None
+
+
+@contextmanager
+def _decoder_messages() -> Iterator[list[str]]:
+    """Capture what C code prints on file descriptor 2 inside the block; yield a list that then holds its lines.
+
+    The descriptor is duplicated before and restored after (also on errors); a lock keeps two threads from
+    swapping it at once. Where descriptor 2 cannot be duplicated (closed), nothing is captured.
+    """
+    lines: list[str] = []
+    with _DECODE_LOCK:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):
+            yield lines
+            return
+        with tempfile.TemporaryFile() as capture:
+            os.dup2(capture.fileno(), 2)
+            try:
+                yield lines
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                capture.seek(0)
+                lines.extend(capture.read(8192).decode("utf-8", "replace").splitlines())
+
+
+def _clean_note(line: str) -> str:
+    """``[src/libmpg123/parse.c:...] warning: Cannot read ...`` or ``Note: Illegal ...`` -> the message alone."""
+    line = re.sub(r"^\[[^\]]*\]\s*", "", line.strip())
+    return re.sub(r"^(?:note|warning|error)\s*:\s*", "", line, flags=re.IGNORECASE).strip()
+
+
+def _unreadable_detail(error: BaseException, notes: list[str]) -> str:
+    """The decoder's reason in one line: libsndfile's message (not its misleading "does not exist" for a file that
+    exists but holds no stream it can decode) and the first notes the decoder printed."""
+    message = error.error_string if isinstance(error, sf.LibsndfileError) else str(error)
+    message = " ".join(message.split()).rstrip(".")
+    if message.startswith(_NOT_A_FILE):
+        message = "no audio stream that libsndfile can decode"
+    cleaned = list(dict.fromkeys(note for note in map(_clean_note, notes) if note))
+    said = "; ".join(note.rstrip(".") for note in cleaned[:2])
+    return f"soundfile cannot decode it: {message}" + (f"; the decoder said: {said[:200]}" if said else "")
 
 
 def _check_length(name: str, frames: int, sr: int, max_seconds: float) -> None:

@@ -9,16 +9,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .audio import EMPTY, MISSING, NAN, SILENT, TOO_LONG, UNREADABLE
+from .audio import EMPTY, MISSING, NAN, SILENT, TOO_LONG, TRUNCATED, UNREADABLE
 
 EMPTY_SENTENCE = "empty_sentence"
 TOO_SHORT = "too_short"
 DIGITS = "digits"
 
 SKIP_REASONS: dict[str, str] = {
-    MISSING: "the clip file does not exist",
+    MISSING: "the clip file does not exist (or the path names a folder)",
     EMPTY: "the clip has zero bytes or no audio frames",
-    UNREADABLE: "soundfile cannot decode the clip",
+    UNREADABLE: "soundfile cannot decode the clip (the detail gives the decoder's reason)",
+    TRUNCATED: "the clip file ends before the length its header declares",
     NAN: "the decoded audio holds NaN or infinite samples",
     SILENT: "the clip's peak amplitude is below the silence threshold",
     TOO_LONG: "the clip is longer than max_seconds",
