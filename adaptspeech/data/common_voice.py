@@ -73,12 +73,23 @@ def _output_features() -> Features:
     return Features(spec)
 
 
+_LANGUAGE_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
+"""An ISO 639 code, optionally with subtags as Common Voice writes them: ``ro``, ``cnh``, ``zh-CN``, ``rm-sursilv``."""
+
+
 def parse_languages(languages: str | Iterable[str]) -> list[str]:
-    """``"ro,cs"`` or ``["ro", "cs"]`` -> ``["ro", "cs"]``; refuses an empty list and repeats."""
+    """``"ro,cs"`` or ``["ro", "cs"]`` -> ``["ro", "cs"]``; refuses an empty list, repeats, and anything that is
+    not a language code (``"r o"``, ``"../x"``: the codes become folder names and dataset configs)."""
     langs = [x.strip() for x in languages.split(",")] if isinstance(languages, str) else [str(x) for x in languages]
     langs = [x for x in langs if x]
     if not langs:
         raise ValueError("languages: give at least one language code (e.g. ro,cs)")
+    bad = [x for x in langs if not _LANGUAGE_CODE.match(x)]
+    if bad:
+        raise ValueError(
+            f"languages: {', '.join(repr(x) for x in bad)} is not a language code "
+            "(expected ISO 639 codes such as ro, cs or zh-CN, separated by commas)"
+        )
     repeated = sorted({x for x in langs if langs.count(x) > 1})
     if repeated:
         raise ValueError(f"languages: {', '.join(repeated)} given more than once")
@@ -428,6 +439,8 @@ def prepare_dataset(
         missing = [c for c in ("audio", *_KEPT_COLUMNS) if c not in part.column_names]
         if missing:
             raise ValueError(f"prepare_dataset: split {split or 'dataset'!r} lacks column(s) {', '.join(missing)}")
+        if len(part) == 0:
+            raise ValueError(f"prepare_dataset: split {split or 'dataset'!r} has no rows")
         fingerprint = hashlib.sha256(f"{part._fingerprint}{settings}".encode()).hexdigest()[:16]
         cache_file = None
         if cache_dir is not None:
