@@ -190,22 +190,18 @@ class AdaptSpeechConfig(PretrainedConfig):
         return list(range(self.num_encoder_layers)) if self.adapter_layers is None else list(self.adapter_layers)
 
     def attention_config(self, num_layers: int | None = None) -> AttentionConfig:
-        """The encoder attention settings as an ``AttentionConfig`` with the backbone's sizes filled in."""
+        """The encoder attention settings as an ``AttentionConfig``: ``num_heads`` as set (the backbone's when 0),
+        ``dropout`` as set (the backbone's ``attention_dropout`` when None)."""
         from .attention.config import AttentionConfig
 
         spec = self.backbone_spec
-        data = {
-            **self.attention,
-            "hidden_size": spec.hidden_size(self.backbone_config),
-            "num_heads": spec.num_heads(self.backbone_config),
-        }
-        config = AttentionConfig.from_dict(data)
-        config.validate_for_model(
+        config = AttentionConfig.from_dict(dict(self.attention))
+        return config.for_model(
             spec.hidden_size(self.backbone_config),
             spec.num_heads(self.backbone_config),
             num_layers if num_layers is not None else spec.num_layers(self.backbone_config),
+            dropout=getattr(self.backbone_config, "attention_dropout", 0.0),
         )
-        return config
 
     def las_config(self) -> LASConfig:
         """The attention decoder's settings with the model's sizes and special ids filled in."""

@@ -54,7 +54,7 @@ class EncoderAttention(nn.Module):
         self.hidden_size = config.hidden_size
         self.num_heads = config.num_heads
         self.head_dim = config.head_dim
-        self.dropout = config.dropout
+        self.dropout = float(config.dropout or 0.0)  # None (not filled in from a backbone): no dropout
         self.add_module(self.roles["value"], nn.Linear(self.hidden_size, self.hidden_size, bias=config.bias))
         self.add_module(self.roles["output"], nn.Linear(self.hidden_size, self.hidden_size, bias=config.bias))
 

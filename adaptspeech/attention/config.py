@@ -36,7 +36,9 @@ class AttentionConfig:
         num_heads (`int`, defaults to 0): number of heads ``h``; 0 = the backbone's number of heads. It may
             differ from the backbone's (the head split is internal to the attention), but must divide
             ``hidden_size``.
-        dropout (`float`, defaults to 0.0): dropout on the attention weights (training only).
+        dropout (`float`, *optional*): dropout on the attention weights (training only); ``None`` (the default)
+            takes the replaced attention's own dropout (the backbone's ``attention_dropout``), so a swap never
+            silently changes the regularisation the backbone was configured with.
         init_from_pretrained (`bool`, defaults to `True`): start the new attention from the replaced layer's
             weights where shapes allow (q/k/v/out for ``mhsa`` and ``rel_pos``; value and output projections
             for ``ldsa`` and the synthesizers).
@@ -65,7 +67,7 @@ class AttentionConfig:
     layers: list[int] | None = None
     hidden_size: int = 0
     num_heads: int = 0
-    dropout: float = 0.0
+    dropout: float | None = None
     init_from_pretrained: bool = True
     bias: bool = True
     chunk_size: int = 0
@@ -104,8 +106,12 @@ class AttentionConfig:
         for name in ("init_from_pretrained", "bias", "hybrid", "synthesizer_freeze"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"attention.{name} must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
-            raise ValueError(f"attention.dropout must be a number in [0, 1), got {self.dropout!r}")
+        if self.dropout is not None and (
+            isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1
+        ):
+            raise ValueError(
+                f"attention.dropout must be a number in [0, 1) or null (the backbone's), got {self.dropout!r}"
+            )
         if not _is_int(self.chunk_size) or self.chunk_size < 0:
             raise ValueError(
                 f"attention.chunk_size must be 0 (full attention) or a positive frame count, got {self.chunk_size!r}"
@@ -211,12 +217,17 @@ class AttentionConfig:
                 f"allowed values: {_divisors(hidden_size)}"
             )
 
-    def for_model(self, hidden_size: int, num_heads: int, num_layers: int) -> AttentionConfig:
-        """A validated copy with ``hidden_size`` / ``num_heads`` filled in from the backbone where they are
-        0."""
+    def for_model(
+        self, hidden_size: int, num_heads: int, num_layers: int, dropout: float | None = None
+    ) -> AttentionConfig:
+        """A validated copy with ``hidden_size`` / ``num_heads`` filled in from the backbone where they are 0, and
+        ``dropout`` from the backbone's attention dropout where it is None."""
         self.validate_for_model(hidden_size, num_heads, num_layers)
         return dataclasses.replace(
-            self, hidden_size=self.hidden_size or hidden_size, num_heads=self.num_heads or num_heads
+            self,
+            hidden_size=self.hidden_size or hidden_size,
+            num_heads=self.num_heads or num_heads,
+            dropout=self.dropout if self.dropout is not None else float(dropout or 0.0),
         )
 
     # --- serialisation --------------------------------------------------------------------------------------

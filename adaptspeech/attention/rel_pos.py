@@ -81,6 +81,14 @@ class RelPositionSelfAttention(EncoderAttention):
         ``u`` then vanish and the swapped layer computes exactly what the original did, learning positions
         from there.
         """
+        source_bias = getattr(hf_attention, "pos_bias_u", None)
+        if isinstance(source_bias, torch.Tensor) and tuple(source_bias.shape) != tuple(self.pos_bias_u.shape):
+            raise ValueError(
+                f"attention.num_heads={self.num_heads} differs from the pretrained relative attention's "
+                f"{source_bias.shape[0]} heads: its position biases pos_bias_u/v {tuple(source_bias.shape)} cannot "
+                "start this attention; keep num_heads at 0 (the backbone's) or set attention.init_from_pretrained: "
+                "false"
+            )
         copied = super().init_from_hf(hf_attention)
         if "linear_pos.weight" not in copied:
             self.linear_pos.weight.zero_()

@@ -99,6 +99,15 @@ def hf_call_class(cls: type[EncoderAttention]) -> type[EncoderAttention]:
     return _HF_CALL_CLASSES[cls]
 
 
+def _infer_dropout(module: nn.Module) -> float:
+    """The attention-weight dropout of a transformers attention module (a float ``dropout`` in wav2vec2's, an
+    ``nn.Dropout`` in the conformer's, ``dropout`` in ours)."""
+    dropout = getattr(module, "dropout", 0.0)
+    if isinstance(dropout, nn.Dropout):
+        return float(dropout.p)
+    return float(dropout) if isinstance(dropout, (int, float)) else 0.0
+
+
 def _infer_dims(module: nn.Module) -> tuple[int, int]:
     """``(hidden_size, num_heads)`` of a transformers attention module."""
     heads = getattr(module, "num_heads", None)
@@ -121,9 +130,9 @@ def swap_encoder_attention(encoder_layers: nn.ModuleList, attr_name: str, config
         encoder_layers: the encoder's layers (e.g. ``model.encoder.layers``).
         attr_name: the attribute of each layer holding its attention (``"attention"`` for wav2vec2,
             ``"self_attn"`` for wav2vec2-conformer).
-        config: the attention settings; ``hidden_size`` / ``num_heads`` left at 0 are read from the replaced
-            module. With ``init_from_pretrained`` the new module starts from the old one's weights
-            (:meth:`EncoderAttention.init_from_hf`).
+        config: the attention settings; ``hidden_size`` / ``num_heads`` left at 0 and ``dropout`` left at None are
+            read from the replaced module. With ``init_from_pretrained`` the new module starts from the old one's
+            weights (:meth:`EncoderAttention.init_from_hf`).
 
     Returns:
         The swapped layer indices (empty for ``kind="default"``).
@@ -137,8 +146,9 @@ def swap_encoder_attention(encoder_layers: nn.ModuleList, attr_name: str, config
             "layers or "
             "'self_attn' for wav2vec2-conformer layers"
         )
-    hidden, heads = _infer_dims(getattr(encoder_layers[0], attr_name))
-    config = config.for_model(hidden, heads, len(encoder_layers))
+    first = getattr(encoder_layers[0], attr_name)
+    hidden, heads = _infer_dims(first)
+    config = config.for_model(hidden, heads, len(encoder_layers), dropout=_infer_dropout(first))
     indices = config.layer_indices(len(encoder_layers))
     cls = hf_call_class(ATTENTION.get(config.kind))
     for index in indices:
