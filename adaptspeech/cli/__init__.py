@@ -4,7 +4,8 @@ Each subcommand lives in its own module (``prepare.py``, ``train.py`` ...) as on
 ``_add_<name>(subparsers)`` that declares its parser and sets ``func`` to the function that runs it;
 :data:`SUBCOMMANDS` lists them. Heavy imports happen inside the runners, so that ``adaptspeech --help`` stays fast.
 Expected errors (a missing folder, a bad value) end with one line ``adaptspeech: error: ...`` and exit status 1;
-usage errors (an unknown option) are one line too, exit status 2.
+usage errors (an unknown option) are one line too, exit status 2. ``adaptspeech --version`` prints the installed
+package's version.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "build_parser",
     "demo_recipe_dir",
     "main",
+    "package_version",
 ]
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
@@ -54,10 +56,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see `{self.prog} --help`)\n")
 
 
+def package_version() -> str:
+    """The installed ``adaptspeech`` distribution's version (``importlib.metadata``), or the source tree's
+    ``adaptspeech.__version__`` when the package runs without being installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PROG)
+    except PackageNotFoundError:
+        from .. import __version__
+
+        return str(__version__)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG, description="Low-resource speech recognition with per-language adapters on the Hugging Face stack."
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in SUBCOMMANDS:
         add(subparsers)
@@ -103,4 +119,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         print(f"{PROG}: error: {' '.join(str(message).split()) or type(err).__name__}", file=sys.stderr)
         return 1
-

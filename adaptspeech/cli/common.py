@@ -37,8 +37,15 @@ def _float_range(text: str) -> tuple[float, float]:
 
 DECODING_CHOICES = ("ctc_greedy", "ctc_beam", "attention_greedy", "attention_beam", "joint")
 """``adaptspeech.decoding.DECODING_METHODS.names()``, spelled out so that ``--help`` does not import torch."""
-_NEEDS_LAS = ("attention_greedy", "attention_beam")
-_NEEDS_CTC = ("ctc_greedy", "ctc_beam", "joint")
+_METHOD_NEEDS: dict[str, tuple[str, ...]] = {
+    "ctc_greedy": ("ctc",),
+    "ctc_beam": ("ctc",),
+    "attention_greedy": ("las",),
+    "attention_beam": ("las",),
+    "joint": ("ctc", "las"),
+}
+"""The output layers each decoding method reads: ``ctc`` (a CTC head), ``las`` (an attention decoder)."""
+_LAYER_NAMES = {"ctc": "a CTC head", "las": "an attention (LAS) head"}
 _BEAM_METHODS = ("ctc_beam", "attention_beam", "joint")
 
 
@@ -68,20 +75,36 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _supported_methods(model: Any) -> tuple[str, tuple[str, ...]]:
+    """``(default method, methods the model can decode with)``: from the head registry for a registered head, else
+    from the output layers the model has."""
+    head = getattr(getattr(model, "config", None), "head", None)
+    try:
+        from ..heads import get_head
+
+        spec = get_head(head)
+    except (ImportError, KeyError, TypeError, ValueError):
+        layers = {name for name in ("ctc", "las") if getattr(model, f"{name}_head", None) is not None}
+        methods = tuple(m for m, needs in _METHOD_NEEDS.items() if set(needs) <= layers)
+        return ("ctc_greedy" if "ctc" in layers else "attention_beam"), methods
+    return spec.default_decoder, tuple(spec.decoders)
+
+
 def _decoding_options(args: argparse.Namespace, model: Any) -> tuple[str, dict[str, float | int]]:
-    """``(method, options)`` for :func:`adaptspeech.decoding.transcribe_batch`, checked against the model's heads."""
-    has_ctc = getattr(model, "ctc_head", None) is not None
-    has_las = getattr(model, "las_head", None) is not None
-    method = args.method or ("ctc_greedy" if has_ctc else "attention_beam")
-    head = getattr(getattr(model, "config", None), "head", "?")
-    if method in _NEEDS_LAS and not has_las:
+    """``(method, options)`` for :func:`adaptspeech.decoding.transcribe_batch`, checked against the model's head.
+
+    A method the head cannot run is one line naming what the method needs, the head and the methods it supports,
+    e.g. ``--method joint needs a CTC head and an attention (LAS) head; this model has head='ctc', which supports:
+    ctc_greedy, ctc_beam``.
+    """
+    default, supported = _supported_methods(model)
+    method = args.method or default
+    if method not in supported:
+        head = getattr(getattr(model, "config", None), "head", "?")
+        needs = " and ".join(_LAYER_NAMES[layer] for layer in _METHOD_NEEDS.get(method, ()))
         raise CommandError(
-            f"--method {method} needs an attention (LAS) head; this model has head={head!r} "
-            "(use ctc_greedy or ctc_beam)"
-        )
-    if method in _NEEDS_CTC and not has_ctc:
-        raise CommandError(
-            f"--method {method} needs a CTC head; this model has head={head!r} (use attention_greedy or attention_beam)"
+            f"--method {method} needs {needs or 'a decoder this model lacks'}; this model has head={head!r}, "
+            f"which supports: {', '.join(supported) or '(no decoding method)'}"
         )
     options: dict[str, float | int] = {}
     if args.beam_size is not None:
@@ -95,6 +118,45 @@ def _decoding_options(args: argparse.Namespace, model: Any) -> tuple[str, dict[s
             raise CommandError(f"--ctc-weight must be between 0 and 1, got {args.ctc_weight}")
         options["ctc_weight"] = args.ctc_weight
     return method, options
+
+
+def _add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="where the model runs: cpu, cuda, cuda:N or mps (default: cuda if available, else mps, else cpu)",
+    )
+
+
+def _resolve_device(name: str | None) -> Any:
+    """The ``torch.device`` of ``--device`` (``None``: CUDA if available, else MPS, else the CPU).
+
+    Raises:
+        CommandError: a name torch does not know, or a device this machine does not have (one line naming it).
+    """
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    mps_ok = mps is not None and mps.is_available()
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu")
+    available = ["cpu", *(["cuda"] if torch.cuda.is_available() else []), *(["mps"] if mps_ok else [])]
+    hint = f"available here: {', '.join(available)}"
+    try:
+        device = torch.device(name.strip())
+    except (RuntimeError, ValueError) as err:
+        raise CommandError(f"--device {name!r}: not a device ({' '.join(str(err).split())}); {hint}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CommandError(f"--device {name!r}: CUDA is not available on this machine; {hint}")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise CommandError(f"--device {name!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
+    elif device.type == "mps" and not mps_ok:
+        raise CommandError(f"--device {name!r}: MPS is not available on this machine; {hint}")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise CommandError(f"--device {name!r}: unsupported device type {device.type!r}; {hint}")
+    return device
 
 
 def _load_model(model_dir: str) -> tuple[Any, Any | None]:

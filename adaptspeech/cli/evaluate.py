@@ -8,10 +8,12 @@ from pathlib import Path
 from .common import (
     CommandError,
     _add_decoding_options,
+    _add_device_option,
     _check_vocabulary,
     _decoding_options,
     _load_model,
     _positive_int,
+    _resolve_device,
     _split_list,
 )
 
@@ -32,6 +34,7 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--max-rows", type=_positive_int, default=None, help="score only the first N rows")
     evaluate.add_argument("--output", default=None, metavar="results.json", help="write the rates as JSON")
     _add_decoding_options(evaluate)
+    _add_device_option(evaluate)
     evaluate.set_defaults(func=_run_evaluate)
 
 
@@ -40,6 +43,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     from ..metrics import write_error_rates_json
     from ..training.stage import load_prepared, select_languages
 
+    device = _resolve_device(args.device)
     model, processor = _load_model(args.model)
     dataset, data_processor = load_prepared(args.data)
     if args.split not in dataset:
@@ -55,6 +59,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     processor = processor or data_processor
     _check_vocabulary(model, processor, args.model if processor is not data_processor else args.data)
     method, options = _decoding_options(args, model)
+    model.to(device)
     result = evaluate_dataset(
         model, data, processor, method=method, batch_size=args.batch_size, progress=not args.no_progress, **options
     )

@@ -1,0 +1,242 @@
+"""Bad input to ``adaptspeech transcribe / evaluate`` and the options every decoding command shares: files that cannot
+be read among good ones, decoding methods the head cannot run, ``--device``, ``--version``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from importlib.metadata import version
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from cli_helpers import load_prepared_split
+
+from adaptspeech.cli import main
+from adaptspeech.cli.common import CommandError, _decoding_options, _resolve_device
+
+
+def run_main(argv: list[str], capture: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """``(exit status, stdout, stderr)`` of ``adaptspeech ARGV`` in this process (earlier output dropped)."""
+    capture.readouterr()
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capture.readouterr()
+    return code, captured.out, captured.err
+
+
+def corpus_clips(prepared: Path, count: int = 2) -> list[Path]:
+    """The mp3 files of the first ``count`` test rows of the CLI corpus."""
+    rows, _ = load_prepared_split(prepared, "test")
+    return [prepared.parent / "corpus" / rows[i]["language"] / "clips" / rows[i]["path"] for i in range(count)]
+
+
+@pytest.fixture
+def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """``{name: (path, expected message fragment)}`` of files transcribe cannot read."""
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    empty = tmp_path / "empty.wav"
+    empty.write_bytes(b"")
+    corrupt = tmp_path / "corrupt.mp3"
+    sf.write(corrupt, (0.3 * np.sin(np.arange(16000) * 0.05)).astype(np.float32), 16000, format="MP3")
+    corrupt.write_bytes(corrupt.read_bytes()[:200] + bytes(3000))
+    silent = tmp_path / "silent.wav"
+    sf.write(silent, np.zeros(16000, dtype=np.float32), 16000)
+    text = tmp_path / "notes.wav"
+    text.write_text("not audio\n" * 10)
+    return {
+        "missing": (tmp_path / "missing.wav", "missing.wav: missing (no such file)"),
+        "folder": (folder, "a_folder: missing (a folder, not an audio file)"),
+        "empty": (empty, "empty.wav: empty (zero-byte file)"),
+        "corrupt": (corrupt, "corrupt.mp3: unreadable (soundfile cannot decode it: no audio stream that libsndfile"),
+        "silent": (silent, "silent.wav: silent (peak amplitude 0.00e+00"),
+        "text": (text, "notes.wav: unreadable (soundfile cannot decode it: "),
+    }
+
+
+# ---- transcribe: what can be read is transcribed ---------------------------------------------------------------------
+
+
+def test_transcribe_goes_past_files_it_cannot_read(trained_stage, prepared_corpus, bad_files, capfd):
+    """Good files among bad ones get exactly the text they get alone; each bad file is one line on stderr naming it
+    and the reason; the exit status is 1; mpg123's notes never reach the terminal."""
+    good = corpus_clips(prepared_corpus)
+    model = trained_stage / "model"
+    code, alone, err = run_main(["transcribe", "--model", model, *good, "--no-progress"], capfd)
+    assert code == 0 and err == ""
+    assert [line.split("\t")[0] for line in alone.splitlines()] == [str(p) for p in good]
+
+    bad = [path for path, _ in bad_files.values()]
+    argv = ["transcribe", "--model", model, bad[0], good[0], *bad[1:4], good[1], *bad[4:], "--no-progress"]
+    code, out, err = run_main(argv, capfd)
+    assert code == 1
+    assert out == alone
+    lines = err.splitlines()
+    assert len(lines) == len(bad_files) and all(line.startswith("adaptspeech: error: ") for line in lines)
+    for line, (path, fragment) in zip(lines, bad_files.values(), strict=True):
+        assert str(path) in line and fragment in line, line
+    assert "Traceback" not in err  # and no line of mpg123's: every line is one of ours
+
+
+@pytest.mark.parametrize("name", ["missing", "folder", "empty", "corrupt"])
+def test_transcribe_of_only_a_bad_file_is_one_line(name, trained_stage, bad_files, capfd):
+    path, fragment = bad_files[name]
+    code, out, err = run_main(["transcribe", "--model", trained_stage / "model", path, "--no-progress"], capfd)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1 and err.startswith("adaptspeech: error: ") and fragment in err
+
+
+# ---- decoding methods the head cannot run -------------------------------------------------------------------------
+
+
+def decoding_args(**values) -> argparse.Namespace:
+    return argparse.Namespace(**{"method": None, "beam_size": None, "ctc_weight": None, **values})
+
+
+def fake_model(head: str) -> SimpleNamespace:
+    return SimpleNamespace(
+        config=SimpleNamespace(head=head),
+        ctc_head=object() if "ctc" in head else None,
+        las_head=object() if "las" in head else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("head", "method", "message"),
+    [
+        ("ctc", "joint", "--method joint needs a CTC head and an attention (LAS) head; this model has head='ctc', "
+                         "which supports: ctc_greedy, ctc_beam"),
+        ("ctc", "attention_beam", "--method attention_beam needs an attention (LAS) head; this model has head='ctc', "
+                                  "which supports: ctc_greedy, ctc_beam"),
+        ("las", "joint", "--method joint needs a CTC head and an attention (LAS) head; this model has head='las', "
+                         "which supports: attention_greedy, attention_beam"),
+        ("las", "ctc_greedy", "--method ctc_greedy needs a CTC head; this model has head='las', which supports: "
+                              "attention_greedy, attention_beam"),
+        ("my_ctc", "joint", "--method joint needs a CTC head and an attention (LAS) head; this model has "
+                            "head='my_ctc', which supports: ctc_greedy, ctc_beam"),
+    ],
+)  # fmt: skip
+def test_a_method_the_head_cannot_run_names_the_head_and_its_methods(head, method, message):
+    with pytest.raises(CommandError) as info:
+        _decoding_options(decoding_args(method=method), fake_model(head))
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("head", "values", "expected"),
+    [
+        ("ctc", {}, ("ctc_greedy", {})),
+        ("las", {}, ("attention_beam", {})),
+        ("ctc_las", {"method": "joint", "beam_size": 4, "ctc_weight": 0.3}, ("joint", {"beam_size": 4,
+                                                                                        "ctc_weight": 0.3})),
+        ("my_las", {}, ("attention_beam", {})),  # a head the registry does not know: read from the model's layers
+    ],
+)  # fmt: skip
+def test_the_default_method_and_options(head, values, expected):
+    assert _decoding_options(decoding_args(**values), fake_model(head)) == expected
+
+
+@pytest.mark.parametrize("command", ["evaluate", "transcribe"])
+def test_every_decoding_command_says_what_joint_needs(command, trained_stage, prepared_corpus, capfd):
+    target = ["--data", prepared_corpus] if command == "evaluate" else [corpus_clips(prepared_corpus, 1)[0]]
+    argv = [command, "--model", trained_stage / "model", *target, "--method", "joint", "--no-progress"]
+    code, out, err = run_main(argv, capfd)
+    assert (code, out) == (1, "")
+    assert err == (
+        "adaptspeech: error: --method joint needs a CTC head and an attention (LAS) head; this model has head='ctc', "
+        "which supports: ctc_greedy, ctc_beam\n"
+    )
+
+
+# ---- --device ------------------------------------------------------------------------------------------------------
+
+
+def test_evaluate_and_transcribe_on_the_cpu_match_the_default(trained_stage, prepared_corpus, tmp_path, capfd):
+    model = trained_stage / "model"
+    results = {}
+    for name, device in (("default", []), ("cpu", ["--device", "cpu"])):
+        output = tmp_path / f"{name}.json"
+        argv = ["evaluate", "--model", model, "--data", prepared_corpus, "--output", output, "--no-progress", *device]
+        assert run_main(argv, capfd)[0] == 0
+        results[name] = json.loads(output.read_text())
+        code, out, _ = run_main(["transcribe", "--model", model, *corpus_clips(prepared_corpus), "--no-progress",
+                                 *device], capfd)  # fmt: skip
+        assert code == 0
+        results[name]["transcripts"] = out
+    assert results["cpu"]["overall"] == results["default"]["overall"]
+    assert results["cpu"]["per_language"] == results["default"]["per_language"]
+    assert results["cpu"]["transcripts"] == results["default"]["transcripts"] != ""
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("gpu", "--device 'gpu': not a device"),
+        ("cuda:x", "--device 'cuda:x': not a device"),
+        ("", "--device '': not a device"),
+        ("meta", "--device 'meta': unsupported device type 'meta'"),
+    ],
+)
+@pytest.mark.parametrize("command", ["evaluate", "transcribe"])
+def test_an_invalid_device_is_one_line(command, device, message, trained_stage, prepared_corpus, capfd):
+    target = ["--data", prepared_corpus] if command == "evaluate" else [corpus_clips(prepared_corpus, 1)[0]]
+    code, out, err = run_main([command, "--model", trained_stage / "model", *target, "--device", device], capfd)
+    assert (code, out) == (1, "")
+    assert err.startswith("adaptspeech: error: ") and err.count("\n") == 1 and message in err
+    assert "available here: cpu" in err or "unsupported" not in message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_on_a_machine_without_it_is_one_line(trained_stage, prepared_corpus, capfd):
+    clip = corpus_clips(prepared_corpus, 1)[0]
+    code, _, err = run_main(["transcribe", "--model", trained_stage / "model", clip, "--device", "cuda"], capfd)
+    assert (
+        code == 1
+        and err == "adaptspeech: error: --device 'cuda': CUDA is not available on this machine; available here: cpu\n"
+    )
+
+
+def test_the_default_device_is_the_best_available(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _resolve_device(None) == torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert _resolve_device(None) == torch.device("mps")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert _resolve_device(None) == torch.device("cpu")
+    assert _resolve_device("cpu") == torch.device("cpu")
+
+
+def test_a_cuda_index_beyond_the_machine_is_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert _resolve_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(CommandError) as info:
+        _resolve_device("cuda:2")
+    assert str(info.value) == "--device 'cuda:2': this machine has 2 CUDA device(s) (cuda:0..cuda:1)"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_transcripts_on_cuda_match_the_cpu(trained_stage, prepared_corpus, capfd):
+    clips = corpus_clips(prepared_corpus, 3)
+    texts = {}
+    for device in ("cpu", "cuda"):
+        code, out, _ = run_main(["transcribe", "--model", trained_stage / "model", *clips, "--device", device,
+                                 "--no-progress"], capfd)  # fmt: skip
+        assert code == 0
+        texts[device] = out
+    assert texts["cuda"] == texts["cpu"]
+
+
+# ---- --version -----------------------------------------------------------------------------------------------------
+
+
+def test_version_prints_the_installed_version_and_exits_0(capsys):
+    code, out, err = run_main(["--version"], capsys)
+    assert (code, out, err) == (0, f"adaptspeech {version('adaptspeech')}\n", "")
