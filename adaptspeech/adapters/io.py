@@ -96,7 +96,7 @@ def check_shapes(expected: dict[str, tuple[int, ...]], source: dict[str, torch.T
             f"{origin} does not fit this model: missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
             f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
         )
-    for key, tensor in source.items():
+    for key, tensor in sorted(source.items()):
         if tuple(tensor.shape) != tuple(expected[key]):
             raise AdapterLoadError(
                 f"{origin}: tensor {key!r} has shape {tuple(tensor.shape)} but the model expects "

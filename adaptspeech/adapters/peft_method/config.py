@@ -83,6 +83,14 @@ class SpeechAdapterConfig(PeftConfig):
     fusion_residual: str = field(default="ffn_input", metadata={"help": "'ffn_input', 'query' or 'none'"})
     fusion_reg_weight: float = field(default=0.01, metadata={"help": "weight of the W_V regulariser"})
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs) -> SpeechAdapterConfig:  # type: ignore[override]
+        """peft's loader, marking the config as read from a saved adapter: its weights are loaded next, and the
+        tuner discards the adapter again if they do not fit (see ``SpeechAdapterModel``)."""
+        config = super().from_pretrained(*args, **kwargs)
+        config._adaptspeech_from_file = True
+        return config
+
     def __post_init__(self) -> None:
         super().__post_init__()
         self.peft_type = SpeechPeftType.SPEECH_ADAPTER

@@ -12,6 +12,7 @@ import torch
 from peft.tuners.tuners_utils import BaseTuner, _ExcludedModule, check_target_module_exists
 from torch import nn
 
+from ..io import AdapterLoadError
 from ..routing import BASE_ROW, routing_call
 from .config import ENCODER_LAYERS_PATTERN, SpeechAdapterConfig
 from .layer import SpeechAdapterLayer
@@ -57,6 +58,64 @@ class SpeechAdapterModel(BaseTuner):
             return found
         index = _LAYER_INDEX.search(key)
         return index is not None and int(index.group(1)) in peft_config.target_layers
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._register_load_state_dict_pre_hook(self._check_incoming_weights)
+        self.register_load_state_dict_post_hook(lambda module, result: module._pending_loads.clear())
+
+    @property
+    def _pending_loads(self) -> set[str]:
+        """Adapters created from a saved config whose weights have not been loaded yet."""
+        return vars(self).setdefault("_adaptspeech_pending_loads", set())
+
+    def inject_adapter(self, model: nn.Module, adapter_name: str, *args: Any, **kwargs: Any) -> None:
+        super().inject_adapter(model, adapter_name, *args, **kwargs)
+        if getattr(self.peft_config.get(adapter_name), "_adaptspeech_from_file", False):
+            self._pending_loads.add(adapter_name)
+
+    def _check_incoming_weights(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Load pre-hook: refuse a state dict whose speech-adapter tensors do not fit, before any tensor is copied
+        (torch would copy the fitting ones and raise afterwards, leaving an adapter half overwritten). An adapter
+        that peft's ``load_adapter`` / ``PeftModel.from_pretrained`` created for this load is removed again, so a
+        failed load leaves the adapters, their weights and the active adapter as they were."""
+        own = self.state_dict()
+        bad = []
+        for key, tensor in state_dict.items():
+            name = key[len(prefix):] if key.startswith(prefix) else None
+            if name in own and tuple(own[name].shape) != tuple(tensor.shape) and self.prefix in name:
+                bad.append((key, tuple(tensor.shape), tuple(own[name].shape)))
+        if not bad:
+            return
+        containers = SpeechAdapterLayer.adapter_layer_names
+        loading = sorted(
+            adapter
+            for adapter in self._pending_loads
+            if any(f".{container}.{adapter}." in key for key, _, _ in bad for container in containers)
+        )
+        self._discard(loading)
+        key, got, want = bad[0]
+        raise AdapterLoadError(
+            f"speech adapter weights do not fit this model: {key} has shape {got}, the model expects {want}"
+            f"{f' ({len(bad)} tensors differ)' if len(bad) > 1 else ''}; nothing was loaded"
+            f"{f', adapter(s) {loading} removed again' if loading else ''}"
+        )
+
+    def _discard(self, names: list[str]) -> None:
+        """Delete adapters created for a failed load, keeping the active adapter and every ``requires_grad``."""
+        if not names:
+            return
+        active = self.active_adapter
+        flags = [(p, p.requires_grad) for p in self.model.parameters()]
+        for name in names:
+            self.delete_adapter(name)
+            self._pending_loads.discard(name)
+        self.active_adapter = active
+        for module in self.model.modules():
+            if isinstance(module, SpeechAdapterLayer):
+                module._active_adapter = active
+        for param, flag in flags:
+            param.requires_grad = flag
 
     def _hidden_size(self, peft_config: SpeechAdapterConfig) -> int:
         if peft_config.hidden_size is not None:
