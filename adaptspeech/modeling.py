@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForCTC, AutoModelForSpeechSeq2Seq, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCTC, AutoModelForSpeechSeq2Seq, PreTrainedModel
 from transformers import initialization as init
 
 from .adapters.block import LanguageAdapterBlock, mark_initialized
@@ -147,16 +147,16 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
         """
         from .backbones import get_backbone_spec
 
-        if backbone_type is None:
-            probe = AutoModel.from_pretrained(name_or_path, revision=revision, **(backbone_kwargs or {}))
+        if backbone_type is None:  # from the checkpoint's config.json alone: the weights are loaded once, below
+            model_type = AutoConfig.from_pretrained(name_or_path, revision=revision).model_type
             backbone_type = {
                 "wav2vec2": "wav2vec2",
                 "wav2vec2-conformer": "wav2vec2_conformer",
                 "adaptspeech_fbank_conformer": "fbank_conformer",
-            }.get(probe.config.model_type)
+            }.get(model_type)
             if backbone_type is None:
                 raise ValueError(
-                    f"{name_or_path}: model_type {probe.config.model_type!r} is not a supported backbone; "
+                    f"{name_or_path}: model_type {model_type!r} is not a supported backbone; "
                     "supported: wav2vec2, wav2vec2-conformer, adaptspeech_fbank_conformer"
                 )
         spec = get_backbone_spec(backbone_type)

@@ -59,13 +59,22 @@ def test_backbone_parameter_names_match_the_hf_checkpoint():
     assert all("language_adapters" in k for k in ours - hf_names)
 
 
-def test_from_backbone_keeps_pretrained_weights_and_records_provenance(tmp_path):
-    from transformers import Wav2Vec2Model
+def test_from_backbone_keeps_pretrained_weights_and_records_provenance(tmp_path, monkeypatch):
+    from transformers import PreTrainedModel, Wav2Vec2Model
 
     backbone_config = tiny_config().backbone_config
     pretrained = Wav2Vec2Model(backbone_config)
     pretrained.save_pretrained(tmp_path / "ckpt")
+    loads = []
+    original = PreTrainedModel.from_pretrained.__func__
+
+    def counting(cls, *args, **kwargs):
+        loads.append(cls.__name__)
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(counting))
     model = AdaptSpeechForCTC.from_backbone(str(tmp_path / "ckpt"), adapter_languages=["ro"], vocab_size=12)
+    assert len(loads) == 1  # the backbone type is read from config.json, the weights are loaded once
     assert model.config.backbone_type == "wav2vec2"
     assert model.config.backbone_name_or_path == str(tmp_path / "ckpt")
     reference = pretrained.state_dict()
