@@ -46,6 +46,7 @@ def _add_train(subparsers: argparse._SubParsersAction) -> None:
 def _run_train(args: argparse.Namespace) -> int:
     import torch
 
+    from ..training.resume import checkpoint_problem
     from ..training.stage import StageSpec, apply_overrides, last_checkpoint, load_yaml, run_stage
 
     overrides = list(args.overrides)
@@ -54,11 +55,14 @@ def _run_train(args: argparse.Namespace) -> int:
         overrides.append(resume)  # `--resume key=value`: argparse took an override for the checkpoint
         resume = True
     spec = StageSpec.from_dict(apply_overrides(load_yaml(args.config), overrides))
-    if isinstance(resume, str) and not (Path(resume) / "trainer_state.json").is_file():
-        raise CommandError(f"--resume {resume}: not a complete checkpoint folder (no trainer_state.json)")
+    if isinstance(resume, str):
+        problem = checkpoint_problem(resume) if Path(resume).is_dir() else f"{resume} is not a folder"
+        if problem:
+            raise CommandError(f"--resume {resume}: not a complete checkpoint: {problem}")
     if resume is True:
         checkpoints = Path(spec.training.get("output_dir") or Path(spec.output_dir) / "checkpoints")
-        resume = last_checkpoint(checkpoints) or False
+        report = (lambda line: print(f"{PROG}: {line}", file=sys.stderr)) if _process_rank() == 0 else None
+        resume = last_checkpoint(checkpoints, report=report) or False
         if not resume:
             print(f"{PROG}: no complete checkpoint in {checkpoints}; training from the start", file=sys.stderr)
     if args.threads:

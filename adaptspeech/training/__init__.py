@@ -1,16 +1,19 @@
 """Training on the stock ``transformers.Trainer``."""
 
 from .callbacks import AdapterCheckpointCallback, FusionGuideScheduleCallback, write_adapter_only_checkpoint
-from .metrics import argmax_logits, build_compute_metrics, collapse_ctc
+from .errors import StageConfigError, TrainingError
+from .gradient_check import GradientCheckCallback
+from .metrics import DecodingEvaluation
 from .trainer import LOSS_TERMS, AdaptSpeechTrainer
 
 __all__ = [
     "LOSS_TERMS",
     "AdaptSpeechTrainer",
     "AdapterCheckpointCallback",
+    "DecodingEvaluation",
     "FusionGuideScheduleCallback",
-    "argmax_logits",
-    "build_compute_metrics",
-    "collapse_ctc",
+    "GradientCheckCallback",
+    "StageConfigError",
+    "TrainingError",
     "write_adapter_only_checkpoint",
 ]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 from safetensors.torch import save_file
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from .errors import TrainingError
 
 ADAPTER_ONLY_WEIGHTS = "trainable.safetensors"
 ADAPTER_ONLY_INDEX = "trainable.json"
@@ -47,7 +50,17 @@ class AdapterCheckpointCallback(TrainerCallback):
             return control
         model = unwrap(kwargs["model"])
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        write_adapter_only_checkpoint(model, folder)
+        try:
+            write_adapter_only_checkpoint(model, folder)
+        except OSError as err:
+            for name in (ADAPTER_ONLY_INDEX, ADAPTER_ONLY_WEIGHTS):
+                (folder / name).unlink(missing_ok=True)
+            shutil.rmtree(folder / "adapters", ignore_errors=True)
+            raise TrainingError(
+                f"step {state.global_step}: writing the adapter-only copy into {folder} failed "
+                f"({err.strerror or err}); its partial files were removed, the full checkpoint {folder} is complete "
+                "(resume with --resume)"
+            ) from err
         return control
 
 

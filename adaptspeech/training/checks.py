@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .stage import StageConfigError
+from .errors import StageConfigError
 
 _SIMPLE_TYPES: dict[type, str] = {
     bool: "true or false",
@@ -26,10 +26,13 @@ _SIMPLE_TYPES: dict[type, str] = {
     str: "a string",
     type(None): "null",
 }
-_DECODERS_NEEDING = {
-    "las_head": ("attention_greedy", "attention_beam"),
-    "ctc_head": ("ctc_greedy", "ctc_beam", "joint"),
-}
+
+
+def supported_decoders(model: Any) -> list[str]:
+    """The decoding methods the model's head supports (``HEADS.get(head).decoders``)."""
+    from ..heads import HEADS
+
+    return list(HEADS.get(model.config.head).decoders)
 
 
 def _simple_alternatives(annotation: Any) -> tuple[type, ...] | None:
@@ -93,14 +96,15 @@ def check_model_fits(
     Raises:
         StageConfigError: naming the setting that does not fit, or quoting the error of the forward pass.
     """
-    method = (evaluation or {}).get("method", "ctc_greedy")
-    for head, methods in _DECODERS_NEEDING.items():
-        if method in methods and getattr(model, head, None) is None:
-            raise StageConfigError(
-                f"evaluation.method {method!r} needs the model's {head.replace('_', ' ')}, which a model with "
-                f"head={model.config.head!r} lacks; set evaluation.method to one that fits "
-                "(ctc_greedy, ctc_beam, joint need a CTC head; attention_greedy, attention_beam a LAS head)"
-            )
+    from .metrics import default_method
+
+    method = (evaluation or {}).get("method") or default_method(model)
+    supported = supported_decoders(model)
+    if method not in supported:
+        raise StageConfigError(
+            f"evaluation.method {method!r} does not fit a model with head={model.config.head!r}; "
+            f"allowed values: {', '.join(supported)}"
+        )
     hidden, heads = _backbone_setting(model, "hidden_size"), _backbone_setting(model, "num_attention_heads")
     if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
         raise StageConfigError(

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .stage import StageConfigError
+from .errors import StageConfigError
 
 CHECKPOINTING_KEYS = (("activation_checkpointing", "activation_checkpointing_kwargs"),
                       ("gradient_checkpointing", "gradient_checkpointing_kwargs"))
@@ -100,6 +100,30 @@ def modules_never_called(model: Any, batch: dict[str, torch.Tensor]) -> list[str
         for name, module in model.named_modules()
         if id(module) not in called and any(p.requires_grad for p in module.parameters(recurse=False))
     ]
+
+
+def idle_backbone_parameters(model: Any, batch: dict[str, torch.Tensor]) -> list[str]:
+    """Trainable backbone parameters that the backbone's own forward never uses, whatever the data.
+
+    These are modules transformers builds but does not call (:func:`modules_never_called`, e.g. ``pos_conv_embed``
+    of the wav2vec2-conformer encoder) and wav2vec2's ``masked_spec_embed`` when time masking is off. Reported as
+    trainable they would receive no gradient; ``run_stage`` freezes them and lists them in ``stage_summary.json``.
+    Adapters, fusion and head parameters are never in the list: an unused one of those is a configuration error.
+    """
+    group_of = getattr(model, "_group_of", lambda name: "backbone" if name.startswith("backbone.") else "head")
+    idle_modules = modules_never_called(model, batch)
+    backbone_config = getattr(model.config, "backbone_config", None)
+    masking = float(getattr(backbone_config, "mask_time_prob", 0.0) or 0.0) > 0 and bool(
+        getattr(backbone_config, "apply_spec_augment", True)
+    )
+    idle = []
+    for name, param in model.named_parameters():
+        if not param.requires_grad or group_of(name) != "backbone":
+            continue
+        owner = name.rsplit(".", 1)[0]
+        if owner in idle_modules or (name.endswith("masked_spec_embed") and not masking):
+            idle.append(name)
+    return idle
 
 
 def _checkpointing_kwargs(training: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:

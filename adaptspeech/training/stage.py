@@ -13,17 +13,27 @@ A stage spec (``recipes/*/stage_*.yaml``)::
       eval_split: dev
       train_subset: null                    # e.g. "10min" or "200utt" per language
       subset_seed: 0
+      language_sampling_temperature: null   # T: draw languages with p_l ∝ n_l^(1/T) (null: plain shuffling)
     model:
       init: config                          # config | pretrained | backbone
       path: null                            # pretrained: a saved adaptspeech model; backbone: an HF checkpoint
       config: {backbone_type: fbank_conformer, ...}   # AdaptSpeechConfig kwargs (init: config / backbone)
       add_adapters: {cs: {bottleneck: 64}}  # languages -> LanguageAdapterConfig fields
       fusion: null                          # FusionConfig fields
-      active_languages: null
+      active_languages: null                # default: the trainable adapters (routed per utterance when several)
       trainable: {backbone: true, head: true, adapters: [], fusion: false}
+      gradient_check_steps: 10              # steps checked for trainable parameters without gradient (0: off)
     training: {...}                         # transformers.TrainingArguments fields
+    evaluation: {method: ctc_greedy, batch_size: 16, options: {}}   # the decoder of training-time evaluation too
 
-Every key can be overridden from the command line as ``section.key=value`` (YAML syntax for the value).
+Every key can be overridden from the command line as ``section.key=value`` (YAML syntax for the value). Every
+value is checked against its declared type (:mod:`adaptspeech.training.spec_types`): ``model.trainable.backbone=no``
+(the string "no") is refused, not read as true. The head is ``model.config.head`` (or the saved model's, with
+``init: pretrained``); there is no ``model.head``.
+
+Trainable adapters are active: without ``model.active_languages`` the adapters in ``model.trainable.adapters`` are
+the active ones (routed per utterance by language when there are several); an explicit ``model.active_languages``
+(or a fusion) that leaves a trainable adapter out is refused, since that adapter would receive no gradient.
 """
 
 from __future__ import annotations
@@ -31,8 +41,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,34 +51,39 @@ import torch
 import yaml
 
 from .. import yaml_loader as config_yaml
-
-STAGE_SECTIONS = ("name", "output_dir", "data", "model", "training", "evaluation", "seed")
-DATA_KEYS = (
-    "prepared_dir",
-    "train_languages",
-    "eval_languages",
-    "train_split",
-    "eval_split",
-    "train_subset",
-    "subset_seed",
-    "max_eval_rows",
+from .errors import StageConfigError
+from .resume import checkpoint_problem, last_checkpoint
+from .spec_types import (
+    DATA_TYPES,
+    EVALUATION_TYPES,
+    MODEL_INITS,
+    MODEL_TYPES,
+    STAGE_TYPES,
+    TRAINABLE_TYPES,
+    check_model_section,
+    check_section,
 )
-MODEL_KEYS = ("init", "path", "config", "add_adapters", "fusion", "active_languages", "trainable", "head")
-MODEL_INITS = ("config", "pretrained", "backbone")
-TRAINABLE_KEYS = ("backbone", "head", "adapters", "fusion", "feature_encoder")
-EVALUATION_KEYS = ("method", "batch_size", "options")
 
+STAGE_SECTIONS = tuple(STAGE_TYPES)
+DATA_KEYS = tuple(DATA_TYPES)
+MODEL_KEYS = tuple(MODEL_TYPES)
+TRAINABLE_KEYS = tuple(TRAINABLE_TYPES)
+EVALUATION_KEYS = tuple(EVALUATION_TYPES)
 
-class StageConfigError(ValueError):
-    """A stage spec that does not fit; the message names the setting and the allowed values."""
-
-
-def _check_keys(section: str, data: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise StageConfigError(
-            f"{section}: unknown setting(s) {', '.join(unknown)}; allowed settings: {', '.join(allowed)}"
-        )
+__all__ = [
+    "MODEL_INITS",
+    "StageConfigError",
+    "StageResult",
+    "StageSpec",
+    "apply_overrides",
+    "build_model",
+    "last_checkpoint",
+    "load_prepared",
+    "load_yaml",
+    "parse_override",
+    "run_stage",
+    "select_languages",
+]
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -103,8 +119,9 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         raise StageConfigError(f"config file {path} not found")
     try:
         data = config_yaml.load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise StageConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from err
+    except (yaml.YAMLError, ValueError) as err:  # yaml_loader raises YAMLSyntaxError (a ValueError)
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        raise StageConfigError(f"{path} is not valid YAML: {first}") from err
     if not isinstance(data, dict):
         raise StageConfigError(f"{path} must hold a mapping of settings, found {type(data).__name__}")
     return data
@@ -124,26 +141,33 @@ class StageSpec:
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> StageSpec:
-        _check_keys("stage", spec, STAGE_SECTIONS)
+        """Validate ``spec``: known settings only, each of its declared type; language lists normalised.
+
+        Raises:
+            StageConfigError: one line naming the setting, what it expects and the value.
+        """
+        spec = check_section("stage", spec, STAGE_TYPES)
         for required in ("name", "output_dir", "data", "model"):
             if spec.get(required) in (None, ""):
                 raise StageConfigError(f"stage: missing required setting {required!r}")
-        data = dict(spec["data"])
-        _check_keys("data", data, DATA_KEYS)
+        data = check_section("data", spec["data"], DATA_TYPES)
         if not data.get("prepared_dir"):
             raise StageConfigError("data.prepared_dir is required (the output folder of `adaptspeech prepare`)")
         if not data.get("train_languages"):
             raise StageConfigError("data.train_languages must list at least one language")
-        model = dict(spec["model"])
-        _check_keys("model", model, MODEL_KEYS)
+        model = check_model_section(spec["model"])
         init = model.get("init", "config")
-        if init not in MODEL_INITS:
-            raise StageConfigError(f"model.init {init!r} unknown; allowed values: {', '.join(MODEL_INITS)}")
         if init in ("pretrained", "backbone") and not model.get("path"):
             raise StageConfigError(f"model.init={init!r} needs model.path")
-        _check_keys("model.trainable", dict(model.get("trainable") or {}), TRAINABLE_KEYS)
-        evaluation = dict(spec.get("evaluation") or {})
-        _check_keys("evaluation", evaluation, EVALUATION_KEYS)
+        evaluation = check_section("evaluation", spec.get("evaluation") or {}, EVALUATION_TYPES)
+        if "method" in evaluation:
+            from ..decoding import DECODING_METHODS
+
+            if evaluation["method"] not in DECODING_METHODS:
+                raise StageConfigError(
+                    f"evaluation.method {evaluation['method']!r} unknown; allowed values: "
+                    f"{', '.join(DECODING_METHODS.names())}"
+                )
         training = dict(spec.get("training") or {})
         from transformers import TrainingArguments
 
@@ -158,14 +182,18 @@ class StageSpec:
 
         check_training_values(training)
         return cls(
-            name=str(spec["name"]),
-            output_dir=str(spec["output_dir"]),
+            name=spec["name"],
+            output_dir=spec["output_dir"],
             data=data,
             model=model,
             training=training,
             evaluation=evaluation,
-            seed=int(spec.get("seed", 0)),
+            seed=spec.get("seed", 0),
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data (what ``stage_spec.json`` records)."""
+        return json.loads(json.dumps(asdict(self), default=str))
 
 
 @dataclass
@@ -205,11 +233,33 @@ def select_languages(dataset: Any, languages: list[str], split: str, what: str) 
     return dataset.filter(lambda lang: lang in wanted, input_columns=["language"])
 
 
-def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
-    """Create / load the model of a stage and apply its adapter, fusion and trainable settings."""
-    from ..modeling import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
+def model_class_for_head(head: str) -> type:
+    """The adaptspeech model class of a head, from the head registry (``HEADS.get(head).model_class``)."""
+    from ..heads import HEADS
 
+    if head not in HEADS:
+        raise StageConfigError(f"model.config.head: {HEADS.unknown_message(head)}")
+    return HEADS.get(head).model_class
+
+
+def saved_head(path: Path) -> str:
+    """The head recorded in a saved model's ``config.json``."""
+    config = path / "config.json"
+    if not config.is_file():
+        raise StageConfigError(f"model.path {path} has no config.json (pass the model/ folder a stage saved)")
+    try:
+        return str(json.loads(config.read_text()).get("head", "ctc"))
+    except json.JSONDecodeError as err:
+        raise StageConfigError(f"{config} is not valid JSON ({err.msg})") from None
+
+
+def _construct(model_spec: dict[str, Any], processor: Any) -> Any:
     init = model_spec.get("init", "config")
+    if init == "pretrained":
+        path = Path(model_spec["path"])
+        if not path.exists():
+            raise StageConfigError(f"model.path {path} does not exist (did the previous stage run?)")
+        return model_class_for_head(saved_head(path)).from_pretrained(path)
     kwargs = dict(model_spec.get("config") or {})
     tokenizer = processor.tokenizer
     kwargs.setdefault("vocab_size", len(tokenizer))
@@ -217,65 +267,92 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
     if tokenizer.bos_token_id is not None:
         kwargs.setdefault("bos_token_id", tokenizer.bos_token_id)
         kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
-    head = kwargs.get("head", "ctc")
-    cls = AdaptSpeechForCTC if head == "ctc" else AdaptSpeechForJointCTCAttention
-    if init == "config":
+    cls = model_class_for_head(kwargs.get("head", "ctc"))
+    try:
+        if init == "backbone":
+            return cls.from_backbone(model_spec["path"], **kwargs)
         from ..configuration import AdaptSpeechConfig
 
-        model = cls(AdaptSpeechConfig(**kwargs))
-    elif init == "backbone":
-        model = cls.from_backbone(model_spec["path"], **kwargs)
+        return cls(AdaptSpeechConfig(**kwargs))
+    except (ValueError, KeyError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        raise StageConfigError(f"model.config: {message}") from err
+
+
+def _activate_trainable_adapters(model: Any, model_spec: dict[str, Any], trainable_adapters: list[str]) -> None:
+    """Make the trainable adapters the active ones (see the module docstring), or refuse a setting that leaves one
+    of them out of the forward pass."""
+    active = model_spec.get("active_languages")
+    if active is not None:
+        try:
+            model.set_active_languages(list(active))
+        except KeyError as err:
+            raise StageConfigError(f"model.active_languages: {err.args[0]}") from None
+    elif trainable_adapters and not model.config.fusion_active:
+        model.set_active_languages(list(trainable_adapters))
+    if model.config.fusion_active:
+        reached, what = list(model.config.fusion["languages"]), "the fusion's languages (model.fusion.languages)"
     else:
-        path = Path(model_spec["path"])
-        if not path.exists():
-            raise StageConfigError(f"model.path {path} does not exist (did the previous stage run?)")
-        model = cls.from_pretrained(path)
+        reached, what = list(model.config.active_languages), "model.active_languages"
+    idle = [lang for lang in trainable_adapters if lang not in reached]
+    if idle:
+        raise StageConfigError(
+            f"model.trainable.adapters {idle} would not train: they are not among {what} {reached}; add them there "
+            "or remove them from model.trainable.adapters"
+        )
+
+
+def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
+    """Create / load the model of a stage and apply its adapter, fusion, active-language and trainable settings.
+
+    ``init: pretrained`` reads the head from the saved ``config.json`` and loads the class the head registry names
+    for it, so a saved ``las`` / ``ctc_las`` model loads as what it is.
+    """
+    model = _construct(model_spec, processor)
+    tokenizer = processor.tokenizer
     if model.config.vocab_size != len(tokenizer):
         raise StageConfigError(
             f"the model's vocabulary ({model.config.vocab_size}) does not match the processor's ({len(tokenizer)})"
         )
-    for language, settings in (model_spec.get("add_adapters") or {}).items():
-        if language not in model.config.adapters:
-            model.add_language_adapter(language, **(settings or {}))
-    fusion = model_spec.get("fusion")
-    if fusion:
-        fusion = dict(fusion)
-        languages = fusion.pop("languages")
-        model.add_fusion(languages, **fusion)
-    if model_spec.get("active_languages") is not None:
-        model.set_active_languages(list(model_spec["active_languages"]))
+    try:
+        for language, settings in (model_spec.get("add_adapters") or {}).items():
+            if language not in model.config.adapters:
+                model.add_language_adapter(language, **(settings or {}))
+        fusion = model_spec.get("fusion")
+        if fusion:
+            fusion = dict(fusion)
+            languages = fusion.pop("languages")
+            model.add_fusion(languages, **fusion)
+    except (ValueError, KeyError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        raise StageConfigError(f"model.add_adapters / model.fusion: {message}") from err
     trainable = dict(model_spec.get("trainable") or {"backbone": True, "head": True})
+    adapters = list(trainable.get("adapters") or [])
+    unknown = [lang for lang in adapters if lang not in model.config.adapters]
+    if unknown:
+        raise StageConfigError(
+            f"model.trainable.adapters: no adapter for {unknown}; languages with one: {sorted(model.config.adapters)} "
+            "(add one with model.add_adapters)"
+        )
+    _activate_trainable_adapters(model, model_spec, adapters)
     model.set_trainable(
-        adapters=trainable.get("adapters") or [],
-        fusion=bool(trainable.get("fusion", False)),
-        head=bool(trainable.get("head", False)),
-        backbone=bool(trainable.get("backbone", False)),
+        adapters=adapters,
+        fusion=trainable.get("fusion", False),
+        head=trainable.get("head", False),
+        backbone=trainable.get("backbone", False),
         feature_encoder=trainable.get("feature_encoder"),
     )
     return model
 
 
-def run_stage(spec: StageSpec | dict[str, Any], resume: bool | str = False, progress: bool = True) -> StageResult:
-    """Train one stage; returns where the model went, the training time and the dev evaluation.
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
 
-    Args:
-        spec: the stage spec (a dict is validated with :meth:`StageSpec.from_dict`).
-        resume: True resumes from the last checkpoint in ``output_dir``; a path resumes from that checkpoint.
-    """
-    from transformers import TrainingArguments, set_seed
 
-    from ..data.collator import DataCollatorCTCWithPadding
+def _select_data(spec: StageSpec) -> tuple[Any, Any, Any]:
+    """``(processor, training rows, evaluation rows)`` of a stage."""
     from ..data.subsets import low_resource_subset, speakers
-    from ..evaluation import _routing_languages, evaluate_dataset, feature_type_of_model
-    from .callbacks import unwrap
-    from .checks import check_model_fits
-    from .distributed import ddp_training_defaults
-    from .metrics import argmax_logits, build_compute_metrics
-    from .trainer import AdaptSpeechTrainer
 
-    if isinstance(spec, dict):
-        spec = StageSpec.from_dict(spec)
-    set_seed(spec.seed)
     data = spec.data
     dataset, processor = load_prepared(data["prepared_dir"])
     train_split, eval_split = data.get("train_split", "train"), data.get("eval_split", "dev")
@@ -293,19 +370,28 @@ def run_stage(spec: StageSpec | dict[str, Any], resume: bool | str = False, prog
     evaluation_set = select_languages(dataset[eval_split], eval_languages, eval_split, "data.eval_languages")
     if data.get("max_eval_rows"):
         evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data["max_eval_rows"])))
+    return processor, train, evaluation_set
 
-    model = build_model(spec.model, processor)
-    output_dir = Path(spec.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    routing = _routing_languages(model)
-    collator = DataCollatorCTCWithPadding(
-        processor,
-        language_to_id=model.language_to_id if routing else None,
-        feature_type=feature_type_of_model(model),
-    )
-    check_model_fits(model, collator, train, spec.evaluation)  # a setting that does not fit: one line, before training
+
+def _freeze_unused_backbone_parameters(model: Any, probe: dict[str, torch.Tensor]) -> list[str]:
+    """Freeze the backbone parameters its own forward never uses (reported as trainable, they would get no
+    gradient); returns their names."""
+    from .distributed import idle_backbone_parameters
+
+    idle = idle_backbone_parameters(model, probe)
+    parameters = dict(model.named_parameters())
+    for name in idle:
+        parameters[name].requires_grad_(False)
+    return idle
+
+
+def _training_arguments(spec: StageSpec, model: Any, probe: dict[str, torch.Tensor], progress: bool) -> Any:
+    from transformers import TrainingArguments
+
+    from .distributed import ddp_training_defaults
+
     training = {
-        "output_dir": str(output_dir / "checkpoints"),
+        "output_dir": str(Path(spec.output_dir) / "checkpoints"),
         "report_to": [],
         "remove_unused_columns": False,
         "seed": spec.seed,
@@ -317,49 +403,111 @@ def run_stage(spec: StageSpec | dict[str, Any], resume: bool | str = False, prog
         "dataloader_num_workers": 0,
         **spec.training,
     }
-    training.setdefault("label_names", ["labels", "lang_ids"] if routing else ["labels"])
+    training.setdefault("label_names", ["labels"])
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    probe = collator([train[i] for i in range(min(2, len(train)))]) if distributed else None
-    training, _ = ddp_training_defaults(model, training, probe)  # find_unused_parameters, non-re-entrant checkpointing
-    args = TrainingArguments(**training)
+    training, _ = ddp_training_defaults(model, training, probe if distributed else None)
+    return TrainingArguments(**training)
+
+
+def _resolve_resume(resume: bool | str, checkpoints: Path) -> str | None:
+    if not resume:
+        return None
+    if isinstance(resume, str):
+        problem = checkpoint_problem(resume)
+        if problem:
+            raise StageConfigError(f"--resume {resume}: not a complete checkpoint: {problem}")
+        return resume
+    return last_checkpoint(checkpoints, report=lambda line: print(f"adaptspeech: {line}", file=sys.stderr))
+
+
+def run_stage(spec: StageSpec | dict[str, Any], resume: bool | str = False, progress: bool = True) -> StageResult:
+    """Train one stage; returns where the model went, the training time and the dev evaluation.
+
+    The run holds ``OUTPUT_DIR/adaptspeech.lock`` (a second run into the same folder is refused), records its spec in
+    ``OUTPUT_DIR/stage_spec.json`` at a fresh start, and refuses to resume with changed settings.
+
+    Args:
+        spec: the stage spec (a dict is validated with :meth:`StageSpec.from_dict`).
+        resume: True resumes from the last complete checkpoint in ``output_dir``; a path resumes from that checkpoint.
+    """
+    from .resume import check_resumed_spec, save_stage_spec
+    from .run_lock import OutputDirLock
+
+    if isinstance(spec, dict):
+        spec = StageSpec.from_dict(spec)
+    output_dir = Path(spec.output_dir)
+    checkpoints = Path(spec.training.get("output_dir") or output_dir / "checkpoints")
+    main = _is_main_process()
+    with OutputDirLock(output_dir, enabled=main):
+        resume_from = _resolve_resume(resume, checkpoints)
+        if resume_from is not None:
+            check_resumed_spec(output_dir, spec.to_dict())
+        elif main:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            save_stage_spec(output_dir, spec.to_dict())
+        return _train(spec, resume_from, progress)
+
+
+def _train(spec: StageSpec, resume_from: str | None, progress: bool) -> StageResult:
+    from transformers import set_seed
+
+    from ..data.collator import DataCollatorCTCWithPadding
+    from ..evaluation import _routing_languages, feature_type_of_model
+    from .callbacks import unwrap
+    from .checks import check_model_fits
+    from .metrics import DecodingEvaluation, default_method
+    from .trainer import AdaptSpeechTrainer
+
+    set_seed(spec.seed)
+    processor, train, evaluation_set = _select_data(spec)
+    model = build_model(spec.model, processor)
+    output_dir = Path(spec.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    collator = DataCollatorCTCWithPadding(
+        processor,
+        language_to_id=model.language_to_id if _routing_languages(model) else None,
+        feature_type=feature_type_of_model(model),
+    )
+    check_model_fits(model, collator, train, spec.evaluation)  # a setting that does not fit: one line, before training
+    probe = collator([train[i] for i in range(min(2, len(train)))])
+    frozen_unused = _freeze_unused_backbone_parameters(model, probe)
+    args = _training_arguments(spec, model, probe, progress)
+    ev = spec.evaluation
+    decoding = DecodingEvaluation(
+        processor,
+        method=ev.get("method") or default_method(model),
+        batch_size=int(ev.get("batch_size", 16)),
+        options=dict(ev.get("options") or {}),
+    )
     trainer = AdaptSpeechTrainer(
         model=model,
         args=args,
         train_dataset=train,
         eval_dataset=evaluation_set if args.eval_strategy != "no" else None,
         data_collator=collator,
-        compute_metrics=build_compute_metrics(processor.tokenizer, model.adapter_languages if routing else None),
-        preprocess_logits_for_metrics=argmax_logits,
+        decoding=decoding,
+        language_sampling_temperature=spec.data.get("language_sampling_temperature"),
+        gradient_check_steps=spec.model.get("gradient_check_steps", 10),
     )
-    resume_from = None
-    if resume:
-        resume_from = resume if isinstance(resume, str) else last_checkpoint(Path(args.output_dir))
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
     train_seconds = time.perf_counter() - start
     model = unwrap(trainer.model)
     model_dir = output_dir / "model"
+    evaluation = None
     if trainer.is_world_process_zero():
         model.save_pretrained(model_dir)
         processor.save_pretrained(model_dir)
-    evaluation = None
-    if trainer.is_world_process_zero():
-        ev = spec.evaluation
-        evaluation = evaluate_dataset(
-            model,
-            evaluation_set,
-            processor,
-            method=ev.get("method", "ctc_greedy"),
-            batch_size=int(ev.get("batch_size", 16)),
-            progress=progress,
-            **(ev.get("options") or {}),
-        )
+        evaluation = decoding.result(model, evaluation_set)
+        eval_split = spec.data.get("eval_split", "dev")
         summary = {
             "stage": spec.name,
             "train_seconds": train_seconds,
             "train_rows": len(train),
             "train_hours": float(sum(train["duration"])) / 3600 if "duration" in train.column_names else None,
             "trainable": model.trainable_parameters(),
+            "frozen_unused": frozen_unused,
+            "active_languages": list(model.config.active_languages),
             f"{eval_split}": evaluation,
             "global_step": trainer.state.global_step,
         }
@@ -374,24 +522,6 @@ def run_stage(spec: StageSpec | dict[str, Any], resume: bool | str = False, prog
         log_history=list(trainer.state.log_history),
         model=model,
     )
-
-
-def last_checkpoint(folder: Path) -> str | None:
-    """The complete checkpoint of the highest step in ``folder`` (None: none).
-
-    A run killed while saving leaves a ``checkpoint-N`` folder without ``trainer_state.json`` (the Trainer writes it
-    last); such a folder is skipped, so ``--resume`` picks the previous, complete one.
-    """
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-    if not folder.is_dir():
-        return None
-    steps = []
-    for path in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
-        suffix = path.name[len(PREFIX_CHECKPOINT_DIR) + 1 :]
-        if suffix.isdigit() and (path / "trainer_state.json").is_file():
-            steps.append((int(suffix), path))
-    return str(max(steps)[1]) if steps else None
 
 
 def torch_threads(threads: int | None) -> None:

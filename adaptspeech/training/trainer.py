@@ -7,8 +7,18 @@ What it adds to the stock Trainer:
   guide loss are already part of the model's ``loss``;
 * the guide-loss weight follows ``guide_weight * guide_decay ** step`` (:class:`FusionGuideScheduleCallback`);
 * every checkpoint also gets an adapter-only copy (:class:`AdapterCheckpointCallback`);
-* evaluation decodes greedily and reports WER / CER overall and per language (``eval_wer``, ``eval_cer_ro``, ...)
-  when built with :func:`adaptspeech.training.metrics.build_compute_metrics`.
+* evaluation (``decoding=``) decodes the evaluation split with the engine of ``adaptspeech evaluate``
+  (:class:`~adaptspeech.training.metrics.DecodingEvaluation`) and logs ``eval_wer``, ``eval_cer``, per-language
+  ``eval_wer_<lang>`` / ``eval_cer_<lang>`` and ``eval_loss``: the logged figure is the one ``adaptspeech evaluate``
+  gives for the same weights;
+* ``language_sampling_temperature=T`` draws training utterances by language with ``p_l ∝ n_l^(1/T)``
+  (:class:`~adaptspeech.data.subsets.TemperatureSampler`, redrawn each epoch, the same draw on every process;
+  accelerate hands each process its own batches of it);
+* a trainable parameter that receives no gradient stops the run (:class:`GradientCheckCallback`);
+* a loss that is NaN or infinite stops the run before the optimizer step, naming the step and the loss terms (the
+  checkpoints already written stay as they are; the stock Trainer only leaves such steps out of the logged mean);
+* a checkpoint that cannot be written (disk full) stops the run with one line; the incomplete folder is removed and
+  the previous complete checkpoint stays the one ``--resume`` picks.
 
 Everything else (optimizer, scheduler, gradient accumulation, mixed precision, DDP / DeepSpeed through accelerate,
 ``resume_from_checkpoint`` with optimizer, scheduler, sampler and RNG state) is the stock Trainer's.
@@ -16,27 +26,83 @@ Everything else (optimizer, scheduler, gradient accumulation, mixed precision, D
 
 from __future__ import annotations
 
+import math
+import shutil
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from .callbacks import AdapterCheckpointCallback, FusionGuideScheduleCallback
+from .callbacks import AdapterCheckpointCallback, FusionGuideScheduleCallback, unwrap
+from .errors import StageConfigError, TrainingError
+from .gradient_check import DEFAULT_GRADIENT_CHECK_STEPS, GradientCheckCallback
+from .metrics import DecodingEvaluation
+from .resume import last_checkpoint
 
 LOSS_TERMS = ("loss_ctc", "loss_att", "loss_fusion_reg", "loss_fusion_guide")
 
 
-class AdaptSpeechTrainer(Trainer):
-    """``Trainer`` for adaptspeech models; takes the same arguments as ``transformers.Trainer``."""
+class SamplerEpochCallback(TrainerCallback):
+    """Give the temperature sampler the epoch at every epoch start (accelerate does not reach a sampler under its
+    batch-skipping wrapper when a distributed run resumes in the middle of an epoch)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, trainer: AdaptSpeechTrainer) -> None:
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        sampler = self.trainer.language_sampler
+        if sampler is not None:
+            sampler.set_epoch(math.floor(state.epoch or 0))
+        return control
+
+
+class AdaptSpeechTrainer(Trainer):
+    """``Trainer`` for adaptspeech models; takes the arguments of ``transformers.Trainer`` and:
+
+    Args:
+        decoding (`DecodingEvaluation`, *optional*): evaluate by decoding (WER / CER as ``adaptspeech evaluate``);
+            the evaluation dataset must be a prepared split (``text`` and ``language`` columns).
+        language_sampling_temperature (`float`, *optional*): draw training rows by language with
+            ``p_l ∝ n_l^(1/T)`` (the dataset needs a ``language`` column); None: the stock random sampler.
+        gradient_check_steps (`int`, defaults to 10): optimizer steps checked by :class:`GradientCheckCallback`
+            (0: no check).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        decoding: DecodingEvaluation | None = None,
+        language_sampling_temperature: float | None = None,
+        gradient_check_steps: int = DEFAULT_GRADIENT_CHECK_STEPS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.decoding = decoding
+        self.language_sampling_temperature = language_sampling_temperature
+        self.language_sampler: Any = None
+        if language_sampling_temperature is not None:
+            if not language_sampling_temperature > 0:
+                raise StageConfigError(
+                    f"data.language_sampling_temperature: expected a number > 0, got {language_sampling_temperature!r}"
+                )
+            if self.args.train_sampling_strategy != "random":
+                raise StageConfigError(
+                    "data.language_sampling_temperature replaces the training sampler: it cannot be combined with "
+                    f"training.train_sampling_strategy={self.args.train_sampling_strategy!r} (remove one of the two)"
+                )
+            self.add_callback(SamplerEpochCallback(self))
+        self._decoding_dataset: Any = None
+        self.gradient_check = GradientCheckCallback(gradient_check_steps, any_process=self._any_process)
         self.add_callback(FusionGuideScheduleCallback())
         self.add_callback(AdapterCheckpointCallback())
+        self.add_callback(self.gradient_check)
         self._loss_sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         self._loss_counts: dict[str, int] = defaultdict(int)
+        self._last_terms: dict[str, float] = {}
 
+    # --- loss ------------------------------------------------------------------------------------------------------
     def compute_loss(
         self,
         model: torch.nn.Module,
@@ -47,12 +113,42 @@ class AdaptSpeechTrainer(Trainer):
         outputs = model(**inputs)
         loss = outputs["loss"]
         if model.training:
+            self._last_terms = {}
             for term in LOSS_TERMS:
                 value = outputs.get(term)
                 if value is not None:
-                    self._loss_sums[term] = self._loss_sums[term] + value.detach().to("cpu", torch.float64)
+                    value = value.detach()
+                    self._last_terms[term] = float(value)
+                    self._loss_sums[term] = self._loss_sums[term] + value.to("cpu", torch.float64)
                     self._loss_counts[term] += 1
         return (loss, outputs) if return_outputs else loss
+
+    def training_step(
+        self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
+    ) -> torch.Tensor:
+        self.gradient_check.observe_batch(inputs)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._stop_on_non_finite(loss)
+        return loss
+
+    def _any_process(self, flag: bool) -> bool:
+        """``flag`` or-ed over all processes (every process must call this at the same point)."""
+        if self.args.world_size <= 1:
+            return flag
+        flags = self.accelerator.gather(torch.tensor([float(flag)], device=self.args.device))
+        return bool(flags.any())
+
+    def _stop_on_non_finite(self, loss: torch.Tensor) -> None:
+        if not self._any_process(not bool(torch.isfinite(loss).all())):
+            return
+        terms = ", ".join(f"{k}={v:.6g}" for k, v in self._last_terms.items()) or "no separate terms"
+        last = last_checkpoint(Path(self.args.output_dir))
+        kept = f"the last complete checkpoint is {last}" if last else "no checkpoint was written yet"
+        raise TrainingError(
+            f"step {self.state.global_step + 1}: the training loss is {float(loss):.6g} ({terms}) on this process or "
+            f"another; stopped before the optimizer step, {kept}. Check the data of this step (NaN features?) or "
+            "lower training.learning_rate"
+        )
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._loss_counts:
@@ -62,3 +158,77 @@ class AdaptSpeechTrainer(Trainer):
             self._loss_sums.clear()
             self._loss_counts.clear()
         super().log(logs, start_time)
+
+    # --- sampling ----------------------------------------------------------------------------------------------
+    def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
+        if self.language_sampling_temperature is None:
+            return super()._get_train_sampler(train_dataset)
+        from ..data.subsets import TemperatureSampler
+
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        # read the languages from the dataset as given: the Trainer may have removed unused columns from its copy
+        source = self.train_dataset if "language" in getattr(self.train_dataset, "column_names", ()) else dataset
+        if "language" not in getattr(source, "column_names", ()):
+            raise StageConfigError("data.language_sampling_temperature needs a 'language' column in the training data")
+        # a whole number of batches on every process: accelerate then never wraps around to repeat rows
+        block = self.args.train_batch_size * max(1, self.args.world_size)
+        num_samples = -(-len(dataset) // block) * block
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        self.language_sampler = TemperatureSampler(
+            source["language"], self.language_sampling_temperature, num_samples=num_samples, seed=seed
+        )
+        return self.language_sampler
+
+    # --- evaluation ----------------------------------------------------------------------------------------------
+    def evaluate(
+        self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
+    ) -> dict[str, float]:
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if isinstance(dataset, str) and isinstance(self.eval_dataset, dict):
+            dataset = self.eval_dataset[dataset]
+        if isinstance(dataset, dict):
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)  # comes back here per dataset
+        self._decoding_dataset = dataset
+        try:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        finally:
+            self._decoding_dataset = None
+
+    def evaluation_loop(
+        self,
+        dataloader: Any,
+        description: str,
+        prediction_loss_only: bool | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> Any:
+        if self.decoding is None or self._decoding_dataset is None:
+            return super().evaluation_loop(
+                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            )
+        # the loss from the stock loop (gathered over processes), the rates from the decoding engine
+        output = super().evaluation_loop(dataloader, description, True, ignore_keys, metric_key_prefix)
+        rates = self.decoding(unwrap(self.model), self._decoding_dataset)
+        output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in rates.items()})
+        return output
+
+    # --- checkpoints ---------------------------------------------------------------------------------------------
+    def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:
+        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+        existed = folder.exists()
+        failure: OSError | None = None
+        try:
+            super()._save_checkpoint(model, trial)
+        except OSError as err:
+            failure = err
+        if not self._any_process(failure is not None):
+            return
+        if self.args.should_save and not existed:
+            shutil.rmtree(folder, ignore_errors=True)
+        last = last_checkpoint(Path(self.args.output_dir))
+        cause = (failure.strerror or str(failure)) if failure is not None else "it failed on another process"
+        kept = f"the last complete checkpoint is {last} (resume with --resume)" if last else "no complete checkpoint"
+        raise TrainingError(
+            f"step {self.state.global_step}: writing checkpoint {folder} failed ({cause}); the incomplete folder was "
+            f"removed, {kept}"
+        ) from failure

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.testing import tiny_config, tiny_inputs
@@ -141,7 +142,7 @@ def test_last_checkpoint_skips_one_killed_while_saving(tmp_path):
     for step, complete in ((5, True), (10, True), (15, False)):
         folder = tmp_path / f"checkpoint-{step}"
         folder.mkdir()
-        (folder / "model.safetensors").write_bytes(b"")
+        save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))  # complete weights (resume checks them)
         if complete:
             (folder / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoint-final").mkdir()

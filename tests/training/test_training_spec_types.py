@@ -1,0 +1,156 @@
+"""Every stage setting is checked against its declared type (issue 10): a string where a bool is expected, a typo in
+``backbone_config``, a language list given as one string, ``model.head``, a language code that is not ISO-like -- each
+is refused with one line naming the setting, the expected type and the value (or read as documented)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptspeech import yaml_loader
+from adaptspeech.training.spec_types import DATA_TYPES, EVALUATION_TYPES, MODEL_TYPES, STAGE_TYPES, TRAINABLE_TYPES
+from adaptspeech.training.stage import StageConfigError, StageSpec, apply_overrides
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+
+
+def base(tmp_path) -> dict:
+    return {
+        "name": "x",
+        "output_dir": str(tmp_path / "run"),
+        "data": {"prepared_dir": "p", "train_languages": ["ro", "cs"]},
+        "model": {"init": "config", "config": {"backbone_type": "fbank_conformer", "backbone_config": dict(TINY)}},
+    }
+
+
+def refused(spec: dict, overrides: list[str]) -> str:
+    with pytest.raises(StageConfigError) as info:
+        StageSpec.from_dict(apply_overrides(spec, overrides))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_the_string_no_is_not_true(tmp_path):
+    """YAML 1.2: ``no`` is the string "no", which Python takes as true; before the check the backbone trained."""
+    assert yaml_loader.load("no") == "no"
+    message = refused(base(tmp_path), ["model.trainable.backbone=no"])
+    assert message == "model.trainable.backbone: expected true or false, got 'no'"
+    spec = StageSpec.from_dict(apply_overrides(base(tmp_path), ["model.trainable.backbone=false"]))
+    assert spec.model["trainable"]["backbone"] is False
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("name=[a]", "name: expected a non-empty string, got ['a']"),
+        ("seed=1.5", "seed: expected an integer, got 1.5"),
+        ("data.subset_seed=abc", "data.subset_seed: expected an integer, got 'abc'"),
+        ("data.max_eval_rows=0", "data.max_eval_rows: expected a positive integer or null, got 0"),
+        ("data.language_sampling_temperature=0", "data.language_sampling_temperature: expected a number > 0 or null"),
+        ("data.language_sampling_temperature=hot", "expected a number > 0 or null, got 'hot'"),
+        ("model.trainable.fusion=yes", "model.trainable.fusion: expected true or false, got 'yes'"),
+        ("model.trainable.head=1", "model.trainable.head: expected true or false, got 1"),
+        ("model.trainable.feature_encoder=off", "model.trainable.feature_encoder: expected true or false or null"),
+        ("model.gradient_check_steps=-1", "model.gradient_check_steps: expected an integer >= 0, got -1"),
+        ("model.init=hub", "model.init: expected one of the allowed values: config, pretrained, backbone"),
+        ("evaluation.batch_size=big", "evaluation.batch_size: expected a positive integer, got 'big'"),
+        ("evaluation.method=greedy", "evaluation.method 'greedy' unknown; allowed values: attention_beam"),
+        ("evaluation.options=3", "evaluation.options: expected a mapping of settings or null, got 3"),
+        ("model.config.ctc_weight=high", "model.config.ctc_weight: expected a number, got 'high'"),
+        ("model.config.fusion_active=no", "model.config.fusion_active: expected true or false, got 'no'"),
+        ("model.add_adapters.ro.layer_norm=no", "model.add_adapters.ro.layer_norm: expected true or false, got 'no'"),
+        ("model.add_adapters.ro.bottleneck=8.5", "model.add_adapters.ro.bottleneck: expected an integer, got 8.5"),
+        ("model.fusion.include_self=no", "model.fusion.include_self: expected true or false, got 'no'"),
+        ("model.config.las.location_aware=no", "model.config.las.location_aware: expected true or false, got 'no'"),
+    ],
+)
+def test_every_section_is_type_checked(tmp_path, override, message):
+    assert message in refused(base(tmp_path), [override])
+
+
+def test_every_declared_setting_has_a_type_table():
+    """One table per section, and the tables are what the stage accepts."""
+    from adaptspeech.training import stage
+
+    assert tuple(STAGE_TYPES) == stage.STAGE_SECTIONS
+    assert tuple(DATA_TYPES) == stage.DATA_KEYS and tuple(MODEL_TYPES) == stage.MODEL_KEYS
+    assert tuple(TRAINABLE_TYPES) == stage.TRAINABLE_KEYS and tuple(EVALUATION_TYPES) == stage.EVALUATION_KEYS
+
+
+def test_a_typo_inside_backbone_config_names_the_closest_key(tmp_path):
+    """Before: ``hiden_size: 16`` was written into config.json and ignored."""
+    message = refused(base(tmp_path), ["model.config.backbone_config.hiden_size=16"])
+    assert message.startswith("model.config.backbone_config: unknown setting(s) hiden_size (did you mean hidden_size?)")
+
+
+def test_a_backbone_value_of_the_wrong_type_is_one_line(tmp_path):
+    """Before: ``hidden_size=abc`` ended in a full traceback."""
+    assert refused(base(tmp_path), ["model.config.backbone_config.hidden_size=abc"]) == (
+        "model.config.backbone_config.hidden_size: expected an integer, got 'abc'"
+    )
+    message = refused(base(tmp_path), ["model.config.backbone_config.hidden_dropout=none"])
+    assert message == "model.config.backbone_config.hidden_dropout: expected a number, got 'none'"
+    message = refused(base(tmp_path), ["model.config.backbone_config.apply_spec_augment=no"])
+    assert "apply_spec_augment: expected true or false, got 'no'" in message
+
+
+def test_backbone_config_is_checked_against_the_chosen_backbone(tmp_path):
+    # wav2vec2 has conv_dim, the fbank conformer takes num_mel_bins
+    spec = apply_overrides(base(tmp_path), ["model.config.backbone_type=wav2vec2"])
+    spec["model"]["config"]["backbone_config"] = {"hidden_size": 32, "conv_dim": [16, 16], "mask_time_prob": 0}
+    StageSpec.from_dict(spec)
+    assert "num_mel_bins" in refused(spec, ["model.config.backbone_config.num_mel_bins=16"])
+
+
+def test_unknown_model_config_keys_name_the_closest_valid_one(tmp_path):
+    message = refused(base(tmp_path), ["model.config.adapter_default={bottleneck: 8}"])
+    assert message.startswith("model.config: unknown setting(s) adapter_default (did you mean adapter_defaults?)")
+    assert "backbone_type" in message  # the allowed settings are listed
+    message = refused(base(tmp_path), ["model.config.backbone_type=conformer"])
+    assert "model.config.backbone_type: expected one of the allowed values: fbank_conformer" in message
+
+
+def test_model_config_with_a_pretrained_model_is_refused(tmp_path):
+    message = refused(base(tmp_path), ["model.init=pretrained", "model.path=somewhere"])
+    assert message.startswith("model.config: not used with model.init=pretrained")
+
+
+def test_model_head_is_refused_with_the_place_of_the_head(tmp_path):
+    """``model.head`` was accepted and ignored; the head is ``model.config.head``."""
+    message = refused(base(tmp_path), ["model.head=las"])
+    assert "model: unknown setting(s) head (the head is model.config.head" in message
+
+
+def test_a_single_language_is_a_one_element_list(tmp_path):
+    """Before: ``data.train_languages=ro`` was read as ['r', 'o']."""
+    spec = StageSpec.from_dict(
+        apply_overrides(base(tmp_path), ["data.train_languages=ro", "data.eval_languages=cs",
+                                         "model.trainable.adapters=ro", "model.active_languages=ro"])
+    )
+    assert spec.data["train_languages"] == ["ro"] and spec.data["eval_languages"] == ["cs"]
+    assert spec.model["trainable"]["adapters"] == ["ro"] and spec.model["active_languages"] == ["ro"]
+
+
+@pytest.mark.parametrize(
+    ("override", "setting"),
+    [
+        ("data.train_languages=[Romanian]", "data.train_languages"),
+        ("data.train_languages=ro,cs", "data.train_languages"),
+        ("data.eval_languages=[ro, 'c s']", "data.eval_languages"),
+        ("model.active_languages=[RO]", "model.active_languages"),
+        ("model.trainable.adapters=[r]", "model.trainable.adapters"),
+        ("model.add_adapters={romanian: {bottleneck: 8}}", "model.add_adapters"),
+        ("model.config.adapter_languages=[ro, 12]", "model.config.adapter_languages"),
+        ("model.fusion={languages: [ro, Czech]}", "model.fusion.languages"),
+        ("model.fusion={languages: [ro], target_language: x}", "model.fusion.target_language"),
+    ],
+)
+def test_language_codes_must_be_iso_like(tmp_path, override, setting):
+    message = refused(base(tmp_path), [override])
+    assert message.startswith(f"{setting}: expected a ") and "language code" in message
+
+
+def test_iso_like_codes_with_subtags_pass(tmp_path):
+    override = "data.train_languages=[pt-BR, zh-CN, rm-sursilv, yue]"
+    spec = StageSpec.from_dict(apply_overrides(base(tmp_path), [override]))
+    assert spec.data["train_languages"] == ["pt-BR", "zh-CN", "rm-sursilv", "yue"]
