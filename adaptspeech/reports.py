@@ -98,6 +98,40 @@ def _heatmap_panel(ax: Any, weights: np.ndarray, languages: Sequence[str], layer
     return image
 
 
+def to_numpy(values: Any) -> np.ndarray:
+    """A tensor on any device and of any dtype (CUDA, bfloat16 ...) or an array-like -> a float numpy array.
+
+    Tensors are detached and moved to the CPU in float32 first: a CUDA tensor and a bfloat16 tensor have no
+    ``.numpy()``.
+    """
+    if hasattr(values, "detach"):
+        import torch
+
+        return values.detach().to("cpu", torch.float32).numpy()
+    return np.asarray(values, dtype=float)
+
+
+def fusion_weight_sums(fusion_weights: Sequence[Any], frame_mask: Any) -> np.ndarray:
+    """Sum each layer's SimAdapter attention over the real frames of a batch.
+
+    Args:
+        fusion_weights: one tensor per fused layer, [B, T, N] (attention over the N fused adapters per frame), on
+            any device and of any dtype (bfloat16 under autocast).
+        frame_mask: [B, T], True (or 1) on real frames.
+
+    Returns:
+        `np.ndarray` [num_layers, N], float64: per layer and language, the attention summed over the real frames;
+        divide by the number of real frames for the mean.
+    """
+    import torch
+
+    sums = []
+    for weights in fusion_weights:
+        mask = frame_mask.to(weights.device, torch.float32)[..., None]
+        sums.append((weights.detach().float() * mask).sum((0, 1)))
+    return np.stack([to_numpy(s).astype(np.float64) for s in sums])
+
+
 def plot_fusion_heatmap(
     weights: np.ndarray,
     languages: Sequence[str],
@@ -110,12 +144,12 @@ def plot_fusion_heatmap(
 
     Args:
         weights: [num_layers, num_languages], each row a distribution (the time-, batch- and utterance-averaged
-            attention of that layer).
+            attention of that layer); a numpy array or a tensor on any device and of any dtype.
         target: the target language among ``languages``; when given, a second panel shows the attention over the
             *source* languages alone (the target's column dropped, rows renormalised): the language similarity
             SimAdapter learns, which the target's own adapter otherwise dominates.
     """
-    weights = np.asarray(weights, dtype=float)
+    weights = to_numpy(weights).astype(float)
     layer_labels = [str(i) for i in (layers if layers is not None else range(len(weights)))]
     plt = _pyplot()
     panels = 2 if target is not None and target in languages and len(languages) > 1 else 1

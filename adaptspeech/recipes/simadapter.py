@@ -16,6 +16,11 @@ Outputs in ``output_dir``: ``results.md`` / ``results.json`` (CER / WER per syst
 trainable parameters, training time -- the SimAdapter row counts stage 3a's target adapter and stage 3b together;
 the source languages' test CER of the base), ``fusion_heatmap.png`` (the mean SimAdapter attention per layer and
 fused language on the target test set) and ``training_curves.png``.
+
+The test-set evaluation runs on ``evaluation.device`` (``auto``: the device the stages trained on, see
+:func:`resolve_device`), in batches of ``evaluation.batch_size`` (16). :func:`run_recipe` is the sequence
+:func:`prepare_data` -> :func:`train_recipe_stage` for each entry of :func:`recipe_plan` -> :func:`evaluate_recipe`;
+the dry run (:mod:`adaptspeech.recipes.dry_run`) runs the same steps one process each.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +66,8 @@ ADAPTER_ALONE = "target adapter alone"
 #: results.md column: CER difference to the adapter alone with its 95% paired-bootstrap interval (points)
 VS_ADAPTER_COLUMN = "CER - adapter alone, 95% CI"
 BASELINE_NAMES = ("finetune", "scratch")
+#: settings of the recipe's ``evaluation`` section
+EVALUATION_KEYS = ("split", "method", "options", "batch_size", "device")
 
 
 class RecipeError(StageConfigError):
@@ -107,6 +115,12 @@ def _check_recipe(recipe: dict[str, Any]) -> None:
     unknown_baselines = sorted(set(recipe.get("baselines", {})) - set(BASELINE_NAMES))
     if unknown_baselines:
         raise RecipeError(f"recipe.baselines: unknown {unknown_baselines}; allowed: {', '.join(BASELINE_NAMES)}")
+    unknown_evaluation = sorted(set(recipe.get("evaluation") or {}) - set(EVALUATION_KEYS))
+    if unknown_evaluation:
+        raise RecipeError(
+            f"recipe.evaluation: unknown setting(s) {', '.join(unknown_evaluation)}; "
+            f"allowed: {', '.join(EVALUATION_KEYS)}"
+        )
     if recipe["target"] in recipe["sources"]:
         raise RecipeError(f"recipe: target {recipe['target']!r} is also a source language")
 
@@ -224,11 +238,41 @@ def _compare_with(
     return out
 
 
+def resolve_device(recipe: dict[str, Any]) -> torch.device:
+    """The device the recipe's test-set evaluation runs on.
+
+    ``evaluation.device`` names it (``cpu``, ``cuda``, ``cuda:1``, ``mps``); ``auto`` (the default) picks the device
+    the stages trained on: the CPU when every stage sets ``training.use_cpu``, else the best available one (CUDA,
+    then MPS, then the CPU), as the Trainer does.
+    """
+    name = str((recipe.get("evaluation") or {}).get("device") or "auto")
+    if name != "auto":
+        try:
+            device = torch.device(name)
+        except RuntimeError as err:
+            raise RecipeError(f"evaluation.device {name!r}: {err}") from err
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RecipeError(f"evaluation.device {name!r}: CUDA is not available on this machine")
+        return device
+    stages = [*recipe.get("stages", {}).values(), *recipe.get("baselines", {}).values()]
+    if stages and all((stage.get("training") or {}).get("use_cpu") for stage in stages):
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
 def _fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_size: int = 16) -> dict[str, Any]:
-    """Average the SimAdapter attention over the real frames of ``dataset``; plot it per layer and language."""
+    """Average the SimAdapter attention over the real frames of ``dataset``; plot it per layer and language.
+
+    Runs on the model's device; the per-layer sums are moved to the CPU in float32 before numpy (a CUDA or a
+    bfloat16 tensor has no ``.numpy()``).
+    """
     from ..data.collator import DataCollatorCTCWithPadding
     from ..evaluation import feature_type_of_model
-    from ..reports import plot_fusion_heatmap
+    from ..reports import fusion_weight_sums, plot_fusion_heatmap
 
     collator = DataCollatorCTCWithPadding(processor, feature_type=feature_type_of_model(model))
     model.eval()
@@ -238,9 +282,11 @@ def _fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_
         for start in range(0, len(dataset), batch_size):
             batch = collator([dataset[i] for i in range(start, min(len(dataset), start + batch_size))])
             batch.pop("labels", None)
+            batch = {k: v.to(model.device) for k, v in batch.items()}
             out = model(**batch, output_fusion_weights=True)
-            mask = torch.arange(out.logits.shape[1])[None] < out.frame_lengths[:, None]
-            layer_sums = np.stack([(w * mask[..., None]).sum((0, 1)).numpy() for w in out.fusion_weights])
+            lengths = out.frame_lengths
+            mask = torch.arange(out.logits.shape[1], device=lengths.device)[None] < lengths[:, None]
+            layer_sums = fusion_weight_sums(out.fusion_weights, mask)
             sums = layer_sums if sums is None else sums + layer_sums
             frames += float(mask.sum())
     weights = sums / max(frames, 1.0)
@@ -258,6 +304,69 @@ def _fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_
     return {"languages": languages, "layers": layers, "weights": weights.round(4).tolist()}
 
 
+@dataclass(frozen=True)
+class PlannedStage:
+    """One stage or baseline of a recipe run, in the order they run."""
+
+    name: str
+    group: str
+    """``"stages"`` or ``"baselines"``: where its settings live in the recipe."""
+    languages: list[str]
+    """The training languages."""
+    previous: str | None
+    """The stage whose saved model it starts from (None: it builds its own)."""
+    subset: str | None
+    """The low-resource budget of its training data (the recipe's ``target_subset`` for target stages)."""
+
+
+def recipe_plan(recipe: dict[str, Any]) -> list[PlannedStage]:
+    """The stages and baselines of ``recipe`` in the order they run."""
+    sources, target = list(recipe["sources"]), recipe["target"]
+    subset = recipe.get("target_subset")
+    plan = [
+        PlannedStage("base", "stages", sources, None, None),
+        PlannedStage("source_adapters", "stages", sources, "base", None),
+        PlannedStage("target_adapter", "stages", [target], "source_adapters", subset),
+        PlannedStage("fusion", "stages", [target], "target_adapter", subset),
+    ]
+    if "finetune" in recipe.get("baselines", {}):
+        plan.append(PlannedStage("finetune", "baselines", [target], "base", subset))
+    if "scratch" in recipe.get("baselines", {}):
+        plan.append(PlannedStage("scratch", "baselines", [target], None, subset))
+    return plan
+
+
+def stage_spec(recipe: dict[str, Any], stage: PlannedStage, prepared: Path) -> dict[str, Any]:
+    """The validated stage spec (a dict for :func:`run_stage`) of ``stage`` within ``recipe``."""
+    out = Path(recipe["output_dir"])
+    model_path = out / stage.previous / "model" if stage.previous else None
+    spec = _stage_spec(recipe, stage.name, stage.group, prepared, stage.languages, model_path, stage.subset)
+    StageSpec.from_dict(spec)
+    return spec
+
+
+def train_recipe_stage(
+    recipe: dict[str, Any], stage: PlannedStage, prepared: Path, progress: bool = True
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Train one stage of the recipe; returns its ``stage_summary.json`` and its log history."""
+    spec = stage_spec(recipe, stage, prepared)
+    subset = f" ({stage.subset} each)" if stage.subset else ""
+    _log(f"stage {stage.name}: training on {', '.join(stage.languages)}{subset}")
+    result = run_stage(spec, progress=progress)
+    summary = json.loads((Path(recipe["output_dir"]) / stage.name / "stage_summary.json").read_text())
+    _log(f"stage {stage.name}: {result.train_seconds:.0f} s, dev CER {100 * result.eval['overall']['cer']:.2f}%")
+    return summary, result.log_history
+
+
+def load_stage_outputs(recipe: dict[str, Any], name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``stage_summary.json`` and ``log_history.json`` of a stage that ran before (e.g. skipped by ``--only``)."""
+    stage_dir = Path(recipe["output_dir"]) / name
+    summary_path = stage_dir / "stage_summary.json"
+    if not summary_path.is_file():
+        raise RecipeError(f"stage {name!r} was skipped (--only) but has not run before: {summary_path}")
+    return json.loads(summary_path.read_text()), json.loads((stage_dir / "log_history.json").read_text())
+
+
 def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[str, Any]:
     """Run every stage and baseline, evaluate on the test sets, write the table and the plots.
 
@@ -265,109 +374,132 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
         recipe: from :func:`load_recipe`.
         only: run only these stages / baselines (the others must have run before: their models are reused).
     """
+    if recipe.get("threads"):
+        torch.set_num_threads(int(recipe["threads"]))
+    Path(recipe["output_dir"]).mkdir(parents=True, exist_ok=True)
+    total_start = time.perf_counter()
+    progress = bool(recipe.get("progress", True))
+    prepared = prepare_data(recipe)
+    plan = recipe_plan(recipe)
+    for stage in plan:
+        stage_spec(recipe, stage, prepared)  # validate every stage before the long work
+    results: dict[str, Any] = {}
+    histories: dict[str, list[dict[str, Any]]] = {}
+    for stage in plan:
+        if only and stage.name not in only:
+            results[stage.name], histories[stage.name] = load_stage_outputs(recipe, stage.name)
+        else:
+            results[stage.name], histories[stage.name] = train_recipe_stage(recipe, stage, prepared, progress)
+    return evaluate_recipe(recipe, prepared, results, histories, total_start=total_start)
+
+
+def _system_row(results: dict[str, Any], system: str, stage: str | None, metrics: dict[str, Any]) -> dict[str, Any]:
+    # SimAdapter needs the target adapter of stage 3a: its row counts both stages' parameters and time.
+    stages = [] if stage is None else ["target_adapter", stage] if stage == "fusion" else [stage]
+    trainable = _trained_parameters([results[s]["trainable"] for s in stages if s in results])
+    return {
+        "system": system,
+        "cer": metrics["overall"]["cer"],
+        "wer": metrics["overall"]["wer"],
+        "trainable_params": trainable["trainable"],
+        "trainable_share": trainable["trainable_share"],
+        "train_seconds": sum(results[s]["train_seconds"] for s in stages if s in results) if stages else None,
+    }
+
+
+def _source_markdown(source_rows: list[dict[str, Any]], source_average: dict[str, float]) -> list[str]:
+    lines = [
+        "| source language | base CER % | base WER % | base + own adapter CER % |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in source_rows:
+        lines.append(
+            f"| {r['language']} | {100 * r['base_cer']:.2f} | {100 * r['base_wer']:.2f} | "
+            f"{100 * r['adapter_cer']:.2f} |"
+        )
+    lines.append(
+        f"| **average** | **{100 * source_average['base_cer']:.2f}** | | "
+        f"**{100 * source_average['adapter_cer']:.2f}** |"
+    )
+    return lines
+
+
+def evaluate_recipe(
+    recipe: dict[str, Any],
+    prepared: Path,
+    results: dict[str, Any],
+    histories: dict[str, list[dict[str, Any]]],
+    total_start: float | None = None,
+) -> dict[str, Any]:
+    """Evaluate every trained system on the test sets; write ``results.{md,json}``, the heatmap and the curves.
+
+    Args:
+        prepared: the prepared data folder (:func:`prepare_data`).
+        results, histories: ``stage_summary.json`` and the log history of every stage, by name.
+        total_start: ``time.perf_counter()`` at the start of the run, for the total wall time (None: now).
+    """
     from ..evaluation import evaluate_dataset
     from ..modeling import AdaptSpeechForCTC
     from ..reports import TABLE_COLUMNS, plot_training_curves, write_results
 
-    if recipe.get("threads"):
-        torch.set_num_threads(int(recipe["threads"]))
+    total_start = time.perf_counter() if total_start is None else total_start
     out = Path(recipe["output_dir"])
-    out.mkdir(parents=True, exist_ok=True)
-    total_start = time.perf_counter()
     progress = bool(recipe.get("progress", True))
     sources, target = list(recipe["sources"]), recipe["target"]
     subset = recipe.get("target_subset")
-    prepared = prepare_data(recipe)
     dataset, processor = load_prepared(prepared)
     evaluation = dict(recipe.get("evaluation") or {})
     split = evaluation.get("split", "test")
     method = evaluation.get("method", "ctc_greedy")
     options = dict(evaluation.get("options") or {})
+    batch_size = int(evaluation.get("batch_size", 16))
+    device = resolve_device(recipe)
+    _log(f"evaluation on the {split} set: {method}, on {device}")
 
-    plan: list[tuple[str, str, list[str], str | None, str | None]] = [
-        # name, group, training languages, previous stage whose model it starts from, subset
-        ("base", "stages", sources, None, None),
-        ("source_adapters", "stages", sources, "base", None),
-        ("target_adapter", "stages", [target], "source_adapters", subset),
-        ("fusion", "stages", [target], "target_adapter", subset),
-    ]
-    if "finetune" in recipe.get("baselines", {}):
-        plan.append(("finetune", "baselines", [target], "base", subset))
-    if "scratch" in recipe.get("baselines", {}):
-        plan.append(("scratch", "baselines", [target], None, subset))
-
-    results: dict[str, Any] = {}
-    histories: dict[str, list[dict[str, Any]]] = {}
-    for name, group, languages, previous, stage_subset in plan:
-        stage_dir = out / name
-        model_path = out / previous / "model" if previous else None
-        spec = _stage_spec(recipe, name, group, prepared, languages, model_path, stage_subset)
-        StageSpec.from_dict(spec)  # validate every stage before the long work
-        if only and name not in only:
-            summary_path = stage_dir / "stage_summary.json"
-            if not summary_path.is_file():
-                raise RecipeError(f"stage {name!r} was skipped (--only) but has not run before: {summary_path}")
-            results[name] = json.loads(summary_path.read_text())
-            histories[name] = json.loads((stage_dir / "log_history.json").read_text())
-            continue
-        _log(f"stage {name}: training on {', '.join(languages)}" + (f" ({stage_subset} each)" if stage_subset else ""))
-        result = run_stage(spec, progress=progress)
-        results[name] = json.loads((stage_dir / "stage_summary.json").read_text())
-        histories[name] = result.log_history
-        _log(f"stage {name}: {result.train_seconds:.0f} s, dev CER {100 * result.eval['overall']['cer']:.2f}%")
-
-    # --- test-set evaluation -------------------------------------------------------------------------------------
     test = dataset[split]
     target_test = select_languages(test, [target], split, "evaluation")
     source_test = select_languages(test, sources, split, "evaluation")
-    rows: list[dict[str, Any]] = []
-    source_rows: list[dict[str, Any]] = []
 
     def evaluate(stage: str, data: Any, setup: Any = None) -> tuple[dict[str, Any], Any]:
-        model = AdaptSpeechForCTC.from_pretrained(out / stage / "model")
+        model = AdaptSpeechForCTC.from_pretrained(out / stage / "model").to(device)
         if setup is not None:
             setup(model)
         metrics = evaluate_dataset(
-            model, data, processor, method=method, progress=progress, return_hypotheses=True, **options
+            model,
+            data,
+            processor,
+            method=method,
+            batch_size=batch_size,
+            progress=progress,
+            return_hypotheses=True,
+            **options,
         )
         return metrics, model
 
     base_sources, _ = evaluate("base", source_test)
     adapters_sources, _ = evaluate("source_adapters", source_test, lambda m: m.set_active_languages(sources))
-    for lang in sources:
-        source_rows.append(
-            {
-                "language": lang,
-                "base_cer": base_sources["per_language"][lang]["cer"],
-                "base_wer": base_sources["per_language"][lang]["wer"],
-                "adapter_cer": adapters_sources["per_language"][lang]["cer"],
-                "adapter_wer": adapters_sources["per_language"][lang]["wer"],
-            }
-        )
+    source_rows = [
+        {
+            "language": lang,
+            "base_cer": base_sources["per_language"][lang]["cer"],
+            "base_wer": base_sources["per_language"][lang]["wer"],
+            "adapter_cer": adapters_sources["per_language"][lang]["cer"],
+            "adapter_wer": adapters_sources["per_language"][lang]["wer"],
+        }
+        for lang in sources
+    ]
     source_average = {
         "base_cer": float(np.mean([r["base_cer"] for r in source_rows])),
         "adapter_cer": float(np.mean([r["adapter_cer"] for r in source_rows])),
     }
 
-    def system_row(system: str, stage: str | None, metrics: dict[str, Any]) -> dict[str, Any]:
-        # SimAdapter needs the target adapter of stage 3a: its row counts both stages' parameters and time.
-        stages = [] if stage is None else ["target_adapter", stage] if stage == "fusion" else [stage]
-        trainable = _trained_parameters([results[s]["trainable"] for s in stages if s in results])
-        return {
-            "system": system,
-            "cer": metrics["overall"]["cer"],
-            "wer": metrics["overall"]["wer"],
-            "trainable_params": trainable["trainable"],
-            "trainable_share": trainable["trainable_share"],
-            "train_seconds": sum(results[s]["train_seconds"] for s in stages if s in results) if stages else None,
-        }
-
+    rows: list[dict[str, Any]] = []
     references = list(target_test["text"])
     target_edits: dict[str, np.ndarray] = {}
-    ref_units = np.zeros(0)
     zero_shot, _ = evaluate("base", target_test)
-    rows.append(system_row("base, zero-shot (no target training)", None, zero_shot))
+    rows.append(_system_row(results, "base, zero-shot (no target training)", None, zero_shot))
     target_edits[rows[-1]["system"]], ref_units = utterance_edits(zero_shot["hypotheses"], references, "char")
+    heatmap = None
     for system, stage in (
         ("from scratch", "scratch"),
         ("full fine-tuning of the base", "finetune"),
@@ -377,10 +509,11 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
         if stage not in results:
             continue
         metrics, model = evaluate(stage, target_test)
-        rows.append(system_row(system, stage, metrics))
+        rows.append(_system_row(results, system, stage, metrics))
         target_edits[system], _ = utterance_edits(metrics["hypotheses"], references, "char")
         if stage == "fusion":
-            heatmap = _fusion_heatmap(model, target_test, processor, out / "fusion_heatmap.png")
+            heatmap = _fusion_heatmap(model, target_test, processor, out / "fusion_heatmap.png", batch_size)
+        del model
     significance = _compare_with(ADAPTER_ALONE, rows, target_edits, ref_units)
     plot_training_curves(histories, out / "training_curves.png", keys=("loss", "eval_cer"))
     total_seconds = time.perf_counter() - total_start
@@ -397,23 +530,11 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
         "significance": significance,
         "total_seconds": total_seconds,
         "decoding": method,
+        "device": str(device),
     }
     columns = (*TABLE_COLUMNS, VS_ADAPTER_COLUMN) if significance else TABLE_COLUMNS
     write_results(rows, out, "results", columns=columns, title=title, extra=extra)
-    source_md = [
-        "| source language | base CER % | base WER % | base + own adapter CER % |",
-        "| --- | --- | --- | --- |",
-    ]
-    for r in source_rows:
-        source_md.append(
-            f"| {r['language']} | {100 * r['base_cer']:.2f} | {100 * r['base_wer']:.2f} | "
-            f"{100 * r['adapter_cer']:.2f} |"
-        )
-    source_md.append(
-        f"| **average** | **{100 * source_average['base_cer']:.2f}** | | "
-        f"**{100 * source_average['adapter_cer']:.2f}** |"
-    )
     with open(out / "results.md", "a") as fh:
-        fh.write("\n### Source languages, " + split + " set\n\n" + "\n".join(source_md) + "\n")
-        fh.write(f"\nTotal wall time: {total_seconds / 60:.1f} min. Decoding: {method}.\n")
+        fh.write(f"\n### Source languages, {split} set\n\n" + "\n".join(_source_markdown(source_rows, source_average)))
+        fh.write(f"\n\nTotal wall time: {total_seconds / 60:.1f} min. Decoding: {method} on {device}.\n")
     return {"rows": rows, **extra}
