@@ -143,3 +143,21 @@ def test_overrides_and_validation(tmp_path):
         load_recipe("recipes/synthetic_demo", ["bas.training.max_steps=1"])
     with pytest.raises(RecipeError, match="target 'cs' is also a source"):
         load_recipe("recipes/synthetic_demo", ["target=cs"])
+
+
+def test_evaluation_runs_on_the_device_the_stages_trained_on(monkeypatch):
+    import torch
+
+    from adaptspeech.recipes.simadapter import resolve_device
+
+    demo = load_recipe("recipes/synthetic_demo")  # every stage sets training.use_cpu
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device(demo) == torch.device("cpu")
+    assert resolve_device(load_recipe("recipes/common_voice")) == torch.device("cuda")  # trained on the GPU
+    assert resolve_device(load_recipe("recipes/common_voice", ["evaluation.device=cpu"])) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device(load_recipe("recipes/common_voice")).type in ("cpu", "mps")
+    with pytest.raises(RecipeError, match="CUDA is not available"):
+        resolve_device(load_recipe("recipes/common_voice", ["evaluation.device=cuda:0"]))
+    with pytest.raises(RecipeError, match=r"evaluation: unknown setting\(s\) devices"):
+        load_recipe("recipes/common_voice", ["evaluation.devices=cpu"])
