@@ -24,6 +24,28 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _output_file(text: str) -> str:
+    """An output file path that can be written: not a folder, no file where a parent folder must be. Checked when
+    the command starts, so that a long evaluation is not lost to a bad ``--output`` at its end."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name (e.g. {path / 'results.json'})")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder")
+    return text
+
+
 def _float_range(text: str) -> tuple[float, float]:
     parts = text.split(",")
     try:

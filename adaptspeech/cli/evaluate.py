@@ -12,6 +12,7 @@ from .common import (
     _check_vocabulary,
     _decoding_options,
     _load_model,
+    _output_file,
     _positive_int,
     _resolve_device,
     _split_list,
@@ -32,7 +33,9 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--split", default="test", help="split to score (default test)")
     evaluate.add_argument("--languages", default=None, help="comma-separated languages (default: all of the split)")
     evaluate.add_argument("--max-rows", type=_positive_int, default=None, help="score only the first N rows")
-    evaluate.add_argument("--output", default=None, metavar="results.json", help="write the rates as JSON")
+    evaluate.add_argument(
+        "--output", type=_output_file, default=None, metavar="results.json", help="write the rates as JSON"
+    )
     _add_decoding_options(evaluate)
     _add_device_option(evaluate)
     evaluate.set_defaults(func=_run_evaluate)

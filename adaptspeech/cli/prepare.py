@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import _float_range, _positive_int
+from .common import _float_range, _positive_float, _positive_int
 
 # ---- prepare -------------------------------------------------------------------------------------------
 
@@ -67,7 +67,7 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
         help="the training subset avoids the speakers of these splits (default test; dev,test for a validated pool)",
     )
     cv.add_argument("--seed", type=int, default=0, help="seed of the subset (default 0)")
-    cv.add_argument("--max-seconds", type=float, default=20.0, help="skip longer clips (default 20)")
+    cv.add_argument("--max-seconds", type=_positive_float, default=20.0, help="skip longer clips (default 20)")
     cv.add_argument("--skip-digits", action="store_true", help="skip sentences containing digits")
     cv.add_argument("--num-proc", type=_positive_int, default=None, help="processes for datasets.map")
     cv.set_defaults(func=_run_prepare_common_voice)

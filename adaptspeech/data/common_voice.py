@@ -104,9 +104,26 @@ def read_tsv(path: str | os.PathLike[str]) -> dict[str, list[str]]:
 
     Raises:
         ValueError: a row with more fields than the header, or no ``path`` / ``sentence`` column,
-            naming the file and line.
+            naming the file and line; a file that is not UTF-8, naming the file and the byte.
     """
     path = Path(path)
+    try:
+        return _read_tsv(path)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}:{_first_non_utf8_line(path)}: not UTF-8 text (Common Voice TSVs are UTF-8)") from None
+
+
+def _first_non_utf8_line(path: Path) -> int:
+    with path.open("rb") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return line_no
+    return 1
+
+
+def _read_tsv(path: Path) -> dict[str, list[str]]:
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(reader, None)
@@ -259,6 +276,9 @@ def load_common_voice(
         raise ValueError(
             f"splits: unknown value(s) {', '.join(bad) or '(none given)'}; allowed values: {', '.join(CV_SPLITS)}"
         )
+    repeated = sorted({s for s in splits if list(splits).count(s) > 1})
+    if repeated:
+        raise ValueError(f"splits: {', '.join(repeated)} given more than once (its rows would be read twice)")
     root = Path(root_or_hub_id)
     per_split: dict[str, list[Dataset]] = {s: [] for s in splits}
     if root.exists():
@@ -417,6 +437,8 @@ def prepare_dataset(
         encoder_stride = 320 if feature_type_of(processor.feature_extractor) == "waveform" else 640
     if encoder_stride < 1:
         raise ValueError(f"encoder_stride must be >= 1, got {encoder_stride}")
+    if max_seconds is not None and not max_seconds > 0:
+        raise ValueError(f"max_seconds must be a positive number of seconds (or None), got {max_seconds}")
     splits = dataset if isinstance(dataset, DatasetDict) else {"": dataset}
     _check_languages(splits, processor.tokenizer)
     preparer = _Preparer(processor, max_seconds, encoder_stride, skip_digits, silence_threshold)

@@ -240,3 +240,32 @@ def test_transcripts_on_cuda_match_the_cpu(trained_stage, prepared_corpus, capfd
 def test_version_prints_the_installed_version_and_exits_0(capsys):
     code, out, err = run_main(["--version"], capsys)
     assert (code, out, err) == (0, f"adaptspeech {version('adaptspeech')}\n", "")
+
+
+# ---- evaluate --output ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [("{tmp}", "is a folder; give a file name"), ("{tmp}/file.txt/results.json", "file.txt is a file, not a folder")],
+)
+def test_a_bad_output_is_refused_before_evaluating(output, message, trained_stage, prepared_corpus, tmp_path, capfd,
+                                                   monkeypatch):  # fmt: skip
+    import adaptspeech.evaluation
+
+    (tmp_path / "file.txt").write_text("x")
+    calls = []
+    monkeypatch.setattr(adaptspeech.evaluation, "evaluate_dataset", lambda *a, **k: calls.append(1))
+    argv = ["evaluate", "--model", trained_stage / "model", "--data", prepared_corpus, "--output",
+            output.format(tmp=tmp_path)]  # fmt: skip
+    code, out, err = run_main(argv, capfd)
+    assert (code, out, calls) == (2, "", [])
+    assert err.count("\n") == 1 and "argument --output: " in err and message in err
+
+
+def test_the_output_folders_are_created(trained_stage, prepared_corpus, tmp_path, capfd):
+    output = tmp_path / "new" / "folder" / "results.json"
+    argv = ["evaluate", "--model", trained_stage / "model", "--data", prepared_corpus, "--output", output,
+            "--max-rows", "2", "--no-progress"]  # fmt: skip
+    code, _, _ = run_main(argv, capfd)
+    assert code == 0 and json.loads(output.read_text())["overall"]["num_utterances"] == 2

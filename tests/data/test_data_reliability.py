@@ -360,3 +360,49 @@ def test_a_partial_folder_of_a_running_prepare_is_not_taken_over(tmp_path, capsy
             other.kill()
     assert main(prepare_argv(root, out)) == 0  # its owner is gone: the partial folder is rebuilt
     assert (out / "prepare_config.json").is_file() and not partial.exists()
+
+
+# ---- prepare: settings and TSVs ------------------------------------------------------------------------------------
+
+
+def test_a_split_given_twice_is_refused_not_read_twice(tmp_path, capsys):
+    root = simple_corpus(tmp_path / "cv")
+    code, _, err = run_main(prepare_argv(root, tmp_path / "out", "--splits", "train,dev,train"), capsys)
+    assert_one_line_error(code, err, "splits: train given more than once (its rows would be read twice)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "abc"])
+def test_max_seconds_must_be_positive(value, tmp_path, capsys):
+    root = simple_corpus(tmp_path / "cv")
+    with pytest.raises(SystemExit) as info:
+        main(prepare_argv(root, tmp_path / "out", f"--max-seconds={value}"))
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --max-seconds: expected a positive number" in err
+    assert err.count("\n") == 1
+
+
+def test_prepare_dataset_refuses_a_non_positive_max_seconds(tmp_path):
+    from adaptspeech.data import load_common_voice
+    from adaptspeech.data.common_voice import prepare_dataset
+
+    raw = load_common_voice(simple_corpus(tmp_path / "cv"), "ro", ["dev"])
+    processor = Wav2Vec2Processor.from_pretrained(_processor_dir(tmp_path))
+    with pytest.raises(ValueError, match="max_seconds must be a positive number of seconds"):
+        prepare_dataset(raw, processor, max_seconds=0)
+
+
+def _processor_dir(tmp_path: Path) -> Path:
+    from adaptspeech.data import build_processor, build_vocab
+
+    build_processor(build_vocab(["bine"]), tmp_path / "processor")
+    return tmp_path / "processor"
+
+
+def test_a_tsv_that_is_not_utf8_names_the_file_and_line(tmp_path, capsys):
+    root = simple_corpus(tmp_path / "cv")
+    tsv = root / "ro" / "dev.tsv"
+    tsv.write_bytes("client_id\tpath\tsentence\nc1\tok4.wav\tbine\nc2\tok4.wav\tbună\n".encode("latin-1", "replace")
+                    .replace(b"bun?", "bună".encode("cp1250")))  # fmt: skip
+    code, _, err = run_main(prepare_argv(root, tmp_path / "out"), capsys)
+    assert_one_line_error(code, err, f"{tsv}:3: not UTF-8 text (Common Voice TSVs are UTF-8)")
