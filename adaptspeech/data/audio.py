@@ -169,6 +169,22 @@ def _truncation(handle: sf.SoundFile) -> str | None:
     return None
 
 
+_CAPTURE: dict[int, int] = {}
+"""Per process id, the descriptor of an unlinked temporary file that :func:`_decoder_messages` reuses."""
+
+
+def _capture_file() -> int:
+    fd = _CAPTURE.get(os.getpid())
+    if fd is None:
+        with tempfile.TemporaryFile() as handle:
+            fd = os.dup(handle.fileno())
+        _CAPTURE.clear()  # a forked worker does not share its parent's file offset
+        _CAPTURE[os.getpid()] = fd
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 @contextmanager
 def _decoder_messages() -> Iterator[list[str]]:
     """Capture what C code prints on file descriptor 2 inside the block; yield a list that then holds its lines.
@@ -180,19 +196,18 @@ def _decoder_messages() -> Iterator[list[str]]:
     with _DECODE_LOCK:
         try:
             sys.stderr.flush()
+            capture = _capture_file()
             saved = os.dup(2)
         except (OSError, ValueError, AttributeError):
             yield lines
             return
-        with tempfile.TemporaryFile() as capture:
-            os.dup2(capture.fileno(), 2)
-            try:
-                yield lines
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-                capture.seek(0)
-                lines.extend(capture.read(8192).decode("utf-8", "replace").splitlines())
+        os.dup2(capture, 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            lines.extend(os.pread(capture, 8192, 0).decode("utf-8", "replace").splitlines())
 
 
 def _clean_note(line: str) -> str:
