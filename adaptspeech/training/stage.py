@@ -507,6 +507,7 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool) -> StageRes
             "train_hours": float(sum(train["duration"])) / 3600 if "duration" in train.column_names else None,
             "trainable": model.trainable_parameters(),
             "frozen_unused": frozen_unused,
+            "language_sampling": _language_sampling_summary(train, spec.data.get("language_sampling_temperature")),
             "active_languages": list(model.config.active_languages),
             f"{eval_split}": evaluation,
             "global_step": trainer.state.global_step,
@@ -522,6 +523,19 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool) -> StageRes
         log_history=list(trainer.state.log_history),
         model=model,
     )
+
+
+def _language_sampling_summary(train: Any, temperature: float | None) -> dict[str, Any] | None:
+    """The temperature and the resulting probability of drawing each language (None: plain shuffling)."""
+    if temperature is None:
+        return None
+    from collections import Counter
+
+    from ..data.subsets import language_sampling_probabilities
+
+    counts = Counter(train["language"])
+    return {"temperature": temperature, "rows": dict(counts),
+            "probabilities": language_sampling_probabilities(counts, temperature)}
 
 
 def torch_threads(threads: int | None) -> None:
