@@ -1,0 +1,184 @@
+"""Faults during ``adaptspeech train`` (issue 10): each ends with one line, without a traceback, without a silently
+wrong result and without losing the last complete checkpoint.
+
+* the disk fills up while a checkpoint is written;
+* a checkpoint holds a truncated safetensors file;
+* ``--resume`` with settings that changed since the first start;
+* two runs writing the same output_dir (and a lock left by a dead run);
+* the loss becomes NaN;
+* a language code that is not ISO-like.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cli_helpers import stage_spec, write_yaml
+
+from adaptspeech.cli import main
+from adaptspeech.training.resume import checkpoint_problem
+from adaptspeech.training.run_lock import LOCK_FILE
+
+pytestmark = pytest.mark.slow
+
+
+def run_main(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line_error(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if line.startswith("adaptspeech: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def config(prepared: Path, tmp_path: Path, **training) -> Path:
+    spec = stage_spec(prepared, tmp_path / "run", **{"max_steps": 6, "save_steps": 2, **training})
+    return write_yaml(tmp_path / "stage.yaml", spec)
+
+
+def checkpoints(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*"))
+
+
+def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(prepared_corpus, tmp_path, capsys, monkeypatch):
+    real_save = torch.save
+
+    def disk_full_at_step_4(obj, path, *args, **kwargs):
+        if "checkpoint-4" in str(path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real_save(obj, path, *args, **kwargs)
+
+    stage = config(prepared_corpus, tmp_path)
+    monkeypatch.setattr(torch, "save", disk_full_at_step_4)
+    code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
+    assert code == 1
+    run = tmp_path / "run"
+    assert one_line_error(err) == (
+        f"adaptspeech: error: step 4: writing checkpoint {run}/checkpoints/checkpoint-4 failed (No space left on "
+        f"device); the incomplete folder was removed, the last complete checkpoint is "
+        f"{run}/checkpoints/checkpoint-2 (resume with --resume)"
+    )
+    assert checkpoints(tmp_path) == ["checkpoint-2"]
+    assert checkpoint_problem(run / "checkpoints" / "checkpoint-2") is None
+    assert not (run / "model").exists() and not (run / LOCK_FILE).exists()
+
+    monkeypatch.setattr(torch, "save", real_save)  # space freed
+    code, out, _ = run_main(["train", "--config", stage, "--no-progress", "--resume"], capsys)
+    assert code == 0 and f"resuming from {run}/checkpoints/checkpoint-2" in out
+    assert json.loads((run / "stage_summary.json").read_text())["global_step"] == 6
+
+
+def test_a_truncated_safetensors_file_is_skipped_or_refused(prepared_corpus, tmp_path, capsys):
+    stage = config(prepared_corpus, tmp_path, max_steps=4)
+    assert run_main(["train", "--config", stage, "--no-progress"], capsys)[0] == 0
+    latest = tmp_path / "run" / "checkpoints" / "checkpoint-4" / "model.safetensors"
+    size = latest.stat().st_size
+    with latest.open("r+b") as handle:
+        handle.truncate(size // 2)
+
+    code, _, err = run_main(["train", "--config", stage, "--no-progress", "--resume", latest.parent], capsys)
+    assert code == 1
+    assert one_line_error(err) == (
+        f"adaptspeech: error: --resume {latest.parent}: not a complete checkpoint: {latest} is truncated "
+        f"({size // 2} of {size} bytes)"
+    )
+
+    code, out, err = run_main(["train", "--config", stage, "--no-progress", "--resume", "training.max_steps=6"],
+                              capsys)
+    assert code == 0
+    assert f"adaptspeech: skipping checkpoint-4: {latest} is truncated ({size // 2} of {size} bytes)" in err
+    assert f"resuming from {latest.parent.parent}/checkpoint-2" in out
+    assert json.loads((tmp_path / "run" / "stage_summary.json").read_text())["global_step"] == 6
+
+
+def test_resume_with_changed_settings_lists_them(prepared_corpus, tmp_path, capsys):
+    stage = config(prepared_corpus, tmp_path, max_steps=2)
+    assert run_main(["train", "--config", stage, "--no-progress"], capsys)[0] == 0
+    before = (tmp_path / "run" / "model" / "model.safetensors").read_bytes()
+    argv = ["train", "--config", stage, "--no-progress", "--resume", "training.learning_rate=0.01",
+            "model.trainable.backbone=false", "training.max_steps=4"]
+    code, _, err = run_main(argv, capsys)
+    assert code == 1
+    assert one_line_error(err) == (
+        f"adaptspeech: error: --resume: the stage spec changed since the first start ({tmp_path}/run/stage_spec.json): "
+        "model.trainable.backbone: true -> false; training.learning_rate: 0.005 -> 0.01; restore these settings or "
+        "train into a new output_dir (only the step budget, logging, saving and evaluation may change)"
+    )
+    assert (tmp_path / "run" / "model" / "model.safetensors").read_bytes() == before  # nothing overwritten
+    # the step budget and the evaluation may change
+    argv = ["train", "--config", stage, "--no-progress", "--resume", "training.max_steps=4", "evaluation.batch_size=4"]
+    assert run_main(argv, capsys)[0] == 0
+
+
+def test_a_second_run_into_the_same_output_dir_is_refused(prepared_corpus, tmp_path, capsys):
+    stage = config(prepared_corpus, tmp_path, max_steps=2)
+    lock = tmp_path / "run" / LOCK_FILE
+    lock.parent.mkdir(parents=True)
+    # a live run (this test's own process stands for it)
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "started": "2026-01-01 10:00:00"}))
+    code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
+    assert code == 1
+    assert one_line_error(err) == (
+        f"adaptspeech: error: output_dir {tmp_path}/run is in use by another run (process {os.getpid()}, started "
+        f"2026-01-01 10:00:00); wait for it to finish or pick another output_dir (if that run is over, delete {lock})"
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+    # a lock left by a run that died is taken over, and released at the end
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(json.dumps({"pid": int(dead.stdout), "host": os.uname().nodename, "started": "x"}))
+    assert run_main(["train", "--config", stage, "--no-progress"], capsys)[0] == 0
+    assert not lock.exists() and (tmp_path / "run" / "model" / "model.safetensors").is_file()
+
+
+def test_a_nan_loss_stops_at_its_step_and_keeps_the_last_checkpoint(prepared_corpus, tmp_path, capsys):
+    """One training clip with NaN features (row 9): with sequential batches of 4 it is in step 3."""
+    from datasets import load_from_disk
+
+    prepared = tmp_path / "prepared"
+    shutil.copytree(prepared_corpus / "processor", prepared / "processor")
+    dataset = load_from_disk(str(prepared_corpus / "dataset"))
+    poisoned = dataset["train"].map(
+        lambda row, i: {"input_features": (np.asarray(row["input_features"]) * np.nan).tolist()} if i == 9 else {},
+        with_indices=True,
+    )
+    dataset["train"] = poisoned
+    dataset.save_to_disk(str(prepared / "dataset"))
+    spec = stage_spec(prepared, tmp_path / "run", max_steps=6, save_steps=1, train_sampling_strategy="sequential")
+    stage = write_yaml(tmp_path / "stage.yaml", spec)
+    code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
+    assert code == 1
+    run = tmp_path / "run"
+    assert one_line_error(err) == (
+        "adaptspeech: error: step 3: the training loss is nan (loss_ctc=nan) on this process or another; stopped "
+        f"before the optimizer step, the last complete checkpoint is {run}/checkpoints/checkpoint-2. Check the data "
+        "of this step (NaN features?) or lower training.learning_rate"
+    )
+    assert checkpoints(tmp_path) == ["checkpoint-1", "checkpoint-2"]
+    assert checkpoint_problem(run / "checkpoints" / "checkpoint-2") is None
+    assert not (run / "model").exists()
+
+
+def test_a_language_code_that_is_not_iso_like_is_one_line(prepared_corpus, tmp_path, capsys):
+    spec = stage_spec(prepared_corpus, tmp_path / "run")
+    spec["data"]["train_languages"] = ["ro", "Romanian"]
+    stage = write_yaml(tmp_path / "stage.yaml", spec)
+    code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
+    assert code == 1
+    assert one_line_error(err) == (
+        "adaptspeech: error: data.train_languages: expected a list of language codes (ISO 639: 2 or 3 lower-case "
+        "letters, optionally with subtags: ro, pt-BR, zh-CN), got ['ro', 'Romanian']"
+    )
