@@ -72,6 +72,7 @@ class BottleneckAdapter(nn.Module):
             config.bottleneck,
             activation=config.activation,
             layer_norm=config.layer_norm,
+            bias=getattr(config, "bias", False),
             dropout=config.dropout,
             init=config.init,
         )

@@ -47,6 +47,8 @@ class LanguageAdapterConfig:
         bottleneck (`int`): bottleneck width ``r`` (bottleneck adapters).
         activation (`str`): activation of the bottleneck adapter.
         layer_norm (`bool`): LayerNorm at the adapter input.
+        bias (`bool`): biases on the down and up projections (the official SimAdapter adapter has none; MMS's
+            ``Wav2Vec2AttnAdapterLayer`` has them, so adapters read from MMS files set it).
         dropout (`float`): dropout on the adapter branch.
         init (`str`): ``"default"`` (official: PyTorch default) or ``"near_identity"`` (zero up projection).
         lora_r, lora_alpha, lora_dropout, lora_target_modules: LoRA settings (``adapter_type="lora"``).
@@ -56,6 +58,7 @@ class LanguageAdapterConfig:
     bottleneck: int = 64
     activation: str = "relu"
     layer_norm: bool = True
+    bias: bool = False
     dropout: float = 0.0
     init: str = "default"
     lora_r: int = 8
