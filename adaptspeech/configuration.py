@@ -48,6 +48,10 @@ class AdaptSpeechConfig(PretrainedConfig):
         ctc_loss_reduction (`str`, defaults to ``"mean"``): ``"mean"`` or ``"sum"``.
         ctc_zero_infinity (`bool`, defaults to `True`): zero infinite CTC losses.
         final_dropout (`float`, defaults to 0.0): dropout before the CTC projection.
+        language_heads (`dict[str, dict]`, *optional*): languages with a CTC output layer of their own (MMS: one
+            vocabulary per language): ``{lang: {"vocab_size": V}}``; each needs an adapter, and the head must be
+            ``"ctc"``. The other languages use the shared layer of ``vocab_size``; see :mod:`adaptspeech.heads.ctc`
+            for which layer runs.
     """
 
     model_type = "adaptspeech"
@@ -87,6 +91,7 @@ class AdaptSpeechConfig(PretrainedConfig):
         ctc_loss_reduction: str = "mean",
         ctc_zero_infinity: bool = True,
         final_dropout: float = 0.0,
+        language_heads: dict[str, dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         BACKBONES.check(backbone_type, "backbone_type")
@@ -161,9 +166,45 @@ class AdaptSpeechConfig(PretrainedConfig):
         self.ctc_loss_reduction = ctc_loss_reduction
         self.ctc_zero_infinity = ctc_zero_infinity
         self.final_dropout = final_dropout
+        self.language_heads = self._check_language_heads(language_heads or {}, head, pad_token_id)
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         if "las" in head.split("_"):
             self.las_config()  # validate the attention-decoder settings now, at construction
+
+    def _check_language_heads(
+        self, language_heads: dict[str, dict[str, Any]], head: str, pad_token_id: int | None
+    ) -> dict[str, dict[str, int]]:
+        """``language_heads`` normalised to ``{lang: {"vocab_size": V}}``, or ValueError naming the setting."""
+        if not language_heads:
+            return {}
+        if head != "ctc":
+            raise ValueError(
+                f"language_heads are per-language CTC output layers; head={head!r} shares one vocabulary between its "
+                "CTC and attention decoders: use head='ctc'"
+            )
+        checked: dict[str, dict[str, int]] = {}
+        for lang, settings in language_heads.items():
+            check_language_code(lang)
+            if lang not in self.adapters:
+                raise ValueError(
+                    f"language_heads[{lang!r}]: {lang!r} has no adapter; languages with one: {sorted(self.adapters)}"
+                )
+            settings = dict(settings or {})
+            unknown = sorted(set(settings) - {"vocab_size"})
+            if unknown:
+                raise ValueError(
+                    f"language_heads[{lang!r}]: unknown setting(s) {unknown}; allowed settings: vocab_size"
+                )
+            size = settings.get("vocab_size")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 2:
+                raise ValueError(f"language_heads[{lang!r}].vocab_size must be an integer >= 2, got {size!r}")
+            if pad_token_id is not None and not 0 <= pad_token_id < size:
+                raise ValueError(
+                    f"language_heads[{lang!r}].vocab_size={size}: the CTC blank (pad_token_id={pad_token_id}) is "
+                    "outside it"
+                )
+            checked[lang] = {"vocab_size": size}
+        return checked
 
     # --- typed views ---------------------------------------------------------------------------------------------
     @property

@@ -49,6 +49,11 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
         if backbone is None:
             backbone = spec.build_model(config.backbone_config)
         else:
+            if getattr(backbone.config, "adapter_attn_dim", None) is not None:
+                raise ValueError(
+                    "the backbone still has MMS's built-in adapter (adapter_attn_dim="
+                    f"{backbone.config.adapter_attn_dim}): wrap MMS checkpoints with from_backbone"
+                )
             mark_initialized(backbone)  # pretrained weights: post_init must not touch them
         self.backbone = backbone
         self.routing = AdapterRouting()
@@ -138,17 +143,28 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
         revision: str | None = None,
         backbone_type: str | None = None,
         backbone_kwargs: dict[str, Any] | None = None,
+        mms_language: str | None = None,
         **config_kwargs: Any,
     ) -> AdaptSpeechPreTrainedModel:
         """Wrap a pretrained HF checkpoint (e.g. ``facebook/wav2vec2-xls-r-300m``) with adapters and a new head.
 
         The checkpoint's name and revision (the resolved commit when the Hub reports one) are recorded in the
         config. ``backbone_type`` is inferred from the checkpoint's ``model_type`` when omitted.
+
+        An MMS checkpoint (a wav2vec2 config with ``adapter_attn_dim``, e.g. ``facebook/mms-1b-all``) keeps what it
+        computes: its built-in adapter becomes the language adapter ``mms_language`` (default: the checkpoint's
+        ``tokenizer_config.json`` ``target_lang``, ``"eng"`` for ``facebook/mms-*``), its ``lm_head`` that
+        language's CTC head (``config.language_heads``), the backbone's ``adapter_layer`` modules are removed (one
+        adapter engine) and the language is active. Other languages' MMS adapters load with :meth:`load_adapter`.
         """
+        from .adapters.mms import builtin_config_kwargs, builtin_language, take_builtin_adapter
         from .backbones import get_backbone_spec
 
-        if backbone_type is None:  # from the checkpoint's config.json alone: the weights are loaded once, below
-            model_type = AutoConfig.from_pretrained(name_or_path, revision=revision).model_type
+        hf_config = None
+        if backbone_type in (None, "wav2vec2"):  # config.json alone: the weights are loaded once, below
+            hf_config = AutoConfig.from_pretrained(name_or_path, revision=revision)
+        if backbone_type is None:
+            model_type = hf_config.model_type
             backbone_type = {
                 "wav2vec2": "wav2vec2",
                 "wav2vec2-conformer": "wav2vec2_conformer",
@@ -160,7 +176,23 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
                     "supported: wav2vec2, wav2vec2-conformer, adaptspeech_fbank_conformer"
                 )
         spec = get_backbone_spec(backbone_type)
-        backbone = spec.load_pretrained(name_or_path, revision=revision, **(backbone_kwargs or {}))
+        builtin = lm_head = None
+        load_kwargs = dict(backbone_kwargs or {})
+        if getattr(hf_config, "adapter_attn_dim", None) is not None:
+            backbone, lm_head = spec.load_pretrained_with_head(name_or_path, revision=revision, **load_kwargs)
+            builtin = take_builtin_adapter(backbone)
+        else:
+            backbone = spec.load_pretrained(name_or_path, revision=revision, **load_kwargs)
+        if builtin is not None:
+            mms_language = builtin_language(name_or_path, revision, mms_language)
+            config_kwargs = builtin_config_kwargs(
+                config_kwargs, mms_language, builtin, lm_head, spec.num_layers(backbone.config)
+            )
+        elif mms_language is not None:
+            raise ValueError(
+                f"mms_language={mms_language!r}: {name_or_path} has no built-in MMS adapter (no adapter_attn_dim on "
+                "stable-layer-norm layers)"
+            )
         resolved = getattr(backbone.config, "_commit_hash", None) or revision
         config = AdaptSpeechConfig(
             backbone_type=backbone_type,
@@ -169,7 +201,10 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
             backbone_revision=resolved,
             **config_kwargs,
         )
-        return cls(config, backbone=backbone)
+        model = cls(config, backbone=backbone)
+        if builtin is not None:
+            model._copy_mms_adapter(mms_language, builtin, lm_head)
+        return model
 
     # --- shared forward pieces ---------------------------------------------------------------------------------
     def _get_feat_extract_output_lengths(self, input_lengths: torch.Tensor | int) -> torch.Tensor | int:
@@ -197,10 +232,7 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
             ``(hidden [B, T, D], frame_mask [B, T] bool, hidden_states or None, fusion weights per layer)``.
         """
         spec = self.config.backbone_spec
-        rows = row_languages_from_ids(lang_ids, self.adapter_languages)
-        outer = current_call()
-        if rows is None and outer is not None:
-            rows = outer.row_languages  # e.g. a PeftModel's `adapter_names` around this model
+        rows = self._row_languages(lang_ids)  # or e.g. a PeftModel's `adapter_names` around this model
         if attention_mask is not None:
             attention_mask = attention_mask.to(torch.bool)
         with routing_call(rows, collect_fusion_weights) as call:
@@ -209,6 +241,12 @@ class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
         hidden = outputs.last_hidden_state
         frame_mask = spec.frame_mask(self.backbone, attention_mask, hidden.shape[1], hidden.shape[0])
         return hidden, frame_mask, getattr(outputs, "hidden_states", None), fusion_weights
+
+    def _row_languages(self, lang_ids: torch.Tensor | None) -> tuple[str, ...] | None:
+        """The language of each utterance (from ``lang_ids``, else from an enclosing routing call), or None."""
+        rows = row_languages_from_ids(lang_ids, self.adapter_languages)
+        outer = current_call()
+        return outer.row_languages if rows is None and outer is not None else rows
 
     def fusion_losses(
         self, fusion_weights: list[torch.Tensor], frame_mask: torch.Tensor, device: torch.device
@@ -265,7 +303,10 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
                 dropout=config.final_dropout,
                 reduction=config.ctc_loss_reduction,
                 zero_infinity=config.ctc_zero_infinity,
+                routing=self.routing,
             )
+            for language, settings in config.language_heads.items():
+                self.ctc_head.add_language_head(language, settings["vocab_size"])
         self.las_head = None
         if head.has_las:
             from .heads.las import LASDecoder
@@ -300,7 +341,9 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
             inputs, attention_mask, lang_ids, output_hidden_states, collect_fusion_weights=want_weights
         )
         frame_lengths = frame_mask.sum(-1)
-        logits = self.ctc_head(hidden) if self.ctc_head is not None else None
+        logits = None
+        if self.ctc_head is not None:
+            logits = self.ctc_head(hidden, row_languages=self._row_languages(lang_ids))
         loss = loss_ctc = loss_att = loss_reg = loss_guide = attention_logits = None
         if labels is not None:
             if self.ctc_head is not None:

@@ -25,13 +25,8 @@ class AdapterLoadError(ValueError):
     """An adapter file that does not fit the model; the message names the file, the key and both shapes."""
 
 
-def write_tensors(
-    folder: str | os.PathLike,
-    weights_name: str,
-    config_name: str,
-    tensors: dict[str, torch.Tensor],
-    meta: dict[str, Any],
-) -> Path:
+def write_weights(folder: str | os.PathLike, weights_name: str, tensors: dict[str, torch.Tensor]) -> Path:
+    """``folder/weights_name`` (safetensors, ``format: pt`` as transformers writes) from ``tensors``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_file(
@@ -39,8 +34,20 @@ def write_tensors(
         str(folder / weights_name),
         metadata={"format": "pt"},
     )
-    (folder / config_name).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return folder / weights_name
+
+
+def write_tensors(
+    folder: str | os.PathLike,
+    weights_name: str,
+    config_name: str,
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+) -> Path:
+    """``folder/weights_name`` plus its JSON settings ``folder/config_name``."""
+    path = write_weights(folder, weights_name, tensors)
+    (Path(folder) / config_name).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return path
 
 
 def resolve_file(

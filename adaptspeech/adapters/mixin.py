@@ -2,7 +2,11 @@
 
 Mixed into :class:`~adaptspeech.modeling.AdaptSpeechPreTrainedModel`; it relies on ``self.config``,
 ``self.adapter_blocks`` (encoder layer index -> :class:`LanguageAdapterBlock`), ``self.routing`` and
-``self.ctc_head``.
+``self.ctc_head`` (whose per-language output layers are declared in ``config.language_heads``).
+
+Adapter files come in two formats, told apart when loading: adaptspeech's (``adapter.<lang>.safetensors`` with
+``adapter.<lang>.json``, any adapter type) and MMS's (``adapter.<lang>.safetensors`` alone, transformers' key names,
+with the language's ``lm_head``; see :mod:`adaptspeech.adapters.mms`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .block import LanguageAdapterBlock
+from .block import LanguageAdapterBlock, mark_initialized
 from .config import FusionConfig, LanguageAdapterConfig, check_language_code
 from .io import (
     ADAPTER_CONFIG,
@@ -29,11 +33,16 @@ from .io import (
     read_tensors,
     resolve_file,
     write_tensors,
+    write_weights,
 )
+from .loading import plan_adapter_load
+from .mms import MMSAdapter, export_problem, to_mms_tensors
 from .simadapter import SimAdapterFusion
 from .types import AdapterType, get_adapter_type
 
 ADAPTER_MODULE_NAME = "language_adapters"
+#: ``save_adapter`` formats
+ADAPTER_FORMATS = ("adaptspeech", "mms")
 
 
 class LanguageAdapterMixin:
@@ -88,6 +97,9 @@ class LanguageAdapterMixin:
         """Move modules the toolkit added (adapters, fusion, heads) to the backbone's device and dtype."""
         device, dtype = self._placement()
         for module in modules:
+            tensors = [*module.parameters(), *module.buffers()]
+            if device.type == "meta" or any(t.device.type == "meta" for t in tensors):
+                continue  # built on the meta device inside from_pretrained: the loader places the weights
             module.to(device=device, dtype=dtype)
 
     def _place_all_added(self) -> None:
@@ -108,6 +120,13 @@ class LanguageAdapterMixin:
         return get_adapter_type(self.config.adapters[language]["adapter_type"])
 
     def remove_language_adapter(self, language: str) -> None:
+        """Remove ``language``'s adapter (and its CTC head, if it has one); refused while the language is fused."""
+        self._remove_adapter(language)
+        if language in self.config.language_heads:
+            self.remove_language_head(language)
+
+    def _remove_adapter(self, language: str) -> None:
+        """Remove the adapter only (a load that replaces it keeps the language's head)."""
         self._check_languages([language], "remove_language_adapter")
         fusion = self.config.fusion_settings()
         if fusion is not None and language in fusion.languages:
@@ -165,23 +184,97 @@ class LanguageAdapterMixin:
         self.config.fusion_active = False
         self._sync_routing()
 
-    def set_target_language(self, language: str) -> None:
-        """MMS name: run ``language``'s adapter alone."""
+    def set_target_language(self, language: str, tokenizer: Any = None) -> None:
+        """MMS name: run ``language``'s adapter alone, with its CTC head (its own, else the shared one).
+
+        Args:
+            language: a language with an adapter.
+            tokenizer: optionally the tokenizer (or a processor holding one) to switch with it, as MMS users do:
+                a nested per-language vocabulary (transformers' ``Wav2Vec2CTCTokenizer`` of MMS) is switched with
+                ``tokenizer.set_target_lang(language)``; a flat one is only checked.
+
+        Raises:
+            ValueError: the head's size differs from the vocabulary's (transformers #24223), naming both; the
+                model and the tokenizer are left unchanged.
+        """
+        self._check_languages([language], "set_target_language")
+        if tokenizer is not None:
+            self._switch_vocabulary(language, tokenizer)
         self.set_active_languages([language])
+
+    def _switch_vocabulary(self, language: str, tokenizer: Any) -> None:
+        from ..heads.ctc import check_head_fits_vocabulary, language_vocab_size
+
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        size, nested = language_vocab_size(tokenizer, language)
+        if getattr(self, "ctc_head", None) is not None:
+            check_head_fits_vocabulary(self.ctc_head.vocab_size_of(language), size, language, tokenizer)
+        if nested:
+            tokenizer.set_target_lang(language)
 
     def _sync_routing(self) -> None:
         self.routing.language_ids = self.adapter_languages
         self.routing.active_languages = list(self.config.active_languages)
         self.routing.fusion_active = bool(self.config.fusion_active)
+        self.routing.fusion_target = (self.config.fusion or {}).get("target_language")
         from .lora import sync_lora_languages
 
         sync_lora_languages(self)
+
+    # --- per-language CTC heads --------------------------------------------------------------------------------
+    def add_language_head(self, language: str, vocab_size: int) -> None:
+        """Give ``language`` a CTC output layer of its own (``Linear(d, vocab_size)``, initialised like the shared
+        one); it runs whenever ``language`` is the target (see :mod:`adaptspeech.heads.ctc`)."""
+        self._check_languages([language], "add_language_head")
+        if language in self.config.language_heads:
+            raise ValueError(f"language {language!r} already has a CTC head; remove_language_head first")
+        self._check_language_head(language, vocab_size)
+        layer = self.ctc_head.add_language_head(language, vocab_size)
+        self._init_weights(layer)
+        mark_initialized(layer)
+        self._place([layer])
+        self.config.language_heads = {**self.config.language_heads, language: {"vocab_size": int(vocab_size)}}
+
+    def _check_language_head(self, language: str, vocab_size: int) -> None:
+        """ValueError unless this model can hold a CTC head of ``vocab_size`` outputs for ``language``."""
+        if self.config.head != "ctc" or getattr(self, "ctc_head", None) is None:
+            raise ValueError(
+                f"a CTC head of its own for {language!r}: per-language heads need head='ctc' (this model has "
+                f"head={self.config.head!r})"
+            )
+        if not 0 <= self.config.pad_token_id < vocab_size:
+            raise ValueError(
+                f"a CTC head of {vocab_size} outputs for {language!r} cannot hold the blank "
+                f"(pad_token_id={self.config.pad_token_id})"
+            )
+
+    def remove_language_head(self, language: str) -> None:
+        if language not in self.config.language_heads:
+            raise KeyError(
+                f"remove_language_head: {language!r} has no CTC head of its own; languages with one: "
+                f"{sorted(self.config.language_heads)}"
+            )
+        self.ctc_head.remove_language_head(language)
+        heads = dict(self.config.language_heads)
+        del heads[language]
+        self.config.language_heads = heads
+
+    def _set_language_head(self, language: str, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        """Make ``language``'s own head exactly ``(weight [V, d], bias [V])`` (created or replaced as needed)."""
+        if language in self.config.language_heads and self.config.language_heads[language]["vocab_size"] != len(bias):
+            self.remove_language_head(language)
+        if language not in self.config.language_heads:
+            self.add_language_head(language, int(weight.shape[0]))
+        layer = self.ctc_head.language_heads[language]
+        copy_tensors({"weight": layer.weight, "bias": layer.bias}, {"weight": weight, "bias": bias})
 
     # --- trainable parameters ----------------------------------------------------------------------------------
     def _named_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
         groups: dict[str, list[tuple[str, nn.Parameter]]] = {"backbone": [], "fusion": [], "head": []}
         for lang in self.adapter_languages:
             groups[f"adapter:{lang}"] = []
+        for lang in sorted(self.config.language_heads):
+            groups[f"head:{lang}"] = []
         for name, param in self.named_parameters():
             groups[self._group_of(name)].append((name, param))
         return groups
@@ -194,6 +287,8 @@ class LanguageAdapterMixin:
         for lang in self.config.adapters:
             if f".lora_A.{lang}." in name or f".lora_B.{lang}." in name:
                 return f"adapter:{lang}"
+        if name.startswith("ctc_head.language_heads."):
+            return f"head:{parts[2]}"
         return "backbone" if name.startswith("backbone.") else "head"
 
     def set_trainable(
@@ -203,17 +298,26 @@ class LanguageAdapterMixin:
         head: bool = False,
         backbone: bool = False,
         feature_encoder: bool | None = None,
+        heads: Iterable[str] = (),
     ) -> None:
         """Set ``requires_grad`` exactly: only the named groups train.
 
         Args:
             adapters: languages whose adapters train.
             fusion: train the SimAdapter layers.
-            head: train the output head(s).
+            head: train the shared output head(s) (the CTC ``lm_head`` of ``vocab_size``, the LAS decoder).
             backbone: train the backbone (the encoder without adapters).
             feature_encoder: train the convolutional front end (defaults to ``backbone``).
+            heads: languages whose own CTC heads (``config.language_heads``) train.
         """
         adapters = set(self._check_languages(adapters, "set_trainable"))
+        heads = set(heads)
+        no_head = sorted(heads - set(self.config.language_heads))
+        if no_head:
+            raise KeyError(
+                f"set_trainable: no CTC head of their own for {no_head}; languages with one: "
+                f"{sorted(self.config.language_heads)}"
+            )
         for group, params in self._named_groups().items():
             if group == "backbone":
                 flag = backbone
@@ -221,6 +325,8 @@ class LanguageAdapterMixin:
                 flag = fusion
             elif group == "head":
                 flag = head
+            elif group.startswith("head:"):
+                flag = group.split(":", 1)[1] in heads
             else:
                 flag = group.split(":", 1)[1] in adapters
             for _, param in params:
@@ -274,11 +380,18 @@ class LanguageAdapterMixin:
         return text
 
     # --- save / load -------------------------------------------------------------------------------------------
-    def _head_tensors(self) -> dict[str, torch.Tensor]:
+    def _head_tensors(self, language: str | None = None) -> dict[str, torch.Tensor]:
+        """The live output-layer tensors ``language`` uses, keyed as in adapter files: its own CTC head
+        (``head.lm_head.{weight,bias}``) when it has one, else the shared CTC layer (``head.lm_head.*``) and the
+        LAS decoder (``las_head.*``)."""
+        if language is not None and language in self.config.language_heads:
+            layer = self.ctc_head.language_heads[language]
+            return {"head.lm_head.weight": layer.weight, "head.lm_head.bias": layer.bias}
         tensors: dict[str, torch.Tensor] = {}
-        for prefix, head in (("head", getattr(self, "ctc_head", None)), ("las_head", getattr(self, "las_head", None))):
-            if head is not None:
-                tensors.update({f"{prefix}.{k}": v for k, v in head.state_dict().items()})
+        if getattr(self, "ctc_head", None) is not None:
+            tensors.update({f"head.lm_head.{k}": v for k, v in self.ctc_head.lm_head.state_dict().items()})
+        if getattr(self, "las_head", None) is not None:
+            tensors.update({f"las_head.{k}": v for k, v in self.las_head.state_dict().items()})
         return tensors
 
     def _provenance(self) -> dict[str, Any]:
@@ -292,19 +405,69 @@ class LanguageAdapterMixin:
             "vocab_size": self.config.vocab_size,
         }
 
-    def save_adapter(self, language: str, folder: str | os.PathLike, include_head: bool = False) -> Path:
-        """Write ``adapter.<language>.safetensors`` and ``adapter.<language>.json`` into ``folder``."""
+    def save_adapter(
+        self,
+        language: str,
+        folder: str | os.PathLike,
+        include_head: bool | None = None,
+        format: str = "adaptspeech",
+    ) -> Path:
+        """Write ``language``'s adapter into ``folder``; returns the weights file.
+
+        Args:
+            language: a language with an adapter.
+            folder: created if missing.
+            include_head: also write the head ``language`` uses (its own CTC head, else the shared head(s));
+                default False for ``"adaptspeech"``, always True for ``"mms"``.
+            format: ``"adaptspeech"``: ``adapter.<lang>.safetensors`` + ``adapter.<lang>.json`` (any adapter type).
+                ``"mms"``: ``adapter.<lang>.safetensors`` alone with MMS's key names and the language's CTC output
+                layer as ``lm_head``, which transformers' ``Wav2Vec2ForCTC.load_adapter(lang)`` loads into an MMS
+                model whose ``adapter_attn_dim`` is the adapter's bottleneck. Only adapters of MMS's shape and
+                placement qualify (bottleneck with bias, LayerNorm and ReLU after every layer of a stable-layer-norm
+                wav2vec2 backbone with its own attention); anything else is refused with one line saying why.
+        """
         self._check_languages([language], "save_adapter")
+        if format not in ADAPTER_FORMATS:
+            raise ValueError(f"save_adapter: format {format!r} unknown; allowed values: {', '.join(ADAPTER_FORMATS)}")
+        if format == "mms":
+            return self._save_mms_adapter(language, Path(folder), include_head)
+        include_head = bool(include_head)
         tensors = self._adapter_type_of(language).tensors(self, language)
-        if include_head:
-            tensors.update(self._head_tensors())
         meta = {
             "language": language,
             "adapter": self.config.adapters[language],
             "include_head": include_head,
             **self._provenance(),
         }
+        if include_head:
+            tensors.update(self._head_tensors(language))
+            if language in self.config.language_heads:
+                meta["language_head"] = dict(self.config.language_heads[language])
         return write_tensors(folder, ADAPTER_WEIGHTS.format(language), ADAPTER_CONFIG.format(language), tensors, meta)
+
+    def _save_mms_adapter(self, language: str, folder: Path, include_head: bool | None) -> Path:
+        where = f"save_adapter({language!r}, format='mms')"
+        if include_head is False:
+            raise ValueError(
+                f"{where}: MMS files always hold the language's lm_head (transformers' load_adapter needs it)"
+            )
+        problem = export_problem(self, language)
+        if problem is None and getattr(self, "ctc_head", None) is None:
+            problem = f"this model has no CTC head (head={self.config.head!r}); MMS files hold the language's lm_head"
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
+        stale = folder / ADAPTER_CONFIG.format(language)
+        if stale.exists():
+            raise ValueError(
+                f"{where}: {stale} exists (an adaptspeech-format save): load_adapter would read the MMS file with it; "
+                "write to another folder"
+            )
+        head = self._head_tensors(language)
+        tensors = to_mms_tensors(
+            self._adapter_type_of(language).tensors(self, language),
+            {"weight": head["head.lm_head.weight"], "bias": head["head.lm_head.bias"]},
+        )
+        return write_weights(folder, ADAPTER_WEIGHTS.format(language), tensors)
 
     def load_adapter(
         self,
@@ -314,58 +477,49 @@ class LanguageAdapterMixin:
         token: str | bool | None = None,
         cache_dir: str | None = None,
         activate: bool = True,
+        load_head: bool = True,
     ) -> None:
-        """Load ``adapter.<language>.safetensors`` from a folder or a Hub repo (MMS-style).
+        """Load ``adapter.<language>.safetensors`` from a folder or a Hub repo: adaptspeech's format (with its JSON)
+        or MMS's (no JSON; e.g. ``load_adapter("pol", "facebook/mms-1b-all")``).
 
         If the model has no adapter for ``language`` yet, one is created from the file's settings; one with other
-        settings (e.g. another bottleneck) is replaced. The load is atomic: the file's hidden size, layers, keys
-        and every tensor shape are checked against what the file's settings give on this model *before* anything
-        changes; a mismatch raises :class:`AdapterLoadError` naming the file, the key and both shapes, and leaves
-        the model (weights, config, active languages) exactly as it was.
+        settings (e.g. another bottleneck) is replaced. An MMS file's ``lm_head`` (and an adaptspeech file's own
+        head) becomes ``language``'s CTC head, created or replaced to the file's vocabulary size. The load is
+        atomic: the file's hidden size, layers, keys and every tensor shape are checked against what the file's
+        settings give on this model *before* anything changes (:mod:`adaptspeech.adapters.loading`); a mismatch
+        raises :class:`AdapterLoadError` naming the file, the key and both shapes, and leaves the model (weights,
+        config, active languages) exactly as it was.
+
+        Args:
+            activate: make ``language`` the target language (its adapter and head run).
+            load_head: load the head the file holds (False: the adapter alone, e.g. a SimAdapter source).
         """
         check_language_code(language)
-        meta_path = resolve_file(path_or_repo, ADAPTER_CONFIG.format(language), revision, token, cache_dir)
-        weights_path = resolve_file(path_or_repo, ADAPTER_WEIGHTS.format(language), revision, token, cache_dir)
-        meta = read_meta(meta_path)
-        if meta.get("hidden_size") != self.config.hidden_size:
-            raise AdapterLoadError(
-                f"{weights_path}: adapter for {language!r} was trained on hidden size {meta.get('hidden_size')}, "
-                f"this model has {self.config.hidden_size}"
-            )
-        if meta.get("layers") != sorted(self.adapter_blocks):
-            raise AdapterLoadError(
-                f"{weights_path}: adapter for {language!r} covers encoder layers {meta.get('layers')}, this model "
-                f"has adapter layers {sorted(self.adapter_blocks)}"
-            )
-        try:
-            adapter_config = LanguageAdapterConfig.from_dict(meta["adapter"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise AdapterLoadError(f"{meta_path}: adapter settings do not fit: {err}") from err
-        adapter_type = get_adapter_type(adapter_config.adapter_type)
-        source = read_tensors(weights_path)
-        try:
-            expected = adapter_type.expected_shapes(self, language, adapter_config)
-        except ValueError as err:
-            raise AdapterLoadError(f"{weights_path}: {err}") from err
-        if meta.get("include_head"):
-            expected.update({k: tuple(v.shape) for k, v in self._head_tensors().items()})
-        check_shapes(expected, source, weights_path)
+        plan = plan_adapter_load(self, language, path_or_repo, revision, token, cache_dir, load_head)
         # everything fits: swap
-        replace = language in self.config.adapters and self.config.adapters[language] != adapter_config.to_dict()
+        replace = language in self.config.adapters and self.config.adapters[language] != plan.config.to_dict()
         active = list(self.config.active_languages)
         if replace:
-            self.remove_language_adapter(language)  # refuses (before changing anything) if the language is fused
+            self._remove_adapter(language)  # refuses (before changing anything) if the language is fused
         if language not in self.config.adapters:
-            self.add_language_adapter(language, **adapter_config.to_dict())
+            self.add_language_adapter(language, **plan.config.to_dict())
         if replace and not activate:
             self.config.active_languages = active
             self._sync_routing()
-        target = adapter_type.tensors(self, language)
-        if meta.get("include_head"):
-            target.update(self._head_tensors())
-        copy_tensors(target, source)
+        copy_tensors(self._adapter_type_of(language).tensors(self, language), plan.adapter)
+        if plan.head_kind == "language":
+            self._set_language_head(language, plan.head["weight"], plan.head["bias"])
+        elif plan.head_kind == "shared":
+            copy_tensors(self._head_tensors(), plan.head)
         if activate:
             self.set_target_language(language)
+
+    def _copy_mms_adapter(self, language: str, adapter: MMSAdapter, lm_head: nn.Module | None) -> None:
+        """Copy an MMS checkpoint's built-in adapter (declared in the config as ``language``'s) and its ``lm_head``
+        into the model (:meth:`from_backbone`)."""
+        copy_tensors(self._adapter_type_of(language).tensors(self, language), adapter.tensors)
+        if lm_head is not None:
+            self._set_language_head(language, lm_head.weight.detach(), lm_head.bias.detach())
 
     def save_fusion(self, folder: str | os.PathLike) -> Path:
         """Write ``fusion.safetensors`` / ``fusion.json`` (the SimAdapter layers, not the fused adapters)."""

@@ -43,11 +43,13 @@ class AdapterRouting:
             goes through the adapter of its own language).
         fusion_active: run the SimAdapter fusion instead of single adapters.
         language_ids: the languages that ``lang_ids`` index (the model's ``adapter_languages``).
+        fusion_target: the fusion's ``target_language`` (whose CTC head runs while the fusion is active), or None.
     """
 
     active_languages: list[str] = field(default_factory=list)
     fusion_active: bool = False
     language_ids: list[str] = field(default_factory=list)
+    fusion_target: str | None = None
 
 
 @dataclass
