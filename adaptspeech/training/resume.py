@@ -132,7 +132,7 @@ def _flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in spec.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value and name != "evaluation":
+        if isinstance(value, Mapping) and name != "evaluation":  # (an empty section adds no setting)
             flat.update(_flatten(value, f"{name}."))
         else:
             flat[name] = value

@@ -100,7 +100,7 @@ class AdaptSpeechTrainer(Trainer):
         self.add_callback(self.gradient_check)
         self._loss_sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         self._loss_counts: dict[str, int] = defaultdict(int)
-        self._last_terms: dict[str, float] = {}
+        self._last_terms: dict[str, torch.Tensor] = {}
 
     # --- loss ------------------------------------------------------------------------------------------------------
     def compute_loss(
@@ -117,9 +117,9 @@ class AdaptSpeechTrainer(Trainer):
             for term in LOSS_TERMS:
                 value = outputs.get(term)
                 if value is not None:
-                    value = value.detach()
-                    self._last_terms[term] = float(value)
-                    self._loss_sums[term] = self._loss_sums[term] + value.to("cpu", torch.float64)
+                    value = value.detach().to("cpu", torch.float64)
+                    self._last_terms[term] = value
+                    self._loss_sums[term] = self._loss_sums[term] + value
                     self._loss_counts[term] += 1
         return (loss, outputs) if return_outputs else loss
 
@@ -141,7 +141,7 @@ class AdaptSpeechTrainer(Trainer):
     def _stop_on_non_finite(self, loss: torch.Tensor) -> None:
         if not self._any_process(not bool(torch.isfinite(loss).all())):
             return
-        terms = ", ".join(f"{k}={v:.6g}" for k, v in self._last_terms.items()) or "no separate terms"
+        terms = ", ".join(f"{k}={float(v):.6g}" for k, v in self._last_terms.items()) or "no separate terms"
         last = last_checkpoint(Path(self.args.output_dir))
         kept = f"the last complete checkpoint is {last}" if last else "no checkpoint was written yet"
         raise TrainingError(

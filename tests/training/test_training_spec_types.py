@@ -154,3 +154,4 @@ def test_iso_like_codes_with_subtags_pass(tmp_path):
     override = "data.train_languages=[pt-BR, zh-CN, rm-sursilv, yue]"
     spec = StageSpec.from_dict(apply_overrides(base(tmp_path), [override]))
     assert spec.data["train_languages"] == ["pt-BR", "zh-CN", "rm-sursilv", "yue"]
+
