@@ -24,7 +24,8 @@ A stage spec (``recipes/*/stage_*.yaml``)::
       trainable: {backbone: true, head: true, adapters: [], fusion: false}
       gradient_check_steps: 10              # steps checked for trainable parameters without gradient (0: off)
     training: {...}                         # transformers.TrainingArguments fields
-    evaluation: {method: ctc_greedy, batch_size: 16, options: {}}   # the decoder of training-time evaluation too
+    evaluation: {method: null, batch_size: 16, options: {}}   # decoder (null: the head's default) of the final and
+                                                              # the training-time evaluation (eval_cer, eval_wer)
 
 Every key can be overridden from the command line as ``section.key=value`` (YAML syntax for the value). Every
 value is checked against its declared type (:mod:`adaptspeech.training.spec_types`): ``model.trainable.backbone=no``
