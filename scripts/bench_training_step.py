@@ -1,0 +1,302 @@
+"""Training-step time and peak memory on XLS-R 300M's shape: full fine-tuning against adapters, fusion and LoRA.
+
+One run measures four configurations of ``AdaptSpeechForCTC`` built from config (random weights, no download; the
+wav2vec2 stable-layer-norm encoder of ``facebook/wav2vec2-xls-r-300m``: 24 layers, width 1024, 16 heads, FFN 4096,
+the 7-layer convolutional feature encoder), each in its own Python process so that peak memories do not mix:
+
+- ``full``: full fine-tuning (everything but the convolutional feature encoder, which stays frozen as in the recipe
+  and in transformers' fine-tuning scripts; 315M trainable);
+- ``adapter``: one bottleneck adapter (r = 64) after every one of the 24 layers, the backbone and the head frozen;
+- ``fusion``: five source adapters (r = 128) and the target adapter (r = 64), SimAdapter fusion over the six;
+  fusion + target adapter trainable;
+- ``lora``: per-language LoRA (``add_language_adapter(lang, adapter_type="lora", lora_r=8)``; the default target
+  modules ``q_proj`` / ``v_proj``), the backbone frozen.
+
+A step is forward + CTC loss + backward + ``torch.optim.AdamW`` step + ``zero_grad`` on one batch of random audio
+(``--batch`` x ``--seconds``) with random labels (10 characters per second). The time is the median of ``--steps``
+steps after ``--warmup`` steps, as wall time and as the process's CPU time (all threads; on a machine shared with
+other work the CPU time is the steadier figure, and the 1-minute load average is printed beside it).
+
+Peak memory: on the CPU the peak resident set size (``VmHWM`` of
+``/proc/self/status``, reset with ``/proc/self/clear_refs`` once the model is built, so it counts the weights plus
+what training adds), and the ratios use that peak minus the process's RSS after the imports (the libraries' own
+~0.5 GiB); on CUDA ``torch.cuda.max_memory_allocated``. ``layerdrop`` and SpecAugment time masking are off
+(``layerdrop`` skips random layers and would make the step time random); dropout stays as in XLS-R.
+
+    python scripts/bench_training_step.py                   # 24 layers, batch 4 x 4 s, fp32, CPU or CUDA
+    python scripts/bench_training_step.py --dtype bf16 --device cuda --steps 10
+    python scripts/bench_training_step.py --layers 2 --batch 1 --seconds 1 --steps 1   # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CONFIGS = ("full", "adapter", "fusion", "lora")
+SOURCES = ("ru", "cy", "it", "eu", "pt")
+TARGET = "ro"
+MIB = 2**20
+TARGETS = {"time": 0.75, "memory": 0.5}
+"""Issue 11's targets for the adapter-only configuration, as ratios to full fine-tuning."""
+
+XLSR_300M: dict[str, Any] = {
+    "hidden_size": 1024,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+    "do_stable_layer_norm": True,
+    "feat_extract_norm": "layer",
+    "conv_bias": True,
+    "activation_dropout": 0.0,
+    "layerdrop": 0.0,
+    "mask_time_prob": 0.0,
+}
+
+
+def _status_kib(key: str) -> int | None:
+    try:
+        match = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def build_model(kind: str, layers: int) -> Any:
+    """The model of configuration ``kind`` with its trainable groups set (fp32 weights on the CPU)."""
+    import torch
+
+    from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
+
+    torch.manual_seed(0)
+    config = AdaptSpeechConfig(
+        backbone_type="wav2vec2", backbone_config={**XLSR_300M, "num_hidden_layers": layers}, vocab_size=40
+    )
+    model = AdaptSpeechForCTC(config)
+    if kind == "full":
+        model.set_trainable(backbone=True, head=True, feature_encoder=False)
+    elif kind == "adapter":
+        model.add_language_adapter(TARGET, bottleneck=64)
+        model.set_active_languages([TARGET])
+        model.set_trainable(adapters=[TARGET])
+    elif kind == "fusion":
+        for lang in SOURCES:
+            model.add_language_adapter(lang, bottleneck=128)
+        model.add_language_adapter(TARGET, bottleneck=64)
+        model.add_fusion([*SOURCES, TARGET], target_language=TARGET)
+        model.set_trainable(adapters=[TARGET], fusion=True)
+    elif kind == "lora":
+        model.add_language_adapter(TARGET, adapter_type="lora", lora_r=8)
+        model.set_active_languages([TARGET])
+        model.set_trainable(adapters=[TARGET])
+    else:
+        raise ValueError(f"unknown configuration {kind!r}; allowed: {', '.join(CONFIGS)}")
+    return model
+
+
+def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Build configuration ``kind`` and time its training steps; returns the figures (one process per call)."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    import adaptspeech  # noqa: F401 - the libraries' own memory is the baseline, not the model's
+
+    rss_baseline = (_status_kib("VmRSS") or 0) * 1024
+    start = time.perf_counter()
+    model = build_model(kind, args.layers).to(device)
+    model.train()
+    build_seconds = time.perf_counter() - start
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
+    generator = torch.Generator().manual_seed(0)
+    samples = int(args.seconds * 16000)
+    inputs = torch.randn(args.batch, samples, generator=generator).to(device)
+    mask = torch.ones(args.batch, samples, dtype=torch.long, device=device)
+    labels = torch.randint(5, 40, (args.batch, max(1, int(10 * args.seconds))), generator=generator).to(device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    cuda = device.type == "cuda"
+    rss_before = (_status_kib("VmRSS") or 0) * 1024
+    peak_reset = _reset_peak()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times: list[float] = []
+    cpu_times: list[float] = []
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    for step in range(args.warmup + args.steps):
+        if cuda:
+            torch.cuda.synchronize()
+        t0, c0 = time.perf_counter(), time.process_time()
+        with autocast:
+            loss = model(input_values=inputs, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if step >= args.warmup:
+            times.append(elapsed)
+            cpu_times.append(cpu)
+        print(
+            f"  {kind}: step {step + 1}/{args.warmup + args.steps} {elapsed:.2f} s, CPU time {cpu:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {
+        "config": kind,
+        "trainable": sum(p.numel() for p in trainable),
+        "total": sum(p.numel() for p in model.parameters()),
+        "step_seconds": times,
+        "median_seconds": statistics.median(times),
+        "cpu_step_seconds": cpu_times,
+        "median_cpu_seconds": statistics.median(cpu_times),
+        "load_average": [load_before, os.getloadavg()[0] if hasattr(os, "getloadavg") else None],
+        "rss_baseline_mib": rss_baseline / MIB,
+        "rss_before_mib": rss_before / MIB,
+        "peak_rss_mib": (_status_kib("VmHWM") or 0) * 1024 / MIB,
+        "peak_above_baseline_mib": ((_status_kib("VmHWM") or 0) * 1024 - rss_baseline) / MIB,
+        "peak_rss_reset": peak_reset,
+        "peak_cuda_mib": torch.cuda.max_memory_allocated() / MIB if cuda else None,
+        "build_seconds": build_seconds,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "-" if value is None or not base else f"{value / base:.2f}x"
+
+
+def table(results: list[dict[str, Any]], cuda: bool) -> str:
+    """The markdown table: step time and peak memory with their ratios to full fine-tuning."""
+    base = next((r for r in results if r["config"] == "full" and "error" not in r), None)
+    peak_key = _peak_key(cuda)
+    peak_name = "peak CUDA memory MiB" if cuda else "peak RSS above the import baseline MiB"
+    lines = [
+        "| configuration | trainable params | s/step (median) | vs full | CPU s/step (median) | vs full "
+        f"| peak RSS MiB | {peak_name} | vs full |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['config']} | failed: {r['error']} | | | | | | | |")
+            continue
+        lines.append(
+            f"| {r['config']} | {r['trainable']:,} | {r['median_seconds']:.2f} "
+            f"| {_ratio(r['median_seconds'], base and base['median_seconds'])} | {r['median_cpu_seconds']:.2f} "
+            f"| {_ratio(r['median_cpu_seconds'], base and base['median_cpu_seconds'])} | {r['peak_rss_mib']:,.0f} "
+            f"| {r[peak_key]:,.0f} | {_ratio(r[peak_key], base and base[peak_key])} |"
+        )
+    return "\n".join(lines)
+
+
+def _peak_key(cuda: bool) -> str:
+    """The memory figure the ratios use: the CUDA allocator's peak, or on the CPU the peak RSS minus the process's
+    RSS once torch, transformers and adaptspeech are imported (what the model, its gradients, the optimizer state
+    and the activations add; the ~0.5 GiB of libraries would otherwise dilute every ratio)."""
+    return "peak_cuda_mib" if cuda else "peak_above_baseline_mib"
+
+
+def verdicts(results: list[dict[str, Any]], cuda: bool) -> list[str]:
+    """Issue 11's targets for the adapter-only configuration: met or missed."""
+    by = {r["config"]: r for r in results if "error" not in r}
+    if "full" not in by or "adapter" not in by:
+        return []
+    peak_key = _peak_key(cuda)
+    time_ratio = by["adapter"]["median_seconds"] / by["full"]["median_seconds"]
+    cpu_ratio = by["adapter"]["median_cpu_seconds"] / by["full"]["median_cpu_seconds"]
+    memory_ratio = by["adapter"][peak_key] / by["full"][peak_key]
+    return [
+        f"adapter-only step time <= {TARGETS['time']}x full fine-tuning: {time_ratio:.2f}x wall "
+        + ("met" if time_ratio <= TARGETS["time"] else "MISSED")
+        + f", {cpu_ratio:.2f}x CPU time "
+        + ("met" if cpu_ratio <= TARGETS["time"] else "MISSED"),
+        f"adapter-only peak memory <= {TARGETS['memory']}x full fine-tuning: {memory_ratio:.2f}x "
+        + ("met" if memory_ratio <= TARGETS["memory"] else "MISSED"),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=24, help="encoder layers (XLS-R 300M: 24)")
+    parser.add_argument("--batch", type=int, default=4, help="utterances per step")
+    parser.add_argument("--seconds", type=float, default=4.0, help="seconds of 16 kHz audio per utterance")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps (the median is reported)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast, fp32 weights")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"among {', '.join(CONFIGS)}")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures here")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.worker:
+        print(json.dumps(measure(args.worker, args)))
+        return 0
+
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown:
+        parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS)}")
+    cuda = args.device.startswith("cuda")
+    print(
+        f"XLS-R 300M shape ({args.layers} layers), batch {args.batch} x {args.seconds:g} s, {args.dtype}, "
+        f"{args.device}, {args.warmup} warm-up + {args.steps} timed steps, one process per configuration; "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    results: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for kind in configs:
+        print(f"[{kind}] building and training ...", flush=True)
+        t0 = time.perf_counter()
+        command = [sys.executable, __file__, "--worker", kind, "--device", args.device, "--dtype", args.dtype]
+        for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
+            if getattr(args, option) is not None:
+                command += [f"--{option}", str(getattr(args, option))]
+        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+        if done.returncode != 0:
+            results.append({"config": kind, "error": f"exit code {done.returncode} (see the messages above)"})
+        else:
+            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            r = results[-1]
+            print(
+                f"[{kind}] {r['median_seconds']:.2f} s/step ({r['median_cpu_seconds']:.2f} s CPU time), peak RSS "
+                f"{r['peak_rss_mib']:,.0f} MiB, {time.perf_counter() - t0:.0f} s; 1-min load average "
+                f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f} on {os.cpu_count()} CPUs",
+                flush=True,
+            )
+    print()
+    print(table(results, cuda))
+    for line in verdicts(results, cuda):
+        print(line)
+    print(f"\nwall time {time.perf_counter() - start:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1) + "\n")
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
