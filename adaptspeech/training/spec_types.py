@@ -148,7 +148,7 @@ TRAINABLE_TYPES: dict[str, SettingType] = {
     "feature_encoder": optional(BOOL),
 }
 EVALUATION_TYPES: dict[str, SettingType] = {
-    "method": NON_EMPTY_STR,
+    "method": optional(NON_EMPTY_STR),
     "batch_size": POSITIVE_INT,
     "options": optional(MAPPING),
 }

@@ -161,7 +161,7 @@ class StageSpec:
         if init in ("pretrained", "backbone") and not model.get("path"):
             raise StageConfigError(f"model.init={init!r} needs model.path")
         evaluation = check_section("evaluation", spec.get("evaluation") or {}, EVALUATION_TYPES)
-        if "method" in evaluation:
+        if evaluation.get("method") is not None:
             from ..decoding import DECODING_METHODS
 
             if evaluation["method"] not in DECODING_METHODS:

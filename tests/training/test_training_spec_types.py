@@ -37,6 +37,7 @@ def test_the_string_no_is_not_true(tmp_path):
     assert message == "model.trainable.backbone: expected true or false, got 'no'"
     spec = StageSpec.from_dict(apply_overrides(base(tmp_path), ["model.trainable.backbone=false"]))
     assert spec.model["trainable"]["backbone"] is False
+    assert StageSpec.from_dict(apply_overrides(base(tmp_path), ["evaluation.method=null"])).evaluation["method"] is None
 
 
 @pytest.mark.parametrize(
