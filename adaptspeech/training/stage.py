@@ -497,8 +497,7 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool) -> StageRes
     model_dir = output_dir / "model"
     evaluation = None
     if trainer.is_world_process_zero():
-        model.save_pretrained(model_dir)
-        processor.save_pretrained(model_dir)
+        save_final_model(model, processor, model_dir, checkpoints=Path(args.output_dir))
         evaluation = decoding.result(model, evaluation_set)
         eval_split = spec.data.get("eval_split", "dev")
         summary = {
@@ -524,6 +523,36 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool) -> StageRes
         log_history=list(trainer.state.log_history),
         model=model,
     )
+
+
+def save_final_model(model: Any, processor: Any, model_dir: Path, checkpoints: Path) -> None:
+    """Write the model and its processor to ``model_dir`` atomically: into a hidden sibling folder first, renamed
+    into place once complete, so that a failed write (disk full) never leaves a half-written ``model/`` that a later
+    ``init: pretrained`` stage would load.
+
+    Raises:
+        TrainingError: the write failed; the partial folder is removed and the message names the last checkpoint.
+    """
+    import shutil
+
+    from .errors import TrainingError
+
+    partial = model_dir.with_name(f".{model_dir.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        model.save_pretrained(partial)
+        processor.save_pretrained(partial)
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        partial.rename(model_dir)
+    except OSError as err:
+        shutil.rmtree(partial, ignore_errors=True)
+        last = last_checkpoint(checkpoints)
+        kept = f"the last complete checkpoint is {last}" if last else "no checkpoint was written"
+        raise TrainingError(
+            f"writing the trained model to {model_dir} failed ({err.strerror or err}); nothing was left half-written, "
+            f"{kept}: free space and run again with --resume"
+        ) from err
 
 
 def _language_sampling_summary(train: Any, temperature: float | None) -> dict[str, Any] | None:

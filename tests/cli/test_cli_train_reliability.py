@@ -81,6 +81,35 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(prepared_corpus,
     assert json.loads((run / "stage_summary.json").read_text())["global_step"] == 6
 
 
+def test_a_full_disk_while_saving_the_model_leaves_no_half_written_model(prepared_corpus, tmp_path, capsys,
+                                                                         monkeypatch):
+    import transformers.modeling_utils as modeling_utils
+
+    real_save = modeling_utils.safe_save_file
+
+    def disk_full_for_the_model(tensors, filename, *args, **kwargs):
+        if "checkpoint-" not in str(filename):
+            with open(filename, "wb") as handle:  # a few bytes reach the disk, then it is full
+                handle.write(b"\0" * 16)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(filename))
+        return real_save(tensors, filename, *args, **kwargs)
+
+    stage = config(prepared_corpus, tmp_path, max_steps=2)
+    monkeypatch.setattr(modeling_utils, "safe_save_file", disk_full_for_the_model)
+    code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
+    assert code == 1
+    run = tmp_path / "run"
+    assert one_line_error(err) == (
+        f"adaptspeech: error: writing the trained model to {run}/model failed (No space left on device); nothing was "
+        f"left half-written, the last complete checkpoint is {run}/checkpoints/checkpoint-2: free space and run again "
+        "with --resume"
+    )
+    assert sorted(p.name for p in run.iterdir() if "model" in p.name) == []
+    monkeypatch.setattr(modeling_utils, "safe_save_file", real_save)
+    assert run_main(["train", "--config", stage, "--no-progress", "--resume"], capsys)[0] == 0
+    assert (run / "model" / "model.safetensors").is_file()
+
+
 def test_a_truncated_safetensors_file_is_skipped_or_refused(prepared_corpus, tmp_path, capsys):
     stage = config(prepared_corpus, tmp_path, max_steps=4)
     assert run_main(["train", "--config", stage, "--no-progress"], capsys)[0] == 0
