@@ -58,10 +58,13 @@ class GradientCheckCallback(TrainerCallback):
 
     # --- set-up --------------------------------------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        self.checked = 0  # every call of train() (a resumed run too) checks its first steps
         if self.steps <= 0 or args.deepspeed or args.fsdp:
             self.steps = 0
             return control
         self.model = unwrap(kwargs["model"])
+        self._remove_hooks()
+        self.layer_of.clear()
         self._hook_layers()
         return control
 
