@@ -75,7 +75,9 @@ def plan_adapter_load(
         try:
             weights_path = resolve_file(path_or_repo, ADAPTER_WEIGHTS.format(language), revision, token, cache_dir)
         except FileNotFoundError:
-            raise no_meta from None
+            raise FileNotFoundError(
+                f"{no_meta} (nor {ADAPTER_WEIGHTS.format(language)} alone, as MMS stores adapters)"
+            ) from None
         source = read_tensors(weights_path)
         if not is_mms_adapter(source):
             raise FileNotFoundError(

@@ -79,6 +79,12 @@ def test_an_mms_file_loads_to_transformers_logits(mms_folder):
     ours = logits(model, inputs)
     assert ours.shape[-1] == 12
     assert max_diff(ours, transformers_logits(mms_folder, "fra", inputs)) < TOL
+    # the comparison means something: the adapter moves the encoder output well beyond the tolerance
+    with torch.no_grad():
+        with_fra = model.encode(inputs["input_values"], inputs["attention_mask"])[0]
+        model.set_active_languages([])
+        without = model.encode(inputs["input_values"], inputs["attention_mask"])[0]
+    assert max_diff(with_fra, without) > 0.1
 
 
 def test_two_mms_languages_resident_switch_to_each_languages_logits(mms_folder):
