@@ -160,8 +160,10 @@ def placement_problem(model: Any) -> str | None:
 
 def export_problem(model: Any, language: str) -> str | None:
     """Why ``language``'s adapter cannot be written as an MMS file that transformers loads (None when it can)."""
+    from .types import get_adapter_type
+
     settings = model.config.adapters[language]
-    if settings["adapter_type"] != "bottleneck":
+    if not get_adapter_type(settings["adapter_type"]).mms_format:
         return f"adapter of {language!r} is {settings['adapter_type']!r}; MMS files hold bottleneck adapters"
     wrong = {
         key: settings[key]

@@ -3,8 +3,8 @@
 An adapter type knows how its weights for one language are built into a model, removed, listed for saving and
 loading (the live parameters, keyed as in ``adapter.<lang>.safetensors``), what shapes a file must have before any
 of them is touched (so a load can be refused without changing the model), which modules to move to the model's
-device and dtype, and whether SimAdapter can fuse it. Adding a type is one class and one registration; the model's
-adapter API (:mod:`adaptspeech.adapters.mixin`) only asks this table.
+device and dtype, whether SimAdapter can fuse it and whether it can be an MMS adapter. Adding a type is one class
+and one registration; the model's adapter API (:mod:`adaptspeech.adapters.mixin`) only asks this table.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ class AdapterType:
     name: ClassVar[str]
     #: SimAdapter can fuse adapters of this type (their output is a full layer output, not a weight delta).
     fusable: ClassVar[bool] = False
+    #: adapters of this type can be MMS's ``Wav2Vec2AttnAdapterLayer`` (read from / written to MMS adapter files,
+    #: :mod:`adaptspeech.adapters.mms`) when their settings and placement are MMS's.
+    mms_format: ClassVar[bool] = False
 
     def build(self, model: Any, language: str, config: LanguageAdapterConfig) -> None:
         raise NotImplementedError
@@ -56,6 +59,7 @@ class BottleneckType(AdapterType):
 
     name = "bottleneck"
     fusable = True
+    mms_format = True
 
     def build(self, model: Any, language: str, config: LanguageAdapterConfig) -> None:
         for block in model.adapter_blocks.values():
