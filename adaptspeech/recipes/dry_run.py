@@ -1,0 +1,541 @@
+"""Dry run of a real-data recipe: every stage for a few steps, with the real model shape, on a tiny corpus.
+
+``adaptspeech recipe recipes/common_voice --dry-run`` (or ``python scripts/dry_run_recipe.py recipes/common_voice``)
+checks, before a long GPU run, that every stage of the recipe builds, trains, saves and evaluates, and measures what
+each stage costs per step:
+
+1. writes a tiny corpus in the Common Voice release layout for the recipe's languages
+   (:func:`~adaptspeech.recipes.cv_layout.write_common_voice_layout`: ``<lang>/clips/*.mp3``, ``train/dev/test.tsv``,
+   ``clip_durations.tsv``; 8 / 2 / 2 clips of about 2 s per language by default);
+2. replaces every ``model.init: backbone`` stage (a Hub checkpoint such as ``facebook/wav2vec2-xls-r-300m``, which
+   needs the network) with ``model.init: config`` and a backbone config of the checkpoint's shape and settings,
+   random weights (:data:`XLSR_300M_BACKBONE`); ``--dry-run-backbone`` overrides any of its fields (tests use a
+   tiny shape);
+3. keeps each stage's own settings (adapters, fusion, routing, trainable groups, ``bf16``, ``gradient_checkpointing``,
+   learning rate ...) and overrides only the amount of work: ``max_steps`` (3), the batch (2), one micro-batch per
+   step, no checkpoints, no mid-run evaluation, dev evaluation on ``max_eval_rows`` (4) utterances; without a GPU,
+   ``training.use_cpu`` (the Trainer refuses ``bf16`` otherwise; on the CPU it is bf16 autocast);
+4. runs ``prepare``, each stage and the test-set evaluation one after the other, **each in its own Python process**
+   (so that one stage's peak memory does not include another's), and prints per step: trainable parameters, the
+   first optimizer step's seconds, the median seconds of the later steps (forward + backward + optimizer step,
+   measured by a Trainer callback from ``on_step_begin`` to ``on_step_end``, data loading excluded), the peak resident
+   memory while training and over the whole process, and the wall time.
+
+Peak memory: Linux's ``VmHWM`` (peak resident set size) from ``/proc/self/status``, reset with
+``/proc/self/clear_refs`` (``5``) when training begins; on a CUDA device also ``torch.cuda.max_memory_allocated``.
+``tracemalloc`` would miss torch's allocations, which do not go through Python's allocator.
+
+Writes ``dry_run.md`` and ``dry_run.json`` in the dry run's output folder (the recipe's ``output_dir`` + ``-dry-run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cv_layout import write_common_voice_layout
+from .simadapter import (
+    BASELINE_NAMES,
+    STAGE_NAMES,
+    RecipeError,
+    evaluate_recipe,
+    load_recipe,
+    load_stage_outputs,
+    prepare_data,
+    recipe_plan,
+    train_recipe_stage,
+)
+
+XLSR_300M_BACKBONE: dict[str, Any] = {
+    # facebook/wav2vec2-xls-r-300m's config.json: the shape ...
+    "hidden_size": 1024,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+    "hidden_act": "gelu",
+    "do_stable_layer_norm": True,
+    "layer_norm_eps": 1e-5,
+    "feat_extract_norm": "layer",
+    "feat_extract_activation": "gelu",
+    "conv_dim": [512] * 7,
+    "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
+    "conv_stride": [5, 2, 2, 2, 2, 2, 2],
+    "conv_bias": True,
+    "num_conv_pos_embeddings": 128,
+    "num_conv_pos_embedding_groups": 16,
+    # ... and its regularisation, which fine-tuning from the checkpoint inherits
+    "hidden_dropout": 0.1,
+    "attention_dropout": 0.1,
+    "activation_dropout": 0.0,
+    "feat_proj_dropout": 0.0,
+    "layerdrop": 0.1,
+    "apply_spec_augment": True,
+    "mask_time_prob": 0.075,
+    "mask_time_length": 10,
+    "mask_feature_prob": 0.0,
+}
+"""The backbone config a dry run uses in place of ``facebook/wav2vec2-xls-r-300m`` (random weights, 315M
+parameters): wav2vec2 with stable (pre-) layer norm, 24 layers of width 1024, 16 heads, FFN 4096, the 7-layer
+convolutional feature encoder (512 channels, 320x downsampling: 50 frames per second of 16 kHz audio)."""
+
+STEP_PREPARE, STEP_EVALUATE = "prepare", "evaluate"
+STEP_NAMES = (STEP_PREPARE, *STAGE_NAMES, *BASELINE_NAMES, STEP_EVALUATE)
+MIB = 2**20
+
+
+@dataclass
+class DryRunSettings:
+    """How much work each stage of a dry run does (the recipe decides everything else)."""
+
+    steps: int = 3
+    """Optimizer steps per stage; the first is reported apart (warm-up), the median of the others as s/step."""
+    batch: int = 2
+    """Utterances per optimizer step (one micro-batch: ``gradient_accumulation_steps`` is set to 1)."""
+    seconds: float = 2.0
+    """Mean clip length of the written corpus."""
+    clips: dict[str, int] = field(default_factory=lambda: {"train": 8, "dev": 2, "test": 2})
+    """Clips per language and split of the written corpus (the test split is what the evaluation decodes)."""
+    eval_rows: int = 4
+    """Dev utterances each stage evaluates after training (``data.max_eval_rows``)."""
+    backbone_config: dict[str, Any] = field(default_factory=dict)
+    """Fields merged over :data:`XLSR_300M_BACKBONE` (e.g. a tiny shape for tests)."""
+    precision: str = "recipe"
+    """``recipe``: each stage's own ``bf16`` / ``fp16`` settings; ``fp32``: mixed precision off in every stage (for
+    CPUs without native bfloat16, where bf16 autocast makes convolutions about 20x slower than fp32)."""
+    isolate: bool = True
+    """Run each step in its own process (peak memory per step); False: all in this process (tests)."""
+    audio_format: str = "mp3"
+
+
+# ---- memory probes ---------------------------------------------------------------------------------------------
+
+
+def _status_kib(key: str) -> int | None:
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    match = re.search(rf"^{key}:\s+(\d+) kB", text, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set size since start or the last :func:`reset_peak_rss` (``VmHWM``)."""
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def current_rss_bytes() -> int:
+    """The process's resident set size now (``VmRSS``)."""
+    kib = _status_kib("VmRSS")
+    if kib is not None:
+        return kib * 1024
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def reset_peak_rss() -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux: ``5`` into ``/proc/self/clear_refs``); False when not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _make_probe() -> Any:
+    """A ``TrainerCallback`` timing each optimizer step and the peak memory while training."""
+    import torch
+    from transformers import TrainerCallback
+
+    class StageProbe(TrainerCallback):
+        def __init__(self) -> None:
+            self.step_seconds: list[float] = []
+            self.peak_reset = False
+            self.rss_train_begin = 0
+            self.peak_train = 0
+            self.peak_cuda: int | None = None
+            self._start = 0.0
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.peak_reset = reset_peak_rss()
+            self.rss_train_begin = current_rss_bytes()
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.step_seconds.append(time.perf_counter() - self._start)
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.peak_train = peak_rss_bytes()
+            if torch.cuda.is_available():
+                self.peak_cuda = torch.cuda.max_memory_allocated()
+
+    return StageProbe()
+
+
+# ---- the recipe, adjusted -------------------------------------------------------------------------------------
+
+
+def dry_run_output_dir(recipe: dict[str, Any]) -> Path:
+    """Where a dry run of ``recipe`` writes (never the real run's folder: its prepared data would be reused)."""
+    return Path(str(recipe["output_dir"]).rstrip("/") + "-dry-run")
+
+
+def dry_run_overrides(recipe: dict[str, Any], settings: DryRunSettings, out: Path) -> list[str]:
+    """``key=value`` overrides turning ``recipe`` into its dry run (see the module docstring)."""
+    import torch
+
+    on_cpu = not torch.cuda.is_available()
+    overrides = [
+        f"output_dir={out}",
+        "corpus.kind=common_voice",
+        f"corpus.root={out / 'cv-corpus-dry-run'}",
+        f"evaluation.batch_size={settings.batch}",
+    ]
+    for group in ("stages", "baselines"):
+        for name, stage in recipe.get(group, {}).items():
+            overrides += [
+                f"{name}.training.max_steps={settings.steps}",
+                f"{name}.training.per_device_train_batch_size={settings.batch}",
+                f"{name}.training.per_device_eval_batch_size={settings.batch}",
+                f"{name}.training.gradient_accumulation_steps=1",
+                f"{name}.training.warmup_steps=0",
+                f"{name}.training.logging_steps=1",
+                f"{name}.training.save_strategy=no",
+                f"{name}.training.eval_strategy=no",
+                f"{name}.training.dataloader_num_workers=0",
+                f"{name}.data.max_eval_rows={settings.eval_rows}",
+            ]
+            if on_cpu:  # the Trainer refuses bf16 without a GPU unless told to train on the CPU (bf16 autocast there)
+                overrides.append(f"{name}.training.use_cpu=true")
+            if settings.precision == "fp32":
+                overrides += [f"{name}.training.bf16=false", f"{name}.training.fp16=false"]
+            elif settings.precision != "recipe":
+                raise RecipeError(f"dry run precision {settings.precision!r} unknown; allowed values: recipe, fp32")
+            model = dict(stage.get("model") or {})
+            if model.get("init") == "backbone":
+                config = dict(model.get("config") or {})
+                backbone = {**XLSR_300M_BACKBONE, **dict(config.get("backbone_config") or {})}
+                config["backbone_config"] = {**backbone, **settings.backbone_config}
+                overrides += [
+                    f"{name}.model.init=config",
+                    f"{name}.model.path=null",
+                    f"{name}.model.config={json.dumps(config)}",
+                ]
+    return overrides
+
+
+def load_dry_run_recipe(
+    recipe_dir: str | os.PathLike, overrides: list[str] | None, settings: DryRunSettings
+) -> dict[str, Any]:
+    """The recipe at ``recipe_dir`` with the user's ``overrides``, then the dry run's (which win)."""
+    recipe = load_recipe(recipe_dir, overrides)
+    out = dry_run_output_dir(recipe)
+    return load_recipe(recipe_dir, [*(overrides or []), *dry_run_overrides(recipe, settings, out)])
+
+
+# ---- one step (in a worker process or here) -------------------------------------------------------------------
+
+
+def run_step(recipe: dict[str, Any], step: str) -> dict[str, Any]:
+    """Run one dry-run step (``prepare``, a stage name or ``evaluate``) and measure it."""
+    import torch
+    import transformers.trainer
+
+    reset = reset_peak_rss()
+    start = time.perf_counter()
+    record: dict[str, Any] = {"step": step, "peak_reset": reset}
+    progress = bool(recipe.get("progress", True))
+    if step == STEP_PREPARE:
+        prepare_data(recipe)
+    elif step == STEP_EVALUATE:
+        results, histories = {}, {}
+        for stage in recipe_plan(recipe):
+            results[stage.name], histories[stage.name] = load_stage_outputs(recipe, stage.name)
+        evaluated = evaluate_recipe(recipe, Path(recipe["output_dir"]) / "prepared", results, histories)
+        record["device"] = evaluated["device"]
+        record["systems"] = {row["system"]: row["cer"] for row in evaluated["rows"]}
+    else:
+        stage = {s.name: s for s in recipe_plan(recipe)}.get(step)
+        if stage is None:
+            raise RecipeError(f"dry run: the recipe has no stage {step!r}")
+        probe = _make_probe()
+        transformers.trainer.DEFAULT_CALLBACKS.append(probe)  # every Trainer built from now on reports to it
+        try:
+            summary, _ = train_recipe_stage(recipe, stage, Path(recipe["output_dir"]) / "prepared", progress)
+        finally:
+            transformers.trainer.DEFAULT_CALLBACKS.remove(probe)
+        steps = probe.step_seconds
+        later = steps[1:] or steps
+        record.update(
+            trainable=summary["trainable"]["trainable"],
+            total_params=summary["trainable"]["total"],
+            steps=len(steps),
+            step_seconds=steps,
+            first_step_seconds=steps[0] if steps else None,
+            seconds_per_step=statistics.median(later) if later else None,
+            train_seconds=summary["train_seconds"],
+            rss_train_begin_mib=probe.rss_train_begin / MIB,
+            peak_train_mib=probe.peak_train / MIB,
+            peak_train_reset=probe.peak_reset,
+            peak_cuda_mib=None if probe.peak_cuda is None else probe.peak_cuda / MIB,
+        )
+    record["peak_process_mib"] = peak_rss_bytes() / MIB
+    record["wall_seconds"] = time.perf_counter() - start
+    record["torch_threads"] = torch.get_num_threads()
+    return record
+
+
+def _run_isolated(recipe_json: Path, step: str, result_json: Path) -> dict[str, Any]:
+    """Run :func:`run_step` in a new Python process; its output goes to this process's stdout / stderr."""
+    result_json.unlink(missing_ok=True)
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "adaptspeech.recipes.dry_run", "--worker", step, str(recipe_json)]
+    command.append(str(result_json))
+    code = subprocess.run(command, check=False).returncode
+    if result_json.is_file():
+        record = json.loads(result_json.read_text())
+    else:
+        record = {"step": step, "error": f"the worker process exited with code {code} and wrote no result"}
+    record["process_wall_seconds"] = time.perf_counter() - start
+    return record
+
+
+def _error_text(err: BaseException) -> str:
+    """``"ValueError: first line of the message"``: one line for the table."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}".replace("|", "/")
+
+
+def _worker(step: str, recipe_json: str, result_json: str) -> int:
+    recipe = json.loads(Path(recipe_json).read_text())
+    try:
+        record = run_step(recipe, step)
+        code = 0
+    except Exception as err:  # reported in the table; the next steps still run
+        traceback.print_exc()
+        record = {"step": step, "error": _error_text(err)}
+        code = 1
+    Path(result_json).write_text(json.dumps(record, indent=1, default=float) + "\n")
+    return code
+
+
+# ---- the whole dry run ----------------------------------------------------------------------------------------
+
+
+def _log(message: str) -> None:
+    print(f"[dry-run] {message}", flush=True)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def dry_run_markdown(records: list[dict[str, Any]]) -> str:
+    """The per-step table of a dry run (markdown)."""
+    lines = [
+        "| step | trainable params | first step s | s/step (median of later steps) | RSS at train begin MiB "
+        "| peak RSS training MiB | peak RSS process MiB | wall s | status |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in records:
+        wall = r.get("process_wall_seconds", r.get("wall_seconds"))
+        status = r.get("error") or r.get("skipped") or "ok"
+        lines.append(
+            f"| {r['step']} | {_fmt(r.get('trainable'), ',')} | {_fmt(r.get('first_step_seconds'), '.2f')} "
+            f"| {_fmt(r.get('seconds_per_step'), '.2f')} | {_fmt(r.get('rss_train_begin_mib'), ',.0f')} "
+            f"| {_fmt(r.get('peak_train_mib'), ',.0f')} "
+            f"| {_fmt(r.get('peak_process_mib'), ',.0f')} | {_fmt(wall, '.0f')} | {status} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_dry_run(
+    recipe_dir: str | os.PathLike,
+    overrides: list[str] | None = None,
+    settings: DryRunSettings | None = None,
+    only: list[str] | None = None,
+) -> dict[str, Any]:
+    """Dry-run every stage of the recipe at ``recipe_dir`` (see the module docstring).
+
+    Args:
+        overrides: the user's ``key=value`` overrides (applied before the dry run's own).
+        only: run only these steps (``prepare``, stage names, ``evaluate``); earlier steps' outputs are reused.
+
+    Returns:
+        ``{"records": [one dict per step], "settings": ..., "output_dir": ..., "markdown": table}``; also written to
+        ``dry_run.json`` / ``dry_run.md`` in the output folder.
+    """
+    import torch
+
+    settings = settings or DryRunSettings()
+    recipe = load_dry_run_recipe(recipe_dir, overrides, settings)
+    unknown = sorted(set(only or []) - set(STEP_NAMES))
+    if unknown:
+        raise RecipeError(f"dry run: unknown step(s) {', '.join(unknown)}; allowed values: {', '.join(STEP_NAMES)}")
+    out = Path(recipe["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    languages = [*recipe["sources"], recipe["target"]]
+    corpus = Path(recipe["corpus"]["root"])
+    total_start = time.perf_counter()
+    missing = [lang for lang in languages if not (corpus / lang / "test.tsv").is_file()]
+    if missing:  # e.g. a later dry run with another target adds that language only
+        start = time.perf_counter()
+        seed = int(recipe.get("seed", 0))
+        write_common_voice_layout(corpus, missing, settings.clips, settings.seconds, seed, settings.audio_format)
+        _log(f"wrote a Common Voice layout for {', '.join(missing)} in {time.perf_counter() - start:.0f} s: {corpus}")
+    recipe_json = out / "dry_run_recipe.json"
+    recipe_json.write_text(json.dumps(recipe, indent=1) + "\n")
+    plan = recipe_plan(recipe)
+    steps = [STEP_PREPARE, *(s.name for s in plan), STEP_EVALUATE]
+    previous = {s.name: s.previous for s in plan}
+    records: list[dict[str, Any]] = []
+    failed: set[str] = set()
+    for index, step in enumerate(steps, 1):
+        if only and step not in only:
+            continue
+        blockers = sorted(failed) if step == STEP_EVALUATE else [previous.get(step)]
+        blockers = [b for b in [*blockers, STEP_PREPARE] if b in failed and b != step]
+        if blockers:
+            record = {"step": step, "skipped": f"skipped: {', '.join(dict.fromkeys(blockers))} failed"}
+            _log(f"{index}/{len(steps)} {step}: {record['skipped']}")
+            failed.add(step)
+            records.append(record)
+            continue
+        _log(f"{index}/{len(steps)} {step}: running" + (" in its own process" if settings.isolate else ""))
+        if settings.isolate:
+            record = _run_isolated(recipe_json, step, out / f"dry_run_{step}.json")
+        else:
+            try:
+                record = run_step(recipe, step)
+            except Exception as err:  # reported in the table; the next steps still run
+                traceback.print_exc()
+                record = {"step": step, "error": _error_text(err)}
+        if "error" in record:
+            failed.add(step)
+            _log(f"{index}/{len(steps)} {step}: FAILED: {record['error']}")
+        else:
+            _log(
+                f"{index}/{len(steps)} {step}: trainable {_fmt(record.get('trainable'), ',')}, "
+                f"s/step {_fmt(record.get('seconds_per_step'), '.2f')}, "
+                f"peak RSS training {_fmt(record.get('peak_train_mib'), ',.0f')} MiB, "
+                f"process {_fmt(record.get('peak_process_mib'), ',.0f')} MiB, {record['wall_seconds']:.0f} s"
+            )
+        records.append(record)
+    total = time.perf_counter() - total_start
+    info = {
+        "recipe": str(recipe_dir),
+        "output_dir": str(out),
+        "settings": asdict(settings),
+        "backbone_stages": {
+            name: (stage.get("model") or {}).get("config", {}).get("backbone_config")
+            for group in ("stages", "baselines")
+            for name, stage in recipe.get(group, {}).items()
+            if (stage.get("model") or {}).get("init") == "config"
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        },
+        "memory_method": "VmHWM (peak RSS) from /proc/self/status, reset via /proc/self/clear_refs at train begin; "
+        + ("one process per step" if settings.isolate else "all steps in one process"),
+        "total_seconds": total,
+        "failed": sorted(failed),
+    }
+    table = dry_run_markdown(records)
+    (out / "dry_run.json").write_text(json.dumps({"records": records, **info}, indent=1, default=float) + "\n")
+    (out / "dry_run.md").write_text(
+        f"### Dry run of {recipe_dir} ({settings.steps} steps x batch {settings.batch} x ~{settings.seconds:g} s "
+        f"per stage, precision: {settings.precision})\n\n{table}\n"
+        f"Total wall time: {total / 60:.1f} min. Memory: {info['memory_method']}.\n"
+    )
+    return {"records": records, "markdown": table, **info}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m adaptspeech.recipes.dry_run`` (also the worker entry point of isolated steps)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--worker"]:
+        return _worker(*argv[1:4])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_dry_run_arguments(parser)
+    parser.add_argument("recipe_dir", metavar="RECIPE_DIR")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    parser.add_argument("--only", default=None, metavar="STEP,STEP", help=f"steps among {', '.join(STEP_NAMES)}")
+    parser.add_argument("--in-process", action="store_true", help="run every step in this process (no isolation)")
+    args = parser.parse_args(argv)
+    settings = settings_from_arguments(args, prefix="")
+    settings.isolate = not args.in_process
+    only = [s for s in (args.only or "").split(",") if s] or None
+    result = run_dry_run(args.recipe_dir, args.overrides, settings, only=only)
+    print(result["markdown"])
+    return 1 if result["failed"] else 0
+
+
+def add_dry_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The dry run's options as ``scripts/dry_run_recipe.py`` takes them (``adaptspeech recipe`` has the same ones
+    prefixed ``--dry-run-``); unset ones take :class:`DryRunSettings`'s defaults."""
+    parser.add_argument("--steps", type=int, default=None, metavar="N", help="optimizer steps per stage (3)")
+    parser.add_argument("--batch", type=int, default=None, metavar="N", help="utterances per step (2)")
+    parser.add_argument("--seconds", type=float, default=None, metavar="S", help="mean clip length (2.0)")
+    parser.add_argument(
+        "--backbone", default=None, metavar="JSON", help="backbone config fields merged over XLS-R 300M's"
+    )
+    parser.add_argument(
+        "--precision", choices=("recipe", "fp32"), default=None, help="recipe: the stages' bf16 settings (default)"
+    )
+
+
+def settings_from_arguments(args: argparse.Namespace, prefix: str = "dry_run_") -> DryRunSettings:
+    """:class:`DryRunSettings` from ``--{prefix}steps``, ``--{prefix}batch``, ``--{prefix}seconds``,
+    ``--{prefix}backbone`` and ``--{prefix}precision`` (None: the default)."""
+    settings = DryRunSettings()
+    if getattr(args, f"{prefix}precision", None):
+        settings.precision = getattr(args, f"{prefix}precision")
+    for name in ("steps", "batch", "seconds"):
+        value = getattr(args, f"{prefix}{name}", None)
+        if value is not None:
+            if not value > 0:
+                raise RecipeError(f"--{prefix.replace('_', '-')}{name}: must be positive, got {value}")
+            setattr(settings, name, value)
+    backbone = getattr(args, f"{prefix}backbone", None)
+    if backbone:
+        try:
+            settings.backbone_config = json.loads(backbone)
+        except json.JSONDecodeError as err:
+            raise RecipeError(f"--{prefix.replace('_', '-')}backbone: not JSON ({err})") from err
+        if not isinstance(settings.backbone_config, dict):
+            raise RecipeError(f"--{prefix.replace('_', '-')}backbone: a JSON object of config fields, got {backbone}")
+    return settings
+
+
+if __name__ == "__main__":
+    sys.exit(main())
