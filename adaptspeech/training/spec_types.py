@@ -139,6 +139,8 @@ MODEL_TYPES: dict[str, SettingType] = {
     "active_languages": optional(LANGUAGES),
     "trainable": optional(MAPPING),
     "gradient_check_steps": NON_NEGATIVE_INT,
+    "load_adapters": optional(MAPPING),
+    "mms_language": optional(LANGUAGE_CODE),
 }
 TRAINABLE_TYPES: dict[str, SettingType] = {
     "backbone": BOOL,
@@ -146,6 +148,7 @@ TRAINABLE_TYPES: dict[str, SettingType] = {
     "adapters": optional(LANGUAGES),
     "fusion": BOOL,
     "feature_encoder": optional(BOOL),
+    "heads": optional(LANGUAGES),
 }
 EVALUATION_TYPES: dict[str, SettingType] = {
     "method": optional(NON_EMPTY_STR),

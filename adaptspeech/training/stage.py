@@ -19,9 +19,11 @@ A stage spec (``recipes/*/stage_*.yaml``)::
       path: null                            # pretrained: a saved adaptspeech model; backbone: an HF checkpoint
       config: {backbone_type: fbank_conformer, ...}   # AdaptSpeechConfig kwargs (init: config / backbone)
       add_adapters: {cs: {bottleneck: 64}}  # languages -> LanguageAdapterConfig fields
+      load_adapters: {pol: {path: facebook/mms-1b-all, load_head: false}}   # adapter files (adaptspeech or MMS)
+      mms_language: null                    # init: backbone of an MMS checkpoint: the name of its built-in adapter
       fusion: null                          # FusionConfig fields
       active_languages: null                # default: the trainable adapters (routed per utterance when several)
-      trainable: {backbone: true, head: true, adapters: [], fusion: false}
+      trainable: {backbone: true, head: true, adapters: [], fusion: false, heads: []}   # heads: per-language heads
       gradient_check_steps: 10              # steps checked for trainable parameters without gradient (0: off)
     training: {...}                         # transformers.TrainingArguments fields
     evaluation: {method: null, batch_size: 16, options: {}}   # decoder (null: the head's default) of the final and
@@ -49,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from .. import yaml_loader as config_yaml
 from .errors import StageConfigError
@@ -120,7 +121,7 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         raise StageConfigError(f"config file {path} not found")
     try:
         data = config_yaml.load(path.read_text()) or {}
-    except (yaml.YAMLError, ValueError) as err:  # yaml_loader raises YAMLSyntaxError (a ValueError)
+    except config_yaml.YAMLSyntaxError as err:
         first = (str(err).splitlines() or [type(err).__name__])[0]
         raise StageConfigError(f"{path} is not valid YAML: {first}") from err
     if not isinstance(data, dict):
@@ -216,12 +217,19 @@ def load_prepared(prepared_dir: str | os.PathLike) -> tuple[Any, Any]:
     from datasets import load_from_disk
     from transformers import Wav2Vec2Processor
 
+    from ..data.pipeline import COMPLETE_MARKER
+
     prepared_dir = Path(prepared_dir)
     for sub in ("dataset", "processor"):
         if not (prepared_dir / sub).is_dir():
             raise StageConfigError(
                 f"data.prepared_dir {prepared_dir} has no {sub}/ folder: run `adaptspeech prepare` first"
             )
+    if not (prepared_dir / COMPLETE_MARKER).is_file():
+        raise StageConfigError(
+            f"data.prepared_dir {prepared_dir} has no {COMPLETE_MARKER}: `adaptspeech prepare` did not finish "
+            "writing it; run it again"
+        )
     return load_from_disk(str(prepared_dir / "dataset")), Wav2Vec2Processor.from_pretrained(prepared_dir / "processor")
 
 
@@ -271,7 +279,7 @@ def _construct(model_spec: dict[str, Any], processor: Any) -> Any:
     cls = model_class_for_head(kwargs.get("head", "ctc"))
     try:
         if init == "backbone":
-            return cls.from_backbone(model_spec["path"], **kwargs)
+            return cls.from_backbone(model_spec["path"], mms_language=model_spec.get("mms_language"), **kwargs)
         from ..configuration import AdaptSpeechConfig
 
         return cls(AdaptSpeechConfig(**kwargs))
@@ -310,11 +318,10 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
     for it, so a saved ``las`` / ``ctc_las`` model loads as what it is.
     """
     model = _construct(model_spec, processor)
-    tokenizer = processor.tokenizer
-    if model.config.vocab_size != len(tokenizer):
-        raise StageConfigError(
-            f"the model's vocabulary ({model.config.vocab_size}) does not match the processor's ({len(tokenizer)})"
-        )
+    if model_spec.get("mms_language") and model_spec.get("init", "config") != "backbone":
+        raise StageConfigError("model.mms_language names the built-in adapter of an MMS checkpoint: use it with "
+                               "model.init: backbone")
+    _load_adapters(model, model_spec.get("load_adapters") or {})
     try:
         for language, settings in (model_spec.get("add_adapters") or {}).items():
             if language not in model.config.adapters:
@@ -335,15 +342,64 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
             f"model.trainable.adapters: no adapter for {unknown}; languages with one: {sorted(model.config.adapters)} "
             "(add one with model.add_adapters)"
         )
+    heads = list(trainable.get("heads") or [])
+    no_head = [lang for lang in heads if lang not in model.config.language_heads]
+    if no_head:
+        raise StageConfigError(
+            f"model.trainable.heads: no language head for {no_head}; languages with one: "
+            f"{sorted(model.config.language_heads)}"
+        )
     _activate_trainable_adapters(model, model_spec, adapters)
+    _check_vocabulary(model, processor.tokenizer)
     model.set_trainable(
         adapters=adapters,
         fusion=trainable.get("fusion", False),
         head=trainable.get("head", False),
         backbone=trainable.get("backbone", False),
         feature_encoder=trainable.get("feature_encoder"),
+        heads=heads,
     )
     return model
+
+
+def _load_adapters(model: Any, entries: dict[str, Any]) -> None:
+    """``model.load_adapters``: language -> ``{path, load_head}`` (or just the path): adapter files in adaptspeech's
+    or MMS's format (see ``load_adapter``), loaded before ``add_adapters`` and the fusion, none of them activated
+    (the stage's trainable / active settings decide that)."""
+    from ..adapters.io import AdapterLoadError
+
+    for language, entry in entries.items():
+        settings = {"path": entry} if isinstance(entry, str) else dict(entry or {})
+        unknown = sorted(set(settings) - {"path", "load_head", "revision"})
+        if unknown or not isinstance(settings.get("path"), str):
+            raise StageConfigError(
+                f"model.load_adapters.{language}: expected a path or {{path, load_head, revision}}, got {entry!r}"
+            )
+        try:
+            model.load_adapter(language, settings["path"], revision=settings.get("revision"), activate=False,
+                               load_head=bool(settings.get("load_head", True)))
+        except (AdapterLoadError, FileNotFoundError, ValueError, KeyError) as err:
+            message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+            raise StageConfigError(f"model.load_adapters.{language}: {message}") from err
+
+
+def _check_vocabulary(model: Any, tokenizer: Any) -> None:
+    """Every output layer the stage runs (the active languages' heads, or the shared one) must have the prepared
+    vocabulary's size (a CTC head of another size would train against the wrong labels, transformers #24223)."""
+    size = len(tokenizer)
+    ctc_head = getattr(model, "ctc_head", None)
+    languages = list(model.config.active_languages) or [None]
+    if model.config.fusion_active and model.config.fusion.get("target_language"):
+        languages = [model.config.fusion["target_language"]]
+    for language in languages:
+        head = ctc_head.vocab_size_of(language) if ctc_head is not None else model.config.vocab_size
+        if head != size:
+            which = f"{language}'s CTC head" if ctc_head is not None and language in model.config.language_heads \
+                else "the model's vocabulary"
+            raise StageConfigError(
+                f"{which} ({head} tokens) does not match the prepared vocabulary ({size} tokens in the processor of "
+                "data.prepared_dir)"
+            )
 
 
 def _is_main_process() -> bool:

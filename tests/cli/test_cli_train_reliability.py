@@ -186,6 +186,7 @@ def test_a_nan_loss_stops_at_its_step_and_keeps_the_last_checkpoint(prepared_cor
     )
     dataset["train"] = poisoned
     dataset.save_to_disk(str(prepared / "dataset"))
+    shutil.copy(prepared_corpus / "prepare_config.json", prepared / "prepare_config.json")  # prepare's last file
     spec = stage_spec(prepared, tmp_path / "run", max_steps=6, save_steps=1, train_sampling_strategy="sequential")
     stage = write_yaml(tmp_path / "stage.yaml", spec)
     code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
 
 from adaptspeech import AdaptSpeechForCTC
+from adaptspeech.data.pipeline import COMPLETE_MARKER
 from adaptspeech.data.text import build_processor
 from adaptspeech.testing import TINY_BACKBONES
 from adaptspeech.training.stage import apply_overrides, load_yaml, run_stage
@@ -65,6 +66,7 @@ def prepared_corpus(folder: Path, language: str) -> Path:
         return Dataset.from_list(out)
 
     DatasetDict({"train": rows(8), "dev": rows(2), "test": rows(2)}).save_to_disk(str(folder / "dataset"))
+    (folder / COMPLETE_MARKER).write_text("{}\n")  # what prepare writes last: the folder is complete
     return folder
 
 
