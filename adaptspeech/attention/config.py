@@ -49,6 +49,16 @@ class AttentionConfig:
         num_left_chunks (`int`, defaults to -1): previous chunks visible to a frame; -1 = all of them.
         max_relative_positions (`int`, defaults to 5000): ``rel_pos``: length of the initially cached sinusoid
             table (as transformers' ``max_source_positions``); longer inputs extend it.
+        memory_efficient (`bool`, *optional*): ``rel_pos``: ``True`` always computes in query blocks (memory
+            linear in ``T``: only ``query_block_size x T`` scores exist at a time, and backward recomputes them
+            block by block), ``False`` always forms the full ``T x T`` scores (faster for short inputs, memory
+            quadratic in ``T``); ``None`` (the default) picks the blockwise path for inputs longer than
+            ``memory_efficient_threshold`` frames. Outputs and gradients are the same either way (to float
+            rounding).
+        memory_efficient_threshold (`int`, defaults to 2048): ``rel_pos`` with ``memory_efficient=None``: inputs
+            of more frames than this use the blockwise path (0 = always).
+        query_block_size (`int`, defaults to 256): ``rel_pos``'s blockwise path: queries per block ``B``; its
+            transient memory is ``O(B T h)`` (a few ``[B, T]`` score matrices per head).
         context_width (`int`, defaults to 15): ``ldsa``: context width ``c`` (odd; the LDSA paper uses 15).
         hybrid (`bool`, defaults to `False`): ``ldsa``: LDSA followed by multi-head self-attention in the same
             sub-layer (the LDSA paper's best combination).
@@ -73,6 +83,9 @@ class AttentionConfig:
     chunk_size: int = 0
     num_left_chunks: int = -1
     max_relative_positions: int = 5000
+    memory_efficient: bool | None = None
+    memory_efficient_threshold: int = 2048
+    query_block_size: int = 256
     context_width: int = 15
     hybrid: bool = False
     synthesizer_hidden: int = 16
@@ -124,6 +137,21 @@ class AttentionConfig:
             raise ValueError(
                 f"attention.max_relative_positions must be a positive integer, got {self.max_relative_positions!r}"
             )
+        if self.memory_efficient is not None and not isinstance(self.memory_efficient, bool):
+            raise ValueError(
+                "attention.memory_efficient must be true (blockwise), false (full T x T scores) or null (blockwise "
+                f"above attention.memory_efficient_threshold frames), got {self.memory_efficient!r}"
+            )
+        if not _is_int(self.memory_efficient_threshold) or self.memory_efficient_threshold < 0:
+            raise ValueError(
+                "attention.memory_efficient_threshold must be an integer >= 0 (frames; longer inputs use the "
+                f"blockwise path, 0 = always), got {self.memory_efficient_threshold!r}"
+            )
+        if not _is_int(self.query_block_size) or self.query_block_size < 1:
+            raise ValueError(
+                "attention.query_block_size must be a positive integer (queries per block, e.g. 256), got "
+                f"{self.query_block_size!r}"
+            )
         if not _is_int(self.context_width) or self.context_width < 1 or self.context_width % 2 == 0:
             raise ValueError(
                 "attention.context_width must be a positive odd integer (the window is centred on the frame: "
@@ -153,6 +181,11 @@ class AttentionConfig:
         if self.synthesizer_freeze and self.kind != "synthesizer_random":
             raise ValueError(
                 f"attention.synthesizer_freeze=True applies only to kind 'synthesizer_random', not {self.kind!r}"
+            )
+        if self.memory_efficient is not None and self.kind != "rel_pos":
+            raise ValueError(
+                f"attention.memory_efficient={self.memory_efficient!r} applies only to kind 'rel_pos', not "
+                f"{self.kind!r}"
             )
         if self.kind == DEFAULT_KIND and self.chunk_size:
             raise ValueError(

@@ -23,10 +23,24 @@ def chunk_mask(
     Returns ``None`` for ``chunk_size <= 0`` (no chunks: full attention). One chunk at least as long as the
     sequence gives an all-True mask, i.e. full attention.
     """
+    return chunk_mask_rows(0, num_frames, num_frames, chunk_size, num_left_chunks, device)
+
+
+def chunk_mask_rows(
+    start: int,
+    stop: int,
+    num_frames: int,
+    chunk_size: int,
+    num_left_chunks: int = -1,
+    device: torch.device | None = None,
+) -> torch.Tensor | None:
+    """Rows ``start .. stop-1`` of :func:`chunk_mask`: bool ``[stop - start, T]``, built from the frame indices
+    alone (``O((stop - start) T)`` memory, never the ``T x T`` mask); ``None`` for ``chunk_size <= 0``."""
     if chunk_size <= 0:
         return None
-    chunk = torch.arange(num_frames, device=device) // chunk_size
-    diff = chunk[:, None] - chunk[None, :]  # query chunk - key chunk
+    query_chunk = torch.arange(start, stop, device=device) // chunk_size
+    key_chunk = torch.arange(num_frames, device=device) // chunk_size
+    diff = query_chunk[:, None] - key_chunk[None, :]  # query chunk - key chunk
     allowed = diff >= 0
     if num_left_chunks >= 0:
         allowed &= diff <= num_left_chunks
@@ -45,14 +59,52 @@ def attention_mask(
     real keys, so padded outputs are finite and real outputs never see padded frames.
     """
     device = padding_mask.device if padding_mask is not None else None
+    return attention_mask_rows(
+        key_padding_mask(padding_mask), 0, num_frames, num_frames, chunk_size, num_left_chunks, device
+    )
+
+
+def key_padding_mask(padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``[B, T]`` padding mask (True = real frame) -> bool ``[B, 1, 1, T]`` key mask, or ``None`` when every frame
+    is real (nothing to mask)."""
+    if padding_mask is None or bool(padding_mask.all()):
+        return None
+    return padding_mask[:, None, None, :].bool()
+
+
+def attention_mask_rows(
+    keys: torch.Tensor | None,
+    start: int,
+    stop: int,
+    num_frames: int,
+    chunk_size: int = 0,
+    num_left_chunks: int = -1,
+    device: torch.device | None = None,
+) -> torch.Tensor | None:
+    """Query rows ``start .. stop-1`` of :func:`attention_mask`: bool ``[B or 1, 1, stop - start, T]`` (or the key
+    mask ``[B, 1, 1, T]`` itself when there are no chunks), ``None`` when nothing is masked.
+
+    Args:
+        keys: bool ``[B, 1, 1, T]`` from :func:`key_padding_mask`, or None.
+        start, stop: the query rows (frame indices).
+        num_frames: ``T``, the number of keys.
+        chunk_size, num_left_chunks: the chunk mask's settings (see :func:`chunk_mask`).
+        device: where to build the chunk rows (the key mask's device when it is given).
+
+    The blockwise ``rel_pos`` path asks for one query block at a time, so no ``T x T`` mask ever exists (at
+    ``T = 16000`` a bool ``T x T`` mask alone is 256 MB).
+    """
+    if keys is not None:
+        device = keys.device
     # one chunk covering the sequence is full attention: skip building an all-True mask
-    chunks = chunk_mask(num_frames, chunk_size, num_left_chunks, device) if chunk_size < num_frames else None
-    keys = None
-    if padding_mask is not None and not bool(padding_mask.all()):
-        keys = padding_mask[:, None, None, :].bool()  # [B, 1, 1, T]
+    chunks = (
+        chunk_mask_rows(start, stop, num_frames, chunk_size, num_left_chunks, device)
+        if chunk_size < num_frames
+        else None
+    )
     if chunks is None:
         return keys
-    chunks = chunks[None, None]  # [1, 1, T, T]
+    chunks = chunks[None, None]  # [1, 1, C, T]
     return chunks if keys is None else chunks & keys
 
 

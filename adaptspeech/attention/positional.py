@@ -51,10 +51,13 @@ class RelativePositionTable:
         """``[2T-1, D]`` embeddings of positions ``T-1 .. -(T-1)``, sliced from the centre of the cached
         table."""
         table = self._table
-        if table is None or (table.shape[0] + 1) // 2 < num_frames:
-            table = relative_sinusoids(max(num_frames, self.max_len), self.dim, device=device)
-        if table.dtype != dtype or table.device != device:
-            table = table.to(device=device, dtype=dtype)
+        # built outside inference mode: a cached inference tensor would break every later pass that records
+        # autograd (e.g. training after a ``torch.inference_mode()`` evaluation)
+        with torch.inference_mode(False):
+            if table is None or (table.shape[0] + 1) // 2 < num_frames:
+                table = relative_sinusoids(max(num_frames, self.max_len), self.dim, device=device)
+            if table.dtype != dtype or table.device != device:
+                table = table.to(device=device, dtype=dtype)
         self._table = table
         centre = table.shape[0] // 2  # row of relative position 0
         return table[centre - num_frames + 1 : centre + num_frames]
@@ -90,3 +93,21 @@ def relative_scores_prepadded(padded: torch.Tensor, num_keys: int) -> torch.Tens
     *lead, rows, cols = padded.shape
     shifted = padded.reshape(*lead, cols, rows)[..., 1:, :].reshape(*lead, rows, cols - 1)
     return shifted[..., :num_keys]
+
+
+def relative_scores_prepadded_backward(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The gradient of :func:`relative_scores_prepadded`: ``grad`` ``[..., C, L]`` written into ``out`` ``[..., C, W]``
+    (contiguous, the padded matrix's shape, ``W > L``) at the entries the forward read, zeros elsewhere.
+
+    Each entry of the padded matrix is read at most once, so the gradient is a scatter, not a sum. Only the
+    unread entries are zeroed (the first ``C`` elements and the last ``W - 1 - L`` of every shifted row), not the
+    whole matrix. Returns ``out``.
+    """
+    *lead, rows, cols = out.shape
+    num_keys = grad.shape[-1]
+    flat = out.view(*lead, rows * cols)
+    flat[..., :rows].zero_()  # the first C elements, dropped by the shift
+    shifted = flat[..., rows:].view(*lead, rows, cols - 1)
+    shifted[..., num_keys:].zero_()  # columns past the kept keys
+    shifted[..., :num_keys].copy_(grad)
+    return out

@@ -15,6 +15,13 @@ Speed (forward + backward at least as fast as transformers' module, see ``script
 seed's zero column is put into the position matrix (one zero row, ``O(T D)``) instead of copying the
 ``T x 2T`` score matrix to pad it, the ``1/sqrt(d_k)`` scale is folded into ``q + v``, and one ``baddbmm``
 computes the content scores and adds the position scores in the same pass.
+
+Memory (issue 16): the full path holds ``h x T x T`` content and position scores and their gradients (3.2 GB for
+one width-768 layer's forward + backward at T = 4000, as transformers' module). Above
+``attention.memory_efficient_threshold`` frames (or always with ``attention.memory_efficient: true``) the same
+equations are computed in blocks of ``attention.query_block_size`` queries by
+:func:`~.blockwise.blockwise_relative_attention`, whose backward recomputes each block: memory linear in ``T``,
+outputs and gradients equal to float rounding (tested against this full path and against transformers).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .base import EncoderAttention
+from .blockwise import blockwise_relative_attention
 from .config import AttentionConfig
 from .masks import masked_softmax
 from .positional import RelativePositionTable, relative_scores_prepadded
@@ -42,7 +50,8 @@ class RelPositionSelfAttention(EncoderAttention):
 
     Args:
         config (`AttentionConfig`): ``hidden_size`` (even), ``num_heads``, ``dropout``, ``bias``,
-            ``max_relative_positions``, ``chunk_size``, ``num_left_chunks``.
+            ``max_relative_positions``, ``chunk_size``, ``num_left_chunks``, ``memory_efficient``,
+            ``memory_efficient_threshold``, ``query_block_size``.
     """
 
     roles: ClassVar[dict[str, str]] = {
@@ -132,14 +141,52 @@ class RelPositionSelfAttention(EncoderAttention):
         weights = self.attention_dropout(masked_softmax(scores, allowed))
         return torch.matmul(weights, value)
 
+    def uses_blockwise(self, num_frames: int) -> bool:
+        """Whether :meth:`forward` on ``num_frames`` frames takes the blockwise path (memory linear in ``T``):
+        ``attention.memory_efficient`` if set, else ``num_frames > attention.memory_efficient_threshold``."""
+        forced = self.config.memory_efficient
+        return num_frames > self.config.memory_efficient_threshold if forced is None else forced
+
+    def _attend_blockwise(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        padding_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """:meth:`_attend` on the full sequence, in query blocks (:func:`~.blockwise.blockwise_relative_attention`):
+        ``[B, h, T, d_k]`` query / key / value, ``[B, T]`` padding mask or None -> ``[B, h, T, d_k]``.
+
+        The position table covers ``T .. -(T-1)`` (``2T`` rows): the row of position ``T`` stands where the full
+        path puts its zero row, never read (see the blockwise module)."""
+        frames = query.shape[2]
+        table = self.positions(frames + 1, query.dtype, query.device)[:-1]  # [2T, D]: positions T .. -(T-1)
+        positions = self.linear_pos(table).view(2 * frames, self.num_heads, self.head_dim).transpose(0, 1).contiguous()
+        return blockwise_relative_attention(
+            query,
+            key,
+            value,
+            self.pos_bias_u,
+            self.pos_bias_v,
+            positions,  # [h, 2T, d_k]
+            padding_mask,
+            self.config.chunk_size,
+            self.config.num_left_chunks,
+            self.config.query_block_size,
+            self.dropout if self.training else 0.0,
+        )
+
     def forward(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``[B, T, D]``, ``[B, T]`` bool or None -> ``[B, T, D]``."""
+        """``[B, T, D]``, ``[B, T]`` bool or None -> ``[B, T, D]``; blockwise when :meth:`uses_blockwise`."""
         self.check_padding_mask(hidden_states, padding_mask)
         frames = hidden_states.shape[1]
         query = self.split_heads(self.linear_q(hidden_states))  # [B, h, T, d_k]
         key = self.split_heads(self.linear_k(hidden_states))
         value = self.split_heads(self.value_proj(hidden_states))
-        context = self._attend(query, key, value, self.attention_mask(padding_mask, frames))
+        if self.uses_blockwise(frames):
+            context = self._attend_blockwise(query, key, value, padding_mask)
+        else:
+            context = self._attend(query, key, value, self.attention_mask(padding_mask, frames))
         return self.output_proj(self.merge_heads(context))
 
     # --- streaming ------------------------------------------------------------------------------------------
