@@ -25,6 +25,7 @@ what training adds), and the ratios use that peak minus the process's RSS after 
 
     python scripts/bench_training_step.py                   # 24 layers, batch 4 x 4 s, fp32, CPU or CUDA
     python scripts/bench_training_step.py --dtype bf16 --device cuda --steps 10
+    python scripts/bench_training_step.py --checkpointing --configs full,adapter   # as the recipe's full stages
     python scripts/bench_training_step.py --layers 2 --batch 1 --seconds 1 --steps 1   # a quick check
 """
 
@@ -123,6 +124,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     rss_baseline = (_status_kib("VmRSS") or 0) * 1024
     start = time.perf_counter()
     model = build_model(kind, args.layers).to(device)
+    if args.checkpointing:  # as the recipe's activation_checkpointing: non-re-entrant, per encoder layer
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     build_seconds = time.perf_counter() - start
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -244,6 +247,9 @@ def main() -> int:
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast, fp32 weights")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--checkpointing", action="store_true", help="activation checkpointing of every encoder layer (non-re-entrant)"
+    )
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"among {', '.join(CONFIGS)}")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures here")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -263,6 +269,7 @@ def main() -> int:
     cuda = args.device.startswith("cuda")
     print(
         f"XLS-R 300M shape ({args.layers} layers), batch {args.batch} x {args.seconds:g} s, {args.dtype}, "
+        f"activation checkpointing {'on' if args.checkpointing else 'off'}, "
         f"{args.device}, {args.warmup} warm-up + {args.steps} timed steps, one process per configuration; "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         flush=True,
@@ -276,6 +283,8 @@ def main() -> int:
         for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
             if getattr(args, option) is not None:
                 command += [f"--{option}", str(getattr(args, option))]
+        if args.checkpointing:
+            command.append("--checkpointing")
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
         if done.returncode != 0:
             results.append({"config": kind, "error": f"exit code {done.returncode} (see the messages above)"})
