@@ -2,24 +2,30 @@
 low-resource speech recognition on the Hugging Face stack.
 
 Importing the package registers ``AdaptSpeechConfig`` with ``AutoConfig`` and ``AdaptSpeechForCTC`` with
-``AutoModelForCTC``, so ``AutoModelForCTC.from_pretrained(folder)`` works without ``trust_remote_code``.
+``AutoModelForCTC``, so ``AutoModelForCTC.from_pretrained(folder)`` works without ``trust_remote_code``; it also
+registers the fbank feature extractor (``AutoFeatureExtractor``) and adapts transformers' ASR pipeline to adaptspeech's
+models (:mod:`adaptspeech.pipeline`), so ``pipeline("automatic-speech-recognition", model=folder)`` works.
 """
 
 from .adapters.config import FusionConfig, LanguageAdapterConfig
 from .adapters.peft_method import SpeechAdapterConfig
 from .backbones import FbankConformerConfig, FbankConformerModel
 from .configuration import AdaptSpeechConfig
+from .feature_extraction import AdaptSpeechFeatureExtractor
 from .modeling import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention, AdaptSpeechPreTrainedModel
 from .modeling_outputs import AdaptSpeechOutput
+from .pipeline import AdaptSpeechRecognitionPipeline
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AdaptSpeechConfig",
+    "AdaptSpeechFeatureExtractor",
     "AdaptSpeechForCTC",
     "AdaptSpeechForJointCTCAttention",
     "AdaptSpeechOutput",
     "AdaptSpeechPreTrainedModel",
+    "AdaptSpeechRecognitionPipeline",
     "FbankConformerConfig",
     "FbankConformerModel",
     "FusionConfig",

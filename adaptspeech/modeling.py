@@ -21,12 +21,14 @@ from .adapters.routing import (
 )
 from .adapters.simadapter import guide_loss
 from .configuration import AdaptSpeechConfig
+from .generation import AdaptSpeechGenerationMixin
 from .heads import get_head
 from .heads.ctc import CTCHead
+from .inference.model_mixin import InferenceMixin
 from .modeling_outputs import AdaptSpeechOutput
 
 
-class AdaptSpeechPreTrainedModel(LanguageAdapterMixin, PreTrainedModel):
+class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTrainedModel):
     """Backbone + encoder surgery (attention swap, adapters, fusion) shared by all adaptspeech heads.
 
     Args:
@@ -375,7 +377,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         )
 
 
-class AdaptSpeechForJointCTCAttention(AdaptSpeechForCTC):
+class AdaptSpeechForJointCTCAttention(AdaptSpeechGenerationMixin, AdaptSpeechForCTC):
     """The same model with a Listen-Attend-Spell decoder: ``head="ctc_las"`` (joint) or ``"las"`` (attention only).
 
     Registered with ``AutoModelForSpeechSeq2Seq``; ``AutoModelForCTC`` also loads a ``ctc_las`` checkpoint (as

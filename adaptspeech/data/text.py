@@ -29,6 +29,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from transformers import Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor, Wav2Vec2Processor
 
@@ -195,15 +196,20 @@ def build_processor(
         word_delimiter_token=WORD_DELIMITER,
         target_lang=target_lang,
     )
-    feature_extractor = Wav2Vec2FeatureExtractor(
-        feature_size=1 if feature_type == "waveform" else n_mels,
-        sampling_rate=sampling_rate,
-        padding_value=0.0,
-        do_normalize=True,
-        return_attention_mask=True,
-        feature_type=feature_type,
-        n_mels=n_mels,
-    )
+    feature_extractor = _feature_extractor(feature_type, sampling_rate, n_mels)
     processor = Wav2Vec2Processor(feature_extractor=feature_extractor, tokenizer=tokenizer)
     processor.save_pretrained(str(out))
     return processor
+
+
+def _feature_extractor(feature_type: str, sampling_rate: int, n_mels: int) -> Any:
+    """``Wav2Vec2FeatureExtractor`` for waveforms (what transformers' wav2vec2 models expect), the
+    :class:`~adaptspeech.feature_extraction.AdaptSpeechFeatureExtractor` (log-mel ``input_features``) for fbank."""
+    if feature_type == "waveform":
+        return Wav2Vec2FeatureExtractor(
+            feature_size=1, sampling_rate=sampling_rate, padding_value=0.0, do_normalize=True,
+            return_attention_mask=True, feature_type=feature_type, n_mels=n_mels,
+        )
+    from ..feature_extraction import AdaptSpeechFeatureExtractor
+
+    return AdaptSpeechFeatureExtractor(feature_type=feature_type, sampling_rate=sampling_rate, n_mels=n_mels)

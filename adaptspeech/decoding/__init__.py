@@ -24,7 +24,7 @@ from .ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
 from .hypothesis import Hypothesis
 from .joint import joint_beam_search
 from .lengths import max_output_lengths
-from .model_decoding import transcribe_batch
+from .model_decoding import evaluating, model_decoding_inputs, transcribe_batch
 
 
 @dataclass
@@ -130,7 +130,9 @@ __all__ = [
     "ctc_prefix_beam_search",
     "decode",
     "end_detected",
+    "evaluating",
     "joint_beam_search",
     "max_output_lengths",
+    "model_decoding_inputs",
     "transcribe_batch",
 ]

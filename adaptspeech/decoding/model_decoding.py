@@ -2,10 +2,52 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+
+
+@contextmanager
+def evaluating(model: Any) -> Iterator[None]:
+    """``model`` in eval mode inside the block (dropout off in the encoder and the decoders); its mode is restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def model_decoding_inputs(
+    model: Any,
+    inputs: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    lang_ids: torch.Tensor | None = None,
+) -> Any:
+    """The encoder's output in the form every decoder reads (:class:`~adaptspeech.decoding.DecodingInputs`).
+
+    Args:
+        model: an :class:`~adaptspeech.AdaptSpeechForCTC` / :class:`~adaptspeech.AdaptSpeechForJointCTCAttention`
+            (call it inside :func:`evaluating`).
+        inputs: the backbone's input, waveforms ``[B, S]`` or filterbanks ``[B, S, F]``.
+        attention_mask: ``[B, S]``, True on real samples / frames.
+        lang_ids: ``[B]`` language index per utterance (routed models).
+
+    Returns:
+        ``DecodingInputs`` with ``ctc_log_probs`` ``[B, T, V]`` (float32 log-softmax; None without a CTC head),
+        ``ctc_lengths`` ``[B]``, ``decoder`` (the LAS head or None), ``encoder_hidden_states`` ``[B, T, D]`` and
+        ``encoder_padding_mask`` ``[B, T]``.
+    """
+    from . import DecodingInputs
+
+    hidden, frame_mask, _, _ = model.encode(inputs, attention_mask, lang_ids)
+    ctc_log_probs = None
+    if getattr(model, "ctc_head", None) is not None:
+        ctc_log_probs = model.ctc_head(hidden).float().log_softmax(-1)
+    return DecodingInputs(ctc_log_probs, frame_mask.sum(-1), getattr(model, "las_head", None), hidden, frame_mask)
 
 
 @torch.no_grad()
@@ -26,21 +68,14 @@ def transcribe_batch(
     inputs = batch.get(model.main_input_name)
     if inputs is None:
         raise ValueError(f"the batch has no {model.main_input_name!r} (keys: {sorted(batch)})")
-    was_training = model.training
-    model.eval()
-    try:
-        hidden, frame_mask, _, _ = model.encode(inputs, batch.get("attention_mask"), batch.get("lang_ids"))
-        ctc_log_probs = None
-        if getattr(model, "ctc_head", None) is not None:
-            ctc_log_probs = model.ctc_head(hidden).float().log_softmax(-1)
+    with evaluating(model):
+        encoded = model_decoding_inputs(model, inputs, batch.get("attention_mask"), batch.get("lang_ids"))
         return decode(
             method,
-            ctc_log_probs=ctc_log_probs,
-            ctc_lengths=frame_mask.sum(-1),
-            decoder=getattr(model, "las_head", None),
-            encoder_hidden_states=hidden,
-            encoder_padding_mask=frame_mask,
+            ctc_log_probs=encoded.ctc_log_probs,
+            ctc_lengths=encoded.ctc_lengths,
+            decoder=encoded.decoder,
+            encoder_hidden_states=encoded.encoder_hidden_states,
+            encoder_padding_mask=encoded.encoder_padding_mask,
             **options,
         )
-    finally:
-        model.train(was_training)

@@ -1,0 +1,10 @@
+"""Inference the way users run it: long recordings chunk by chunk, timestamps, the Python API behind ``transcribe``.
+
+Heavy modules are imported by their users; this package's ``__init__`` holds only the shared defaults, so that the
+command line can show them without importing torch.
+"""
+
+DEFAULT_CHUNK_LENGTH_S = 30.0
+"""Seconds of audio per encoder call when a recording is transcribed chunk by chunk."""
+DEFAULT_STRIDE_LENGTH_S = 5.0
+"""Seconds of context on each side of a chunk's kept frames."""

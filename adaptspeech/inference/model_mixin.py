@@ -1,0 +1,49 @@
+"""What transformers' pipeline and MMS-style loading ask of every adaptspeech model: the language chosen at load time
+(``from_pretrained(folder, target_lang="ro")``) and ``config.inputs_to_logits_ratio`` (input samples per output
+frame, which the pipeline's chunking and timestamps read)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..data.audio import frame_params
+
+MODEL_SAMPLING_RATE = 16000
+"""The rate of every adaptspeech model's input (the feature extractors refuse other rates)."""
+
+
+def inputs_to_logits_ratio(model: Any) -> int:
+    """Input samples (at 16 kHz) per encoder output frame: the backbone's convolution strides for waveform models
+    (320 for wav2vec2), the fbank hop times the subsampling for fbank models (160 x 4 = 640)."""
+    if model.main_input_name == "input_features":
+        hop = frame_params(MODEL_SAMPLING_RATE)[1]
+        probe = 4096
+        frames = int(model._get_feat_extract_output_lengths(probe))
+        return hop * round(probe / frames)
+    return int(model.backbone.config.inputs_to_logits_ratio)
+
+
+class InferenceMixin:
+    """Mixed into :class:`~adaptspeech.modeling.AdaptSpeechPreTrainedModel` (before ``PreTrainedModel``)."""
+
+    def post_init(self) -> None:
+        super().post_init()
+        self.config.inputs_to_logits_ratio = inputs_to_logits_ratio(self)
+
+    @classmethod
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args: Any, target_lang: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``PreTrainedModel.from_pretrained``, plus MMS's ``target_lang``: the language whose adapter (and CTC head,
+        when it has its own) runs, as :meth:`set_target_language` sets it. ``pipeline(..., model_kwargs={"target_lang":
+        "ro"})`` passes it here.
+
+        Raises:
+            KeyError: the model has no adapter for ``target_lang`` (naming the languages that have one).
+        """
+        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        if target_lang is not None:
+            model.set_target_language(target_lang)
+        return model

@@ -1,0 +1,104 @@
+"""transformers' ``pipeline("automatic-speech-recognition", model=folder)`` for every adaptspeech model.
+
+What the stock pipeline needs and adaptspeech provides elsewhere: a feature extractor for fbank models
+(:mod:`adaptspeech.feature_extraction`), ``config.inputs_to_logits_ratio`` for chunking and timestamps and
+``from_pretrained(target_lang=...)`` (:mod:`adaptspeech.inference.model_mixin`), ``generate()`` for attention models
+(:mod:`adaptspeech.generation`). Two things are set here, when adaptspeech is imported:
+
+- ``AdaptSpeechForJointCTCAttention`` is listed among transformers' speech seq2seq classes, which is how the pipeline
+  recognises a model that it must run with ``generate()`` (the ``AutoModelForSpeechSeq2Seq`` registration alone only
+  lets it load the model).
+- The task's pipeline class becomes :class:`AdaptSpeechRecognitionPipeline`, which behaves exactly as transformers'
+  for every other model. For an adaptspeech attention model it decodes ``generate()``'s label sequences without the
+  CTC tokenizer's merging of repeated characters (the tokenizer saved with adaptspeech models is a
+  ``Wav2Vec2CTCTokenizer``, whose default decoding would turn "hello" into "helo").
+
+Which path a folder takes: the pipeline loads it with ``AutoModelForCTC`` first, so ``head="ctc"`` and
+``head="ctc_las"`` folders run as CTC models (CTC greedy, the head's default decoder; chunking, timestamps and an
+n-gram LM apply); ``head="las"`` folders load with ``AutoModelForSpeechSeq2Seq`` and run ``generate()``. For joint
+CTC/attention decoding of a ``ctc_las`` folder pass the model:
+``pipeline(task, model=AutoModelForSpeechSeq2Seq.from_pretrained(folder), tokenizer=folder, feature_extractor=folder)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
+from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.pipelines.automatic_speech_recognition import AutomaticSpeechRecognitionPipeline
+
+from .generation import AdaptSpeechGenerationMixin
+from .modeling import AdaptSpeechPreTrainedModel
+
+TASK = "automatic-speech-recognition"
+_STOCK_IMPL = f"{AutomaticSpeechRecognitionPipeline.__module__}.{AutomaticSpeechRecognitionPipeline.__name__}"
+"""How transformers names the task's class in its table (a dotted path, imported when a pipeline is built)."""
+
+
+class _LabelSequenceTokenizer:
+    """A view of a CTC tokenizer whose ``decode`` reads label sequences (``group_tokens=False``): no merging of
+    repeated tokens, which only CTC frame labels need."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+    def decode(self, token_ids: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("group_tokens", False)
+        return self._tokenizer.decode(token_ids, **kwargs)
+
+    def batch_decode(self, sequences: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("group_tokens", False)
+        return self._tokenizer.batch_decode(sequences, **kwargs)
+
+
+class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
+    """transformers' ``AutomaticSpeechRecognitionPipeline``; for adaptspeech attention models (``generate()``) the
+    tokenizer decodes label sequences (see the module docstring). Any other model runs exactly as in transformers."""
+
+    def __init__(self, model: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(model, *args, **kwargs)
+        if self.type == "seq2seq" and isinstance(self.model, AdaptSpeechGenerationMixin) and self.tokenizer is not None:
+            self.tokenizer = _LabelSequenceTokenizer(self.tokenizer)
+
+    def _forward(self, model_inputs: dict[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """transformers' forward; for an adaptspeech CTC model, padded output frames of a batch read as blanks (the
+        stock pipeline decodes them as text when it batches utterances of different lengths) and the n-gram decoder
+        gets log-probabilities (log-softmax of the logits), the scale its ``alpha`` and ``beta`` are tuned on."""
+        mask = model_inputs.get("attention_mask")
+        adaptspeech_ctc = self.type in ("ctc", "ctc_with_lm") and isinstance(self.model, AdaptSpeechPreTrainedModel)
+        out = super()._forward(model_inputs, *args, **kwargs)
+        if not adaptspeech_ctc:
+            return out
+        key = "logits" if self.type == "ctc_with_lm" else "tokens"
+        values = out[key]
+        if key == "logits":
+            values = values.float().log_softmax(-1)
+        if mask is not None:
+            lengths = torch.as_tensor(self.model._get_feat_extract_output_lengths(mask.sum(-1))).to(values.device)
+            padded = torch.arange(values.shape[1], device=values.device)[None, :] >= lengths[:, None]
+            blank = self.model.config.pad_token_id
+            if key == "tokens":
+                values = values.masked_fill(padded, blank)
+            else:
+                frame = torch.full_like(values[0, 0], -1e4)
+                frame[blank] = 0.0
+                values = torch.where(padded[..., None], frame, values)
+        out[key] = values
+        return out
+
+
+def register_pipeline() -> None:
+    """Make the ASR task use :class:`AdaptSpeechRecognitionPipeline` (unless another subclass of transformers'
+    pipeline is already registered for it) and list the joint model among the speech seq2seq classes."""
+    MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES.setdefault("adaptspeech", "AdaptSpeechForJointCTCAttention")
+    task = PIPELINE_REGISTRY.supported_tasks[TASK]
+    if task["impl"] in (AutomaticSpeechRecognitionPipeline, _STOCK_IMPL):
+        task["impl"] = AdaptSpeechRecognitionPipeline
+
+
+register_pipeline()

@@ -1,0 +1,52 @@
+"""Tiny model folders (model + processor, as `adaptspeech train` writes them) for the inference tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from adaptspeech import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
+from adaptspeech.data.text import build_processor, build_vocab
+from adaptspeech.testing import tiny_config
+
+TEXTS = ["abc def", "ghi jab", "lot of letters"]
+LAS = {"listener_layers": 0, "decoder_hidden": 32, "embedding_dim": 16, "attention_dim": 16}
+N_MELS = 16
+
+
+def model_folder(
+    folder: Path,
+    backbone: str = "fbank_conformer",
+    head: str = "ctc",
+    languages: tuple[str, ...] = ("ro", "cs"),
+    per_language_vocab: bool = False,
+    seed: int = 0,
+    **overrides: Any,
+) -> Path:
+    """Write a random tiny model with its processor into ``folder``; returns ``folder``."""
+    vocab = build_vocab(TEXTS)
+    feature_type = "fbank" if backbone == "fbank_conformer" else "waveform"
+    build_processor({lang: vocab for lang in languages} if per_language_vocab else vocab, folder,
+                    feature_type=feature_type, n_mels=N_MELS)
+    config = tiny_config(backbone, vocab_size=len(vocab), adapter_languages=list(languages), head=head,
+                         las=LAS if head != "ctc" else None, **overrides)
+    torch.manual_seed(seed)
+    cls = AdaptSpeechForCTC if head == "ctc" else AdaptSpeechForJointCTCAttention
+    model = cls(config).eval()
+    with torch.no_grad():  # random adapters and heads that are not near-identity / near-uniform
+        for name, parameter in model.named_parameters():
+            if "adapter" in name or "ctc_head" in name:
+                parameter.normal_(0.0, 0.5)
+    model.save_pretrained(folder)
+    return folder
+
+
+def audio(seconds: float = 1.5, seed: int = 0) -> np.ndarray:
+    """A deterministic noisy chirp at 16 kHz, float32 ``[S]``."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * 16000)) / 16000
+    wave = 0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t) + 0.05 * rng.standard_normal(t.shape)
+    return wave.astype(np.float32)
