@@ -217,3 +217,39 @@ def _check_vocabulary(model: Any, processor: Any, where: str) -> None:
             f"the model's vocabulary ({model.config.vocab_size} tokens) does not match the "
             f"processor's in {where} ({size} tokens)"
         )
+
+
+def _add_lm_options(parser: argparse.ArgumentParser) -> None:
+    """``--lm DIR --alpha A --beta B --hotwords W,W``: CTC beam search with an n-gram LM (pyctcdecode + KenLM)."""
+    parser.add_argument("--lm", default=None, metavar="DIR",
+                        help="decode with the n-gram LM of `adaptspeech lm build` (CTC beam search through "
+                        "pyctcdecode; --beam-size sets its beam width, default 32)")
+    parser.add_argument("--alpha", type=float, default=None, help="LM weight (default 0.5; `adaptspeech lm tune`)")
+    parser.add_argument("--beta", type=float, default=None, help="word insertion bonus (default 1.0)")
+    parser.add_argument("--hotwords", default=None, help="comma-separated words to favour (may be outside the LM)")
+    parser.add_argument("--hotword-weight", type=float, default=10.0, help="weight of --hotwords (default 10)")
+
+
+def _lm_decoder(
+    args: argparse.Namespace, model: Any, processor: Any, method: str, options: dict[str, float | int]
+) -> tuple[Any | None, dict[str, float | int]]:
+    """``(LMDecoder or None, the options left for the decoder)`` from ``--lm`` and its settings."""
+    lm = getattr(args, "lm", None)
+    if lm is None:
+        for name in ("alpha", "beta", "hotwords"):
+            if getattr(args, name, None) is not None:
+                raise CommandError(f"--{name} applies with --lm")
+        return None, options
+    if method not in ("ctc_greedy", "ctc_beam") or getattr(model, "ctc_head", None) is None:
+        raise CommandError(f"--lm decodes the CTC output: it needs a CTC head and --method ctc_beam, not {method}")
+    from ..lm.decoder import DEFAULT_ALPHA, DEFAULT_BETA, LMDecoder, build_decoder
+
+    alpha = DEFAULT_ALPHA if args.alpha is None else args.alpha
+    beta = DEFAULT_BETA if args.beta is None else args.beta
+    try:
+        decoder = build_decoder(processor.tokenizer, lm, alpha=alpha, beta=beta)
+    except ImportError as err:
+        raise CommandError(f"--lm needs pyctcdecode and kenlm ({err}); install them as run.sh does") from None
+    beam = int(options.pop("beam_size", 32))
+    return LMDecoder(decoder, beam_width=beam, hotwords=_split_list(args.hotwords) or None,
+                     hotword_weight=args.hotword_weight), options

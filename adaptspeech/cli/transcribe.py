@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from ..inference import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
 from .common import (
     PROG,
     CommandError,
     _add_decoding_options,
     _add_device_option,
+    _add_lm_options,
     _check_vocabulary,
     _decoding_options,
+    _lm_decoder,
     _load_model,
+    _positive_float,
     _resolve_device,
 )
 
@@ -23,11 +30,13 @@ from .common import (
 def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     transcribe = subparsers.add_parser(
         "transcribe",
-        help="transcribe audio files (wav, flac, mp3, ogg) with any head and decoder",
+        help="transcribe audio files (wav, flac, mp3, ogg) of any length with any head and decoder",
         description="Decode audio files with a model saved by `adaptspeech train` and the processor saved beside it; "
-        "prints PATH<TAB>TEXT per file. Audio is decoded with soundfile, mixed to mono and resampled with soxr. A file "
-        "that cannot be read (missing, a folder, empty, undecodable, silent) is reported on stderr in one line and "
-        "the others are still transcribed; the exit status is then 1.",
+        "prints PATH<TAB>TEXT per file (one JSON object per file with --timestamps). Audio is decoded with soundfile, "
+        "mixed to mono and resampled with soxr. CTC decoding runs the encoder on overlapping chunks (--chunk-length, "
+        "--stride-length), so a long recording takes bounded memory. A file that cannot be read (missing, a folder, "
+        "empty, undecodable, silent) is reported on stderr in one line and the others are still transcribed; the exit "
+        "status is then 1.",
     )
     transcribe.add_argument("--model", required=True, metavar="DIR", help="a model folder saved by `adaptspeech train`")
     transcribe.add_argument("audio", nargs="+", metavar="AUDIO", help="audio files")
@@ -36,40 +45,57 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="the language's adapter to use (needed when the model routes several languages; ignored with fusion)",
     )
+    transcribe.add_argument(
+        "--chunk-length", type=_positive_float, default=DEFAULT_CHUNK_LENGTH_S, metavar="SECONDS",
+        help=f"seconds of audio per encoder call (default {DEFAULT_CHUNK_LENGTH_S:g}); attention and joint decoding "
+        "take recordings up to this length",
+    )
+    transcribe.add_argument(
+        "--stride-length", type=_non_negative_float, default=DEFAULT_STRIDE_LENGTH_S, metavar="SECONDS",
+        help=f"seconds of context on each side of a chunk (default {DEFAULT_STRIDE_LENGTH_S:g})",
+    )
+    transcribe.add_argument(
+        "--timestamps", choices=("word", "char"), default=None,
+        help="word or character start / end times (CTC greedy, or --lm for words); output: one JSON object per file",
+    )
     _add_decoding_options(transcribe)
+    _add_lm_options(transcribe)
     _add_device_option(transcribe)
     transcribe.set_defaults(func=_run_transcribe)
 
 
-def _transcription_rows(
-    paths: list[str], processor: Any, language: str, progress: bool = True
-) -> tuple[Any, list[str]]:
-    """``(rows, failures)``: a ``datasets.Dataset`` of model inputs for the paths that could be read (in the layout
-    of a prepared dataset, with their ``path``), and one line per path that could not (``PATH: reason (detail)``)."""
-    from datasets import Dataset
-    from tqdm.auto import tqdm
+def _non_negative_float(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0.0") else _positive_float(text)
 
-    from ..data import BadClipError, extract_features, load_audio
 
-    rows: dict[str, list] = {"path": [], "language": [], "input_length": []}
-    failures: list[str] = []
-    for path in tqdm(paths, desc="reading audio", disable=not progress or len(paths) < 2, leave=False):
-        try:
-            waveform = load_audio(path, int(processor.feature_extractor.sampling_rate))
-        except BadClipError as err:
-            failures.append(str(err))
-            continue
-        key, features = extract_features(waveform, processor.feature_extractor)
-        rows.setdefault(key, []).append(features)
-        rows["path"].append(path)
-        rows["language"].append(language)
-        rows["input_length"].append(int(features.shape[0]))
-    return Dataset.from_dict(rows), failures
+def _model_language(model: Any, language: str | None, where: str) -> Any:
+    """``lang_ids`` ``[1]`` for a model routing several languages (``--language`` required), else None; a single-
+    language choice is made active."""
+    import torch
+
+    from ..evaluation import _routing_languages
+
+    config = model.config
+    if language is not None:
+        if language not in model.adapter_languages:
+            raise CommandError(
+                f"--language {language!r}: the model has no adapter for it; languages with one: "
+                f"{', '.join(model.adapter_languages) or '(none)'}"
+            )
+        if not config.fusion_active and not _routing_languages(model):
+            model.set_active_languages([language])
+    elif _routing_languages(model):
+        routed = ", ".join(config.active_languages)
+        raise CommandError(f"the model routes several languages ({routed}): pass --language")
+    if language is not None and _routing_languages(model):
+        return torch.tensor([model.language_to_id[language]])
+    return None
 
 
 def _run_transcribe(args: argparse.Namespace) -> int:
-    from ..data import feature_type_of
-    from ..evaluation import _routing_languages, feature_type_of_model, transcribe_dataset
+    from ..data import BadClipError, feature_type_of, load_audio
+    from ..evaluation import feature_type_of_model
+    from ..inference.transcriber import transcribe
 
     device = _resolve_device(args.device)
     model, processor = _load_model(args.model)
@@ -81,29 +107,34 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     _check_vocabulary(model, processor, args.model)
     if feature_type_of(processor.feature_extractor) == "fbank" and feature_type_of_model(model) == "waveform":
         raise CommandError(f"--model {args.model}: the processor makes fbank features but the model reads waveforms")
-    language = args.language
-    config = model.config
-    if language is not None:
-        if language not in model.adapter_languages:
-            raise CommandError(
-                f"--language {language!r}: the model has no adapter for it; languages with one: "
-                f"{', '.join(model.adapter_languages) or '(none)'}"
-            )
-        if not config.fusion_active and not _routing_languages(model):
-            model.set_active_languages([language])
-    elif _routing_languages(model):
+    if args.chunk_length <= 2 * args.stride_length:
         raise CommandError(
-            f"the model routes several languages ({', '.join(config.active_languages)}): pass --language"
+            f"--chunk-length {args.chunk_length:g} must be longer than twice --stride-length {args.stride_length:g}"
         )
+    lang_ids = _model_language(model, args.language, args.model)
     method, options = _decoding_options(args, model)
+    lm_decoder, options = _lm_decoder(args, model, processor, method, options)
+    if args.timestamps is not None and method != "ctc_greedy" and lm_decoder is None:
+        raise CommandError(f"--timestamps needs --method ctc_greedy (the best CTC path) or --lm, not --method {method}")
+    if lm_decoder is not None and args.timestamps == "char":
+        raise CommandError("--timestamps char: the LM decoder gives word times only; use --timestamps word")
     model.to(device)
-    rows, failures = _transcription_rows(args.audio, processor, language or "", progress=not args.no_progress)
-    for line in failures:
-        print(f"{PROG}: error: {' '.join(line.split())}", file=sys.stderr)
-    if len(rows):
-        texts = transcribe_dataset(
-            model, rows, processor, method=method, batch_size=args.batch_size, progress=not args.no_progress, **options
-        )
-        for path, text in zip(rows["path"], texts, strict=True):
-            print(f"{path}\t{text}")
+    failures = 0
+    for path in tqdm(args.audio, desc="transcribing", disable=args.no_progress or len(args.audio) < 2, leave=False):
+        try:
+            waveform = load_audio(path, int(processor.feature_extractor.sampling_rate))
+        except BadClipError as err:
+            print(f"{PROG}: error: {' '.join(str(err).split())}", file=sys.stderr)
+            failures += 1
+            continue
+        result = transcribe(
+            model, processor, [waveform], method=method, chunk_length_s=args.chunk_length,
+            stride_length_s=args.stride_length, timestamps=args.timestamps, lm_decoder=lm_decoder,
+            lang_ids=lang_ids, **options,
+        )[0]
+        if args.timestamps is None:
+            print(f"{path}\t{result.text}", flush=True)
+        else:
+            print(json.dumps({"path": str(path), "text": result.text, "seconds": round(result.seconds, 3),
+                              "chunks": result.chunks}, ensure_ascii=False), flush=True)
     return 1 if failures else 0

@@ -1,0 +1,66 @@
+"""``adaptspeech lm build``: a word n-gram model in ARPA format (KenLM loads it) from a text file.
+
+The estimator is kaldingram's (``pip install kaldingram``; Kaldi's ``make_kn_lm.py`` packaged by the next-gen Kaldi
+team): interpolated Kneser-Ney with back-off, one discount per order ``D_n = n1 / (n1 + 2 n2)``, no discount of the
+unigrams, the same model as SRILM's ``ngram-count -ukndiscount -kn-modify-counts-at-end -gtNmin 0``. Sentences
+are the text's lines, read as UTF-8 bytes (kaldingram splits on spaces and tabs only, so any script works), each
+wrapped in ``<s> ... </s>``. Beside ``lm.arpa`` the folder gets ``unigrams.txt`` (the words, one a line), which
+pyctcdecode uses to tell in-vocabulary words from partial ones.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+ARPA_NAME = "lm.arpa"
+UNIGRAMS_NAME = "unigrams.txt"
+MAX_ORDER = 5
+
+
+def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int = 4) -> Path:
+    """Estimate an ``order``-gram Kneser-Ney model of ``text`` and write ``out_dir/lm.arpa`` and ``unigrams.txt``.
+
+    Args:
+        text: a UTF-8 text file, one sentence a line, words separated by spaces (normalise it the way the model's
+            transcripts are, e.g. with :func:`adaptspeech.data.text.normalize_text`).
+        out_dir: the output folder (created).
+        order: 2..5.
+
+    Returns:
+        The path of ``lm.arpa``.
+    """
+    from kaldingram.train import NgramCounts
+
+    if not 2 <= order <= MAX_ORDER:
+        raise ValueError(f"order={order}; allowed values: 2..{MAX_ORDER} (kaldingram's estimator)")
+    path = Path(text)
+    if not path.is_file():
+        raise FileNotFoundError(f"--text {path}: no such file")
+    lines = [line.split() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [words for words in lines if words]
+    if not lines:
+        raise ValueError(f"--text {path}: no words in it")
+    counts = NgramCounts(order)
+    for words in lines:  # kaldingram reads latin-1; feed it the UTF-8 bytes as latin-1 so that any script passes
+        counts.add_raw_counts_from_line(" ".join(words).encode("utf-8").decode("latin-1"))
+    counts.cal_discounting_constants()
+    for n, discount in enumerate(counts.d[1:], start=2):
+        if discount >= 1.0:  # no n-gram seen twice: kaldingram would give every seen n-gram probability 0
+            raise ValueError(
+                f"--text {path}: no {n}-gram occurs twice, so the Kneser-Ney discount of order {n} is 1 and every "
+                f"seen {n}-gram would get probability 0; give more text or a lower --order"
+            )
+    counts.cal_f()
+    counts.cal_bow()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arpa = out / ARPA_NAME
+    partial = out / f".{ARPA_NAME}.partial"
+    with open(partial, "w", encoding="latin-1") as handle:
+        counts.print_as_arpa(fout=handle)
+    partial.replace(arpa)
+    unigrams = Counter(word for words in lines for word in words)
+    (out / UNIGRAMS_NAME).write_text("".join(f"{w}\n" for w in sorted(unigrams)), encoding="utf-8")
+    return arpa

@@ -1,0 +1,145 @@
+"""CTC beam search with an n-gram LM: pyctcdecode's ``BeamSearchDecoderCTC`` over KenLM, built from a model's
+tokenizer, and saved beside the model as a ``Wav2Vec2ProcessorWithLM`` (transformers' pipeline then applies it).
+
+Scores: ``log p_ctc + alpha log10-based LM score (pyctcdecode's scaling) + beta x words``; at ``alpha = beta = 0``
+the LM changes nothing and the search is pyctcdecode's beam search over the CTC output alone. The alphabet is the
+tokenizer's vocabulary in id order: the pad token is the CTC blank, ``|`` is a space, ``[UNK]`` is pyctcdecode's
+unknown token, and the other special tokens keep their spelling (a trained CTC head never emits them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .build import ARPA_NAME, UNIGRAMS_NAME
+
+DEFAULT_ALPHA = 0.5
+DEFAULT_BETA = 1.0
+DEFAULT_BEAM_WIDTH = 32
+
+
+def ctc_labels(tokenizer: Any) -> list[str]:
+    """pyctcdecode's labels for a ``Wav2Vec2CTCTokenizer``, index = token id."""
+    vocab = tokenizer.get_vocab()
+    labels = [""] * len(vocab)
+    for token, index in vocab.items():
+        labels[index] = token
+    blank = tokenizer.pad_token_id
+    delimiter = getattr(tokenizer, "word_delimiter_token", "|")
+    labels = [" " if token == delimiter else token for token in labels]
+    labels[blank] = ""
+    if tokenizer.unk_token_id is not None:
+        labels[tokenizer.unk_token_id] = "⁇"
+    return labels
+
+
+def build_decoder(tokenizer: Any, lm_dir: str | os.PathLike | None, alpha: float = DEFAULT_ALPHA,
+                  beta: float = DEFAULT_BETA) -> Any:
+    """A ``pyctcdecode.BeamSearchDecoderCTC`` over ``tokenizer``'s labels with ``lm_dir/lm.arpa`` (None: no LM)."""
+    from pyctcdecode import build_ctcdecoder
+
+    kenlm_path = unigrams = None
+    if lm_dir is not None:
+        folder = Path(lm_dir)
+        kenlm_path = folder / ARPA_NAME
+        if not kenlm_path.is_file():
+            raise FileNotFoundError(f"--lm {folder}: no {ARPA_NAME} there (write one with `adaptspeech lm build`)")
+        unigram_file = folder / UNIGRAMS_NAME
+        if unigram_file.is_file():
+            unigrams = unigram_file.read_text(encoding="utf-8").split()
+        kenlm_path = str(kenlm_path)
+    return build_ctcdecoder(ctc_labels(tokenizer), kenlm_model_path=kenlm_path, unigrams=unigrams, alpha=alpha,
+                            beta=beta)
+
+
+class LMDecoder:
+    """Decode CTC log-probabilities ``[T, V]`` with pyctcdecode (and an LM).
+
+    Args:
+        decoder: a ``BeamSearchDecoderCTC`` (see :func:`build_decoder`, or a ``Wav2Vec2ProcessorWithLM``'s).
+        beam_width: beams kept per frame.
+        hotwords: words to favour (may be outside the LM's vocabulary), with ``hotword_weight``.
+        token_min_logp, beam_prune_logp: pyctcdecode's pruning (its defaults -5 and -10).
+    """
+
+    def __init__(self, decoder: Any, beam_width: int = DEFAULT_BEAM_WIDTH, hotwords: Sequence[str] | None = None,
+                 hotword_weight: float = 10.0, token_min_logp: float = -5.0, beam_prune_logp: float = -10.0) -> None:
+        self.decoder = decoder
+        self.beam_width = beam_width
+        self.hotwords = list(hotwords) if hotwords else None
+        self.hotword_weight = hotword_weight
+        self.token_min_logp = token_min_logp
+        self.beam_prune_logp = beam_prune_logp
+
+    def set_weights(self, alpha: float, beta: float) -> None:
+        """Change the LM weight and the word bonus in place."""
+        self.decoder.reset_params(alpha=alpha, beta=beta)
+
+    def decode(self, log_probs: torch.Tensor | np.ndarray, seconds_per_frame: float = 0.04,
+               beam_size: int | None = None) -> tuple[str, list[dict[str, Any]]]:
+        """``(text, words)`` with ``words = [{"text", "start", "end"}, ...]`` (seconds) of the best beam.
+
+        Args:
+            log_probs: ``[T, V]`` CTC log-probabilities of the real frames.
+            seconds_per_frame: the output frame period (``inputs_to_logits_ratio / 16000``).
+            beam_size: overrides ``beam_width`` for this call.
+        """
+        logits = np.asarray(log_probs.detach().float().cpu() if isinstance(log_probs, torch.Tensor) else log_probs,
+                            dtype=np.float32)
+        beams = self.decoder.decode_beams(
+            logits, beam_width=beam_size or self.beam_width, beam_prune_logp=self.beam_prune_logp,
+            token_min_logp=self.token_min_logp, hotwords=self.hotwords, hotword_weight=self.hotword_weight,
+        )
+        text, _, frames = beams[0][0], beams[0][1], beams[0][2]
+        words = [{"text": word, "start": round(start * seconds_per_frame, 6), "end": round(end * seconds_per_frame, 6)}
+                 for word, (start, end) in frames]
+        return text, words
+
+
+def save_processor_with_lm(processor: Any, decoder: Any, folder: str | os.PathLike) -> Path:
+    """Write ``processor`` + ``decoder`` as an ``AdaptSpeechProcessorWithLM`` into ``folder`` (a model folder): its
+    ``processor_config.json`` names the class, ``alphabet.json`` and ``language_model/`` hold the decoder, so
+    ``pipeline("automatic-speech-recognition", model=folder)`` decodes with the LM (transformers needs ``kenlm`` and
+    ``pyctcdecode`` installed for that, and falls back to greedy CTC with a warning otherwise)."""
+    from .processor import AdaptSpeechProcessorWithLM
+
+    out = Path(folder)
+    for stale in ("alphabet.json", "language_model"):  # pyctcdecode refuses to overwrite its files
+        target = out / stale
+        if target.is_dir():
+            import shutil
+
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    with_lm = AdaptSpeechProcessorWithLM(feature_extractor=processor.feature_extractor, tokenizer=processor.tokenizer,
+                                      decoder=decoder)
+    with_lm.save_pretrained(str(out))
+    _name_processor_in_feature_extractor(out / "processor_config.json")
+    return out
+
+
+def _name_processor_in_feature_extractor(config_file: Path) -> None:
+    """Repeat ``processor_class`` inside the saved feature extractor's settings: transformers' pipeline looks for
+    the ``...WithLM`` name there (where transformers 4 wrote it), not at the top of ``processor_config.json``."""
+    import json
+
+    data = json.loads(config_file.read_text(encoding="utf-8"))
+    data["feature_extractor"]["processor_class"] = data["processor_class"]
+    config_file.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def load_processor_decoder(folder: str | os.PathLike) -> Any | None:
+    """The pyctcdecode decoder saved in a model folder by :func:`save_processor_with_lm`, or None."""
+    path = Path(folder)
+    if not (path / "alphabet.json").is_file():
+        return None
+    from pyctcdecode import BeamSearchDecoderCTC
+
+    return BeamSearchDecoderCTC.load_from_dir(str(path))
