@@ -17,6 +17,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q torch==2.13.0
   python -m pip install -q -e ".[dev]"
+  python -m pip install -q --no-deps pyctcdecode==0.5.0   # declares numpy<2 but works with numpy 2 (LM decoding)
   touch "$stamp"
 fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1 TOKENIZERS_PARALLELISM=false

@@ -33,9 +33,11 @@ def transcribe_dataset(
     method: str = "ctc_greedy",
     batch_size: int = 16,
     progress: bool = True,
+    lm_decoder: Any = None,
     **options: Any,
 ) -> list[str]:
-    """Decoded text for every row of a prepared dataset (in order), with any decoding method."""
+    """Decoded text for every row of a prepared dataset (in order), with any decoding method, or with an n-gram LM
+    (``lm_decoder``: an :class:`~adaptspeech.lm.decoder.LMDecoder` reading the CTC log-probabilities)."""
     model.eval()
     collator = DataCollatorCTCWithPadding(
         processor,
@@ -54,13 +56,28 @@ def transcribe_dataset(
         batch = collator([dataset[i] for i in indices])
         batch.pop("labels", None)
         batch = {k: v.to(model.device) for k, v in batch.items()}
-        ids = transcribe_batch(model, batch, method, **options)
-        for i, row in zip(indices, ids, strict=True):
-            decoded[i] = tokenizer.decode(row, group_tokens=False, skip_special_tokens=True)
+        if lm_decoder is not None:
+            for i, text in zip(indices, _lm_texts(model, batch, lm_decoder, options), strict=True):
+                decoded[i] = text
+        else:
+            ids = transcribe_batch(model, batch, method, **options)
+            for i, row in zip(indices, ids, strict=True):
+                decoded[i] = tokenizer.decode(row, group_tokens=False, skip_special_tokens=True)
         bar.update(len(indices))
     bar.close()
     texts = [decoded[i] for i in range(len(dataset))]
     return texts
+
+
+def _lm_texts(model: Any, batch: dict[str, torch.Tensor], lm_decoder: Any, options: dict[str, Any]) -> list[str]:
+    """The LM decoder's text for every utterance of a collated batch (its real CTC frames only)."""
+    from .decoding import evaluating, model_decoding_inputs
+
+    with evaluating(model):
+        encoded = model_decoding_inputs(model, batch[model.main_input_name], batch.get("attention_mask"),
+                                        batch.get("lang_ids"))
+    return [lm_decoder.decode(row[:length], **options)[0]
+            for row, length in zip(encoded.ctc_log_probs, encoded.ctc_lengths.tolist(), strict=True)]
 
 
 def evaluate_dataset(
@@ -72,6 +89,7 @@ def evaluate_dataset(
     progress: bool = True,
     examples: int = 3,
     return_hypotheses: bool = False,
+    lm_decoder: Any = None,
     **options: Any,
 ) -> dict[str, Any]:
     """WER / CER overall and per language (corpus-level rates) of ``model`` on ``dataset``.
@@ -81,11 +99,11 @@ def evaluate_dataset(
     e.g. for :func:`~adaptspeech.metrics.significance.paired_bootstrap`.
     """
     start = time.perf_counter()
-    hypotheses = transcribe_dataset(model, dataset, processor, method, batch_size, progress, **options)
+    hypotheses = transcribe_dataset(model, dataset, processor, method, batch_size, progress, lm_decoder, **options)
     references = list(dataset["text"])
     languages: Sequence[str] | None = list(dataset["language"]) if "language" in dataset.column_names else None
     result = compute_error_rates(hypotheses, references, languages=languages)
-    result["method"] = method
+    result["method"] = "ctc_lm" if lm_decoder is not None else method
     result["decode_seconds"] = time.perf_counter() - start
     if return_hypotheses:
         result["hypotheses"] = hypotheses

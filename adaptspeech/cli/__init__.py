@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from .common import DECODING_CHOICES, PROG, CommandError
 from .evaluate import _add_evaluate
+from .lm import _add_lm
 from .prepare import _add_prepare
 from .push import _add_push
 from .recipe import _add_demo, _add_recipe, demo_recipe_dir
@@ -42,6 +43,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_train,
     _add_evaluate,
     _add_transcribe,
+    _add_lm,
     _add_push,
     _add_recipe,
     _add_demo,

@@ -9,8 +9,10 @@ from .common import (
     CommandError,
     _add_decoding_options,
     _add_device_option,
+    _add_lm_options,
     _check_vocabulary,
     _decoding_options,
+    _lm_decoder,
     _load_model,
     _output_file,
     _positive_int,
@@ -37,6 +39,7 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
         "--output", type=_output_file, default=None, metavar="results.json", help="write the rates as JSON"
     )
     _add_decoding_options(evaluate)
+    _add_lm_options(evaluate)
     _add_device_option(evaluate)
     evaluate.set_defaults(func=_run_evaluate)
 
@@ -62,10 +65,15 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     processor = processor or data_processor
     _check_vocabulary(model, processor, args.model if processor is not data_processor else args.data)
     method, options = _decoding_options(args, model)
+    lm_decoder, options = _lm_decoder(args, model, processor, method, options)
     model.to(device)
     result = evaluate_dataset(
-        model, data, processor, method=method, batch_size=args.batch_size, progress=not args.no_progress, **options
+        model, data, processor, method=method, batch_size=args.batch_size, progress=not args.no_progress,
+        lm_decoder=lm_decoder, **options,
     )
+    if lm_decoder is not None:
+        options = {**options, "lm": args.lm, "alpha": lm_decoder.alpha, "beta": lm_decoder.beta,
+                   "beam_size": lm_decoder.beam_width}
     result.update(model=str(Path(args.model)), data=str(Path(args.data)), split=args.split, options=options)
     for code, entry in result["per_language"].items():
         print(f"{code}\tCER {100 * entry['cer']:.2f}%\tWER {100 * entry['wer']:.2f}%\t{entry['num_utterances']} utt")

@@ -10,6 +10,7 @@ unknown token, and the other special tokens keep their spelling (a trained CTC h
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,20 @@ import torch
 
 from .build import ARPA_NAME, UNIGRAMS_NAME
 
+_SPECIAL = re.compile(r"^(<[^>]*>|\[[^\]]*\]|⁇)$")
 DEFAULT_ALPHA = 0.5
 DEFAULT_BETA = 1.0
 DEFAULT_BEAM_WIDTH = 32
+
+
+UNK_SCORE_OFFSET = -10.0
+
+
+def unk_offset(alpha: float) -> float:
+    """pyctcdecode's log-score offset for out-of-vocabulary words: its -10 with an LM weight, 0 at ``alpha == 0``.
+    pyctcdecode adds the offset to partial words without scaling it by alpha, so with -10 at alpha = beta = 0 the LM
+    would still reorder beams; with 0 the search is exactly the one without an LM."""
+    return UNK_SCORE_OFFSET if alpha != 0 else 0.0
 
 
 def ctc_labels(tokenizer: Any) -> list[str]:
@@ -55,7 +67,7 @@ def build_decoder(tokenizer: Any, lm_dir: str | os.PathLike | None, alpha: float
             unigrams = unigram_file.read_text(encoding="utf-8").split()
         kenlm_path = str(kenlm_path)
     return build_ctcdecoder(ctc_labels(tokenizer), kenlm_model_path=kenlm_path, unigrams=unigrams, alpha=alpha,
-                            beta=beta)
+                            beta=beta, unk_score_offset=unk_offset(alpha))
 
 
 class LMDecoder:
@@ -76,10 +88,25 @@ class LMDecoder:
         self.hotword_weight = hotword_weight
         self.token_min_logp = token_min_logp
         self.beam_prune_logp = beam_prune_logp
+        labels = getattr(getattr(decoder, "_alphabet", None), "labels", [])
+        self.special_labels = [label for label in labels if _SPECIAL.match(label)]
+
+    @property
+    def alpha(self) -> float | None:
+        """The LM weight (None without an LM)."""
+        model = getattr(self.decoder, "_language_model", None)
+        return None if model is None else float(model.alpha)
+
+    @property
+    def beta(self) -> float | None:
+        """The word insertion bonus (None without an LM)."""
+        model = getattr(self.decoder, "_language_model", None)
+        return None if model is None else float(model.beta)
 
     def set_weights(self, alpha: float, beta: float) -> None:
-        """Change the LM weight and the word bonus in place."""
-        self.decoder.reset_params(alpha=alpha, beta=beta)
+        """Change the LM weight and the word bonus in place (and the out-of-vocabulary offset, see
+        :func:`unk_offset`)."""
+        self.decoder.reset_params(alpha=alpha, beta=beta, unk_score_offset=unk_offset(alpha))
 
     def decode(self, log_probs: torch.Tensor | np.ndarray, seconds_per_frame: float = 0.04,
                beam_size: int | None = None) -> tuple[str, list[dict[str, Any]]]:
@@ -96,10 +123,16 @@ class LMDecoder:
             logits, beam_width=beam_size or self.beam_width, beam_prune_logp=self.beam_prune_logp,
             token_min_logp=self.token_min_logp, hotwords=self.hotwords, hotword_weight=self.hotword_weight,
         )
-        text, _, frames = beams[0][0], beams[0][1], beams[0][2]
-        words = [{"text": word, "start": round(start * seconds_per_frame, 6), "end": round(end * seconds_per_frame, 6)}
-                 for word, (start, end) in frames]
-        return text, words
+        text, frames = self._clean(beams[0][0]), beams[0][2]
+        words = [{"text": self._clean(word), "start": round(start * seconds_per_frame, 6),
+                  "end": round(end * seconds_per_frame, 6)} for word, (start, end) in frames]
+        return text, [word for word in words if word["text"]]
+
+    def _clean(self, text: str) -> str:
+        """Drop the special tokens (``<s>``, ``</s>``, unknown), as the other decoders' text does."""
+        for label in self.special_labels:
+            text = text.replace(label, "")
+        return " ".join(text.split())
 
 
 def save_processor_with_lm(processor: Any, decoder: Any, folder: str | os.PathLike) -> Path:
