@@ -34,6 +34,7 @@ import torch
 from adaptspeech.decoding import decode
 from adaptspeech.heads.las_testing import (
     FRAME_SECONDS,
+    TONE_ALPHABET,
     TinyJointCTCLAS,
     character_error_rate,
     decode_ids,
@@ -51,6 +52,7 @@ def methods(ctc_weight: float) -> list[tuple[str, str, dict]]:
     return [
         ("CTC greedy", "ctc_greedy", {}),
         ("CTC prefix beam 8", "ctc_beam", dict(beam_size=8)),
+        ("CTC prefix beam 32", "ctc_beam", dict(beam_size=32)),
         ("attention greedy", "attention_greedy", {}),
         ("attention beam 1", "attention_beam", dict(beam_size=1)),
         ("attention beam 4", "attention_beam", dict(beam_size=4)),
@@ -125,6 +127,45 @@ def main() -> None:
             f"{label:<26} {len(test_texts) / best:>8.1f} {best / audio_seconds:>8.1e} {best / baseline:>9.1f} "
             f"{cer:>6.2f}"
         )
+    compare_with_pyctcdecode(chunks, test_texts, args.repeats)
+
+
+def compare_with_pyctcdecode(chunks: list[dict], test_texts: list[str], repeats: int) -> None:
+    """Our CTC prefix beam search against pyctcdecode's beam search (no LM) on the same log-probabilities, beams 8
+    and 32: CER of each and time ours / pyctcdecode's, measured here in the same run (best of ``repeats``)."""
+    try:
+        from pyctcdecode import build_ctcdecoder
+    except ImportError:
+        print("\npyctcdecode is not installed: no comparison (pip install --no-deps pyctcdecode==0.5.0 pygtrie)")
+        return
+    vocab = chunks[0]["ctc_log_probs"].shape[-1]
+    labels = ["", *TONE_ALPHABET, *(f"<{i}>" for i in range(len(TONE_ALPHABET) + 1, vocab))]  # 0 = blank
+    decoder = build_ctcdecoder(labels)
+    rows = [(c["ctc_log_probs"][i, : int(n)].numpy(), int(n)) for c in chunks
+            for i, n in enumerate(c["ctc_lengths"])]
+    print(f"\n{'CTC beam search, no LM':<26} {'ours s':>8} {'pyctcdecode s':>14} {'ours/theirs':>11} "
+          f"{'CER ours':>9} {'CER theirs':>10}")
+    for beam in (8, 32):
+        def ours(beam: int = beam) -> list[str]:
+            return [decode_ids(ids) for c in chunks for ids in decode("ctc_beam", **c, beam_size=beam)]
+
+        def theirs(beam: int = beam) -> list[str]:
+            return [decode_ids([labels.index(ch) for ch in decoder.decode(x, beam_width=beam) if ch in TONE_ALPHABET])
+                    for x, _ in rows]
+
+        timings = {}
+        outputs = {}
+        for name, run in (("ours", ours), ("theirs", theirs)):
+            outputs[name] = run()
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run()
+                best = min(best, time.perf_counter() - start)
+            timings[name] = best
+        cer = {name: 100 * character_error_rate(test_texts, out) for name, out in outputs.items()}
+        print(f"{f'beam {beam}':<26} {timings['ours']:>8.3f} {timings['theirs']:>14.3f} "
+              f"{timings['ours'] / timings['theirs']:>11.2f} {cer['ours']:>9.2f} {cer['theirs']:>10.2f}")
 
 
 if __name__ == "__main__":
