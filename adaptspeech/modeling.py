@@ -20,6 +20,7 @@ from .adapters.routing import (
     row_languages_from_ids,
 )
 from .adapters.simadapter import guide_loss
+from .backbones.conv_padding import frame_padding, mask_convolution_padding
 from .configuration import AdaptSpeechConfig
 from .generation import AdaptSpeechGenerationMixin
 from .heads import get_head
@@ -58,6 +59,7 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
                 )
             mark_initialized(backbone)  # pretrained weights: post_init must not touch them
         self.backbone = backbone
+        mask_convolution_padding(spec.encoder_layers(backbone))  # conformer layers: padding never leaks (see module)
         self.routing = AdapterRouting()
         self.swapped_attention_layers = self._swap_attention()
         self.adapter_blocks: dict[int, LanguageAdapterBlock] = self._insert_adapter_blocks()
@@ -235,9 +237,12 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
         """
         spec = self.config.backbone_spec
         rows = self._row_languages(lang_ids)  # or e.g. a PeftModel's `adapter_names` around this model
+        padding = None
         if attention_mask is not None:
             attention_mask = attention_mask.to(torch.bool)
-        with routing_call(rows, collect_fusion_weights) as call:
+            frames = int(self._get_feat_extract_output_lengths(inputs.shape[1]))
+            padding = spec.frame_mask(self.backbone, attention_mask, frames, inputs.shape[0])
+        with routing_call(rows, collect_fusion_weights) as call, frame_padding(padding):
             outputs = self.backbone(inputs, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
         fusion_weights = [call.fusion_weights[i] for i in sorted(call.fusion_weights)]
         hidden = outputs.last_hidden_state

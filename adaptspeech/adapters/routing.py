@@ -13,14 +13,17 @@ Two kinds of state decide what an adapter layer does, and they live in different
 
 Activation checkpointing re-runs a layer's forward during backward, after the call has returned (and, on GPUs, on
 the autograd engine's thread). :func:`checkpoint_with_routing` wraps the checkpoint function so that the
-recomputation runs inside the very :class:`RoutingCall` its forward saw (marked ``replay=True`` so that collecting
-hooks do not collect twice). adaptspeech models install it from ``_set_gradient_checkpointing``; it works with
+recomputation runs inside a copy of the context its forward saw: the very :class:`RoutingCall` (marked
+``replay=True`` so that collecting hooks do not collect twice) and every other context variable of that call (the
+frame padding the conformer convolutions mask, :mod:`adaptspeech.backbones.conv_padding`). adaptspeech models
+install it from ``_set_gradient_checkpointing``; it works with
 re-entrant and non-re-entrant checkpointing alike.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Sequence
@@ -123,23 +126,28 @@ def row_languages_from_ids(lang_ids: torch.Tensor | None, languages: Sequence[st
     return tuple(languages[i] for i in ids)
 
 
-def _bind_call(function: Callable[..., Any], call: RoutingCall | None) -> Callable[..., Any]:
-    """``function`` run inside ``call`` the first time and inside ``call.for_replay()`` on every later run (the
-    recomputations of a checkpoint)."""
+def _bind_call(function: Callable[..., Any], context: contextvars.Context) -> Callable[..., Any]:
+    """``function`` run as is the first time (the forward) and, on every later run (the recomputations of a
+    checkpoint), inside a copy of ``context`` — the context variables of its forward: the routing call (as
+    :meth:`RoutingCall.for_replay`), the frame padding of :mod:`adaptspeech.backbones.conv_padding`, ..."""
     runs = 0
 
     @functools.wraps(function)
     def bound(*args: Any, **kwargs: Any) -> Any:
         nonlocal runs
-        scope = call if runs == 0 or call is None else call.for_replay()
         runs += 1
-        token = _CURRENT.set(scope)
-        try:
+        if runs == 1:
             return function(*args, **kwargs)
-        finally:
-            _CURRENT.reset(token)
+        return context.copy().run(_replay, function, args, kwargs)
 
     return bound
+
+
+def _replay(function: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    call = _CURRENT.get()
+    if call is not None:
+        _CURRENT.set(call.for_replay())  # in the copied context only
+    return function(*args, **kwargs)
 
 
 def checkpoint_with_routing(checkpoint: Callable[..., Any]) -> Callable[..., Any]:
@@ -150,7 +158,7 @@ def checkpoint_with_routing(checkpoint: Callable[..., Any]) -> Callable[..., Any
 
     @functools.wraps(checkpoint)
     def routed_checkpoint(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return checkpoint(_bind_call(function, current_call()), *args, **kwargs)
+        return checkpoint(_bind_call(function, contextvars.copy_context()), *args, **kwargs)
 
     routed_checkpoint._adaptspeech_routed = True  # type: ignore[attr-defined]
     return routed_checkpoint

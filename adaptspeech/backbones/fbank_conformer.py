@@ -20,6 +20,7 @@ from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import (
 )
 
 from .base import BACKBONES, BackboneSpec
+from .conv_padding import frame_padding, mask_convolution_padding
 
 
 class FbankConformerConfig(Wav2Vec2ConformerConfig):
@@ -90,10 +91,20 @@ class FbankSubsampling(nn.Module):
         self.projection = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        x = self.act(self.conv1(features.transpose(1, 2)))
-        x = self.act(self.conv2(x)).transpose(1, 2)
-        return self.dropout(self.projection(x))
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """``features`` [B, T, F] (``lengths`` [B] real frames, None: no padding) -> [B, ceil(T/4), D].
+
+        With ``lengths``, the frames past each utterance's end are zeroed before each convolution, so that a padded
+        utterance's last frames see the zeros the convolution pads with, exactly as when it is alone (after the
+        first convolution the padding would otherwise hold ``GELU(bias)``)."""
+        x = features.transpose(1, 2)  # [B, F, T]
+        for conv in (self.conv1, self.conv2):
+            if lengths is not None:
+                real = torch.arange(x.shape[-1], device=x.device)[None, :] < lengths[:, None]  # [B, T]
+                x = x * real.unsqueeze(1).to(x.dtype)
+                lengths = (lengths + 2 * conv.padding[0] - conv.kernel_size[0]) // conv.stride[0] + 1
+            x = self.act(conv(x))
+        return self.dropout(self.projection(x.transpose(1, 2)))
 
 
 def spec_augment(features: torch.Tensor, config: FbankConformerConfig) -> torch.Tensor:
@@ -135,6 +146,7 @@ class FbankConformerModel(Wav2Vec2ConformerPreTrainedModel):
         # transformers' conformer encoder builds a convolutional position embedding that its forward never calls;
         # drop it so that it neither counts as trainable nor leaves DDP with unused parameters
         del self.encoder.pos_conv_embed
+        mask_convolution_padding(self.encoder.layers)
         self.post_init()
 
     def _get_feat_extract_output_lengths(
@@ -160,12 +172,14 @@ class FbankConformerModel(Wav2Vec2ConformerPreTrainedModel):
         """``input_features`` [B, T, F]; ``attention_mask`` [B, T] (1/True on real frames)."""
         if self.training:
             input_features = spec_augment(input_features, self.config)
-        hidden_states = self.subsampling(input_features)
+        input_lengths = None if attention_mask is None else attention_mask.sum(-1)
+        hidden_states = self.subsampling(input_features, input_lengths)
         frame_mask = None
         if attention_mask is not None:
-            lengths = self._get_feat_extract_output_lengths(attention_mask.sum(-1))
+            lengths = self._get_feat_extract_output_lengths(input_lengths)
             frame_mask = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None] < lengths[:, None]
-        return self.encoder(hidden_states, attention_mask=frame_mask, **kwargs)
+        with frame_padding(frame_mask):  # the conformer convolutions see zeros where the padding is
+            return self.encoder(hidden_states, attention_mask=frame_mask, **kwargs)
 
 
 @BACKBONES.register("fbank_conformer")

@@ -75,10 +75,6 @@ def test_pipeline_equals_the_models_greedy_decode(folder: Path) -> None:
     assert [asr(w)["text"] for w in waves] == expected
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "padding leaks into real frames: transformers' conformer convolution module (the fbank backbone's encoder) "
-    "convolves padded frames into the last real ones, so an utterance padded in a batch gets other logits there "
-    "than alone (max difference 7.5 on this model, 2e-5 with conv_depthwise_kernel_size=1)"))
 def test_fbank_utterance_padded_in_a_batch_decodes_as_alone(tmp_path: Path) -> None:
     folder = model_folder(tmp_path)
     asr = pipeline(TASK, model=str(folder))
