@@ -87,18 +87,20 @@ def test_a_trainable_adapter_outside_the_fusion_is_refused(prepared_corpus, tmp_
     assert "model.trainable.adapters ['ro'] would not train: they are not among the fusion's languages" in err
 
 
-def test_a_saved_las_model_loads_with_init_pretrained(prepared_corpus, tmp_path):
-    first = stage_spec(prepared_corpus, tmp_path / "las", max_steps=2)
-    first["model"]["config"]["head"] = "las"
+@pytest.mark.parametrize("head", ["las", "ctc_las", "ctc"])
+def test_a_saved_model_of_every_head_loads_with_init_pretrained(prepared_corpus, tmp_path, head):
+    method = "attention_greedy" if head == "las" else "ctc_greedy"
+    first = stage_spec(prepared_corpus, tmp_path / "first", max_steps=2)
+    first["model"]["config"]["head"] = head
     first["model"]["config"]["las"] = {"decoder_hidden": 32, "embedding_dim": 16, "attention_dim": 16,
                                        "max_target_length": 200}
-    first["evaluation"] = {"method": "attention_greedy", "batch_size": 8}
+    first["evaluation"] = {"method": method, "batch_size": 8}
     assert train(first, tmp_path) == 0
     second = stage_spec(prepared_corpus, tmp_path / "again", max_steps=2)
-    second["model"] = {"init": "pretrained", "path": str(tmp_path / "las" / "model"),
+    second["model"] = {"init": "pretrained", "path": str(tmp_path / "first" / "model"),
                        "trainable": {"backbone": False, "head": True}}
-    second["evaluation"] = {"method": "attention_greedy", "batch_size": 8}
+    second["evaluation"] = {"method": method, "batch_size": 8}
     assert train(second, tmp_path) == 0
-    assert saved_head(tmp_path / "again" / "model") == "las"
+    assert saved_head(tmp_path / "again" / "model") == head
     changed = changed_groups(second, prepared_corpus)
     assert changed["head"] and not changed["backbone"]
