@@ -47,7 +47,8 @@ def check_output_folder(out: Path, marker: str, what: str) -> None:
         )
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (also one owned by another user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -65,7 +66,7 @@ def _claim(partial: Path, out: Path) -> None:
             pid = int(owner.read_text().strip())
         except (OSError, ValueError):
             pid = None
-        if pid is not None and pid != os.getpid() and _alive(pid):
+        if pid is not None and pid != os.getpid() and process_alive(pid):
             raise FileExistsError(
                 f"--out {out}: another process (pid {pid}) is writing it in {partial}; wait for it or remove {partial}"
             )

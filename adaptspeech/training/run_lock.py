@@ -17,19 +17,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from ..data.output_folder import process_alive
 from .errors import StageConfigError
 
 LOCK_FILE = "adaptspeech.lock"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by another user
-    return True
 
 
 class OutputDirLock:
@@ -80,7 +71,7 @@ class OutputDirLock:
             if holder is None:
                 continue  # released between our two calls: try again
             pid, host = holder.get("pid"), holder.get("host")
-            if isinstance(pid, int) and host == socket.gethostname() and pid != os.getpid() and not _alive(pid):
+            if isinstance(pid, int) and host == socket.gethostname() and pid != os.getpid() and not process_alive(pid):
                 self.path.unlink(missing_ok=True)  # stale: its run died without releasing it
                 continue
             where = f"process {pid} on {host}" if host != socket.gethostname() else f"process {pid}"

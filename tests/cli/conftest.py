@@ -11,16 +11,6 @@ from cli_helpers import CLIPS_PER_LANGUAGE, LANGUAGES, stage_spec, write_yaml
 from adaptspeech.cli import main
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Run every CLI test on one torch thread (as the subprocesses do), then restore the thread count: two threads on
-    two busy cores made a tiny training step 100x slower on the development machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def prepared_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``adaptspeech prepare synthetic`` (3 languages x 30 clips) then ``prepare common-voice --feature-type fbank``;

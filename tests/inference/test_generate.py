@@ -19,14 +19,6 @@ TASK = "automatic-speech-recognition"
 LOCAL_CONV = {"conv_depthwise_kernel_size": 1}  # see test_pipeline_ctc: the conformer convolution leaks padding
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def las_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return model_folder(tmp_path_factory.mktemp("las"), head="las", backbone_overrides=LOCAL_CONV)

@@ -20,14 +20,6 @@ from adaptspeech.inference.long_form import chunked_ctc_log_probs, model_input, 
 from adaptspeech.inference.transcriber import transcribe
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize(("units", "per_frame", "chunk", "stride"), [(1000, 4, 25, 5), (997, 4, 25, 5),
                                                                      (48000, 320, 30, 0), (100, 4, 25, 5)])
 def test_kept_frames_tile_the_recording_once(units: int, per_frame: int, chunk: int, stride: int) -> None:

@@ -18,14 +18,6 @@ from adaptspeech.decoding import ctc_greedy_decode
 TASK = "automatic-speech-recognition"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module", params=["fbank_conformer", "wav2vec2"])
 def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return model_folder(tmp_path_factory.mktemp(request.param), backbone=request.param)

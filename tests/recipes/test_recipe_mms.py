@@ -7,7 +7,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-import pytest
 import torch
 from datasets import Dataset, DatasetDict
 from safetensors.torch import load_file, save_file
@@ -79,14 +78,6 @@ def toy(spec: dict, **paths: str) -> dict:
         "training.logging_steps=1", "training.warmup_steps=0", "training.use_cpu=true", "evaluation.batch_size=4",
     ]
     return apply_overrides(spec, overrides)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_the_recipe_runs_offline_on_a_tiny_mms_checkpoint(tmp_path):

@@ -3,19 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from training_helpers import VOCAB
 
 from adaptspeech.data.text import build_processor
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread per test (two busy cores are shared), restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
