@@ -101,7 +101,8 @@ def block_scores(
     into ``work.second``; ``work.first`` holds the padded position product meanwhile.
 
     Args:
-        query_u, query_v: ``[B, h, C, d_k]`` contiguous, ``(q + u) / sqrt(d_k)`` and ``(q + v) / sqrt(d_k)``.
+        query_u, query_v: ``[B, h, C, d_k]`` (rows contiguous, e.g. a slice of ``[B, h, T, d_k]``),
+            ``(q + u) / sqrt(d_k)`` and ``(q + v) / sqrt(d_k)``.
         key: ``[B, h, T, d_k]`` contiguous, all keys.
         positions: ``[h, C + T, d_k]`` from :func:`block_positions`.
         allowed: bool broadcastable to ``[B, h, C, T]`` (True = may attend), or None.
@@ -137,12 +138,9 @@ def dropout_keep(out: torch.Tensor, p: float, seed: int) -> torch.Tensor:
 
 
 class _Settings:
-    """What the autograd function needs besides tensors: scale, masks, block size, dropout (kept on ``ctx``)."""
+    """What the autograd function needs besides tensors: masks, block size, dropout (kept on ``ctx``)."""
 
-    def __init__(
-        self, scale: float, chunk_size: int, num_left_chunks: int, block_size: int, dropout: float, seed: int
-    ) -> None:
-        self.scale = scale
+    def __init__(self, chunk_size: int, num_left_chunks: int, block_size: int, dropout: float, seed: int) -> None:
         self.chunk_size = chunk_size
         self.num_left_chunks = num_left_chunks
         self.block_size = block_size
@@ -165,24 +163,23 @@ class _Settings:
         """Bool ``[B or 1, 1, C or 1, T]`` allowed mask of one block, or None."""
         return attention_mask_rows(keys, start, stop, frames, self.chunk_size, self.num_left_chunks, device)
 
+    @staticmethod
     def queries(
-        self, query: torch.Tensor, bias_u: torch.Tensor, bias_v: torch.Tensor, start: int, stop: int
+        query: torch.Tensor, bias_u: torch.Tensor, bias_v: torch.Tensor, start: int, stop: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(q + u) / sqrt(d_k)`` and ``(q + v) / sqrt(d_k)`` of one block: two contiguous ``[B, h, C, d_k]``
-        (formed per block, so only ``q`` itself is kept for backward)."""
+        """``q + u`` and ``q + v`` of frames ``start .. stop-1`` (all pre-scaled by ``1/sqrt(d_k)``): two contiguous
+        ``[B, h, C, d_k]``; backward forms them per block, so only ``q`` itself is kept for it."""
         block = query[:, :, start:stop]
-        query_u = ((block + bias_u[:, None, :]) * self.scale).contiguous()
-        query_v = ((block + bias_v[:, None, :]) * self.scale).contiguous()
-        return query_u, query_v
+        return block + bias_u[:, None, :], block + bias_v[:, None, :]
 
 
 class BlockwiseRelPositionFunction(torch.autograd.Function):
     """``softmax(A) V`` of seeds/001 in query blocks, with a backward that recomputes each block (see the module
     docstring).
 
-    Inputs: ``query`` ``[B, h, T, d_k]`` (any layout), ``key`` / ``value`` ``[B, h, T, d_k]`` contiguous,
-    ``pos_bias_u`` / ``pos_bias_v`` ``[h, d_k]``, ``positions`` ``[h, 2T, d_k]``, the key mask ``[B, 1, 1, T]`` or
-    None, the settings. Output ``[B, h, T, d_k]``.
+    Inputs: ``query / sqrt(d_k)``, ``key``, ``value``, each ``[B, h, T, d_k]`` contiguous, ``u / sqrt(d_k)`` and
+    ``v / sqrt(d_k)`` ``[h, d_k]``, ``positions`` ``[h, 2T, d_k]`` contiguous, the key mask ``[B, 1, 1, T]`` or None,
+    the settings. Output ``[B, h, T, d_k]``.
     """
 
     @staticmethod
@@ -202,27 +199,35 @@ class BlockwiseRelPositionFunction(torch.autograd.Function):
         work = settings.workspace(query)
         out = value.new_empty(batch, heads, frames, head_dim)
         lse = query.new_empty(batch, heads, frames, 1)  # log-sum-exp of each query row's masked scores
+        out_rows, lse_rows, value_rows = (
+            out.view(rows, frames, head_dim),
+            lse.view(rows, frames, 1),
+            value.view(rows, frames, head_dim),
+        )
+        # q + u and q + v of the whole sequence, once (freed when forward returns; backward forms them per block)
+        query_u_all, query_v_all = settings.queries(query, bias_u, bias_v, 0, frames)
         for index, start, stop in settings.blocks(frames):
+            queries = stop - start
             allowed = settings.allowed(keys, start, stop, frames, query.device)
-            query_u, query_v = settings.queries(query, bias_u, bias_v, start, stop)
+            query_u, query_v = query_u_all[:, :, start:stop], query_v_all[:, :, start:stop]
             weights = block_scores(query_u, query_v, key, block_positions(positions, start, stop), allowed, work)
             # softmax in place (no second C x T matrix): exp(S - max), its row sums divide the [C, d_k] output
             # rather than the [C, T] weights; the log-sum-exp is kept for backward
             peak = weights.amax(dim=-1, keepdim=True)
             total = weights.sub_(peak).exp_().sum(dim=-1, keepdim=True)
-            block_lse = (peak + total.log()).view(batch, heads, stop - start, 1)
+            block_lse = torch.add(peak, total.log(), out=lse_rows[:, start:stop])
             if allowed is not None:  # a row with no allowed key gets zero weights (as masked_softmax): exp(-inf)
                 empty = ~allowed.any(dim=-1, keepdim=True)
                 if bool(empty.any()):
-                    block_lse.masked_fill_(empty, float("inf"))
-                    total.view(batch, heads, stop - start, 1).masked_fill_(empty, float("inf"))
+                    block_lse.view(batch, heads, queries, 1).masked_fill_(empty, float("inf"))
+                    total.view(batch, heads, queries, 1).masked_fill_(empty, float("inf"))
             if settings.dropout > 0:
                 weights.mul_(
                     dropout_keep(work.view(work.first, *weights.shape), settings.dropout, settings.seed + index)
                 )
-            context = torch.bmm(weights, value.view(rows, frames, head_dim)).div_(total)
-            out[:, :, start:stop] = context.view(batch, heads, stop - start, head_dim)
-            lse[:, :, start:stop] = block_lse
+            # the product into a fresh tensor: written straight into the strided slice of ``out`` it would take a
+            # slow non-BLAS kernel on CPU; the division writes the slice
+            torch.div(torch.bmm(weights, value_rows), total, out=out_rows[:, start:stop])
         ctx.save_for_backward(query, key, value, bias_u, bias_v, positions, out, lse, keys)
         ctx.settings = settings
         return out
@@ -235,11 +240,11 @@ class BlockwiseRelPositionFunction(torch.autograd.Function):
         rows = batch * heads
         delta = (grad_out * out).sum(dim=-1, keepdim=True)  # rowsum(dO * O) = rowsum(P * dP), [B, h, T, 1]
         work = settings.workspace(query)
-        grad_query = torch.empty_like(query)
+        # dL/d(q + u) and dL/d(q + v), each written block by block in place; summed at the end
+        grad_query_u = torch.empty_like(query)
+        grad_query_v = torch.empty_like(query)
         grad_key = torch.zeros_like(key)
         grad_value = torch.zeros_like(value)
-        grad_u = torch.zeros_like(bias_u)
-        grad_v = torch.zeros_like(bias_v)
         grad_positions = torch.zeros_like(positions) if ctx.needs_input_grad[5] else None
         key_rows, value_rows = key.view(rows, frames, head_dim), value.view(rows, frames, head_dim)
         for index, start, stop in settings.blocks(frames):
@@ -264,7 +269,7 @@ class BlockwiseRelPositionFunction(torch.autograd.Function):
             if keep is not None:
                 grad_scores.mul_(keep)
             grad_scores.sub_(delta[:, :, start:stop].reshape(rows, queries, 1)).mul_(weights)
-            grad_query_u = torch.bmm(grad_scores, key_rows).view(batch, heads, queries, head_dim)
+            grad_query_u.view(rows, frames, head_dim)[:, start:stop] = torch.bmm(grad_scores, key_rows)
             grad_key.view(rows, frames, head_dim).baddbmm_(
                 grad_scores.transpose(1, 2), query_u.view(rows, queries, head_dim)
             )
@@ -273,17 +278,20 @@ class BlockwiseRelPositionFunction(torch.autograd.Function):
                 grad_scores.view(batch, heads, queries, frames),
                 work.view(work.second, batch, heads, queries, queries + frames),
             )
-            grad_query_v = torch.empty_like(query_v)  # [B, h, C, d_k]
+            block_grad = None
             for item in range(batch):
-                torch.bmm(grad_padded[item], block_pos, out=grad_query_v[item])
+                grad_query_v[item, :, start:stop] = torch.bmm(grad_padded[item], block_pos)
                 if grad_positions is not None:
-                    block_positions(grad_positions, start, stop).baddbmm_(
-                        grad_padded[item].transpose(-1, -2), query_v[item]
-                    )
-            # chain rule through (q + u) * scale and (q + v) * scale
-            grad_query[:, :, start:stop] = (grad_query_u + grad_query_v) * settings.scale
-            grad_u.add_(grad_query_u.sum(dim=(0, 2)), alpha=settings.scale)
-            grad_v.add_(grad_query_v.sum(dim=(0, 2)), alpha=settings.scale)
+                    # into a contiguous temporary (an in-place product on the strided slice is a slow per-head loop)
+                    if block_grad is None:
+                        block_grad = torch.bmm(grad_padded[item].transpose(-1, -2), query_v[item])
+                    else:
+                        block_grad.baddbmm_(grad_padded[item].transpose(-1, -2), query_v[item])
+            if block_grad is not None:
+                block_positions(grad_positions, start, stop).add_(block_grad)  # type: ignore[arg-type]
+        grad_u = grad_query_u.sum(dim=(0, 2))
+        grad_v = grad_query_v.sum(dim=(0, 2))
+        grad_query = grad_query_u.add_(grad_query_v)
         return grad_query, grad_key, grad_value, grad_u, grad_v, grad_positions, None, None
 
 
@@ -318,14 +326,14 @@ def blockwise_relative_attention(
     """
     seed = int(torch.randint(0, 2**62, ()).item()) if dropout > 0 else 0
     scale = query.shape[-1] ** -0.5
-    settings = _Settings(scale, chunk_size, num_left_chunks, block_size, float(dropout), seed)
+    settings = _Settings(chunk_size, num_left_chunks, block_size, float(dropout), seed)
     return BlockwiseRelPositionFunction.apply(
-        query,
+        (query * scale).contiguous(),  # the scale folded into q, u and v: (q + u) . k / sqrt(d_k) = (q' + u') . k
         key.contiguous(),
         value.contiguous(),
-        pos_bias_u,
-        pos_bias_v,
-        positions,
+        pos_bias_u * scale,
+        pos_bias_v * scale,
+        positions.contiguous(),
         key_padding_mask(padding_mask),
         settings,
     )

@@ -161,7 +161,7 @@ class RelPositionSelfAttention(EncoderAttention):
         path puts its zero row, never read (see the blockwise module)."""
         frames = query.shape[2]
         table = self.positions(frames + 1, query.dtype, query.device)[:-1]  # [2T, D]: positions T .. -(T-1)
-        positions = self.linear_pos(table).view(2 * frames, self.num_heads, self.head_dim).transpose(0, 1).contiguous()
+        positions = self.linear_pos(table).view(2 * frames, self.num_heads, self.head_dim).transpose(0, 1)
         return blockwise_relative_attention(
             query,
             key,
