@@ -17,6 +17,9 @@ from .registry import ATTENTION, DEFAULT_KIND
 #: initialisations of the random synthesizer's attention logits.
 SYNTHESIZER_INITS = ("random", "fixed_patterns")
 
+#: the LSH / ALSH kinds of seeds/002 section 3.2 (see :mod:`.lsh`).
+LSH_KINDS = ("lsh_sign_alsh", "lsh_xbox", "lsh_xbox_qnf", "lsh_simple", "lsh_simple_alsh")
+
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -71,6 +74,19 @@ class AttentionConfig:
             of the seed's Fig. 2a).
         synthesizer_freeze (`bool`, defaults to `False`): ``synthesizer_random``: keep the attention logits
             fixed (stored as a buffer, so no optimizer can move them).
+        sparse_block_size (`int`, defaults to 16): ``sparse_strided`` / ``sparse_fixed``: the Sparse
+            Transformer's stride / block length ``l`` (about ``sqrt(T)`` of typical inputs gives ``T sqrt(T)``
+            time). A fixed setting, not derived from ``T``, so padding never changes the pattern.
+        sparse_summary (`int`, defaults to 1): ``sparse_fixed``: summary positions ``c`` per block (the last
+            ``c`` frames of each block); must be at most ``sparse_block_size``.
+        lsh_num_keys (`int`, defaults to 64): LSH kinds: ``C``, the most keys a query attends to (the top ``C``
+            keys sharing its hash, seeds/002 eq. 3).
+        lsh_seed (`int`, defaults to 0): LSH kinds: seed of the random projections ``a`` (a buffer, saved with
+            the module).
+        sign_alsh_u (`float`, defaults to 0.75): ``lsh_sign_alsh``: ``U`` in ``T(x) = U x / M`` (eq. 4), in
+            ``(0, 1)``.
+        sign_alsh_m (`int`, defaults to 2): ``lsh_sign_alsh``: ``m``, extra dimensions of ``S`` and ``R`` (eqs.
+            5-6).
     """
 
     kind: str = DEFAULT_KIND
@@ -92,6 +108,12 @@ class AttentionConfig:
     synthesizer_max_len: int = 1000
     synthesizer_init: str = "random"
     synthesizer_freeze: bool = False
+    sparse_block_size: int = 16
+    sparse_summary: int = 1
+    lsh_num_keys: int = 64
+    lsh_seed: int = 0
+    sign_alsh_u: float = 0.75
+    sign_alsh_m: int = 2
 
     def __post_init__(self) -> None:
         if self.kind != DEFAULT_KIND and self.kind not in ATTENTION:
@@ -167,6 +189,40 @@ class AttentionConfig:
                 f"{', '.join(SYNTHESIZER_INITS)}"
             )
         self._check_kind_specific()
+        self._check_seed002_settings()
+
+    def _check_seed002_settings(self) -> None:
+        """Ranges of the sparse and LSH settings, and refusal of a changed one on a kind that ignores it."""
+        for name in ("sparse_block_size", "sparse_summary", "lsh_num_keys", "sign_alsh_m"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise ValueError(f"attention.{name} must be a positive integer, got {value!r}")
+        if not _is_int(self.lsh_seed) or self.lsh_seed < 0:
+            raise ValueError(f"attention.lsh_seed must be an integer >= 0, got {self.lsh_seed!r}")
+        if self.sparse_summary > self.sparse_block_size:
+            raise ValueError(
+                f"attention.sparse_summary ({self.sparse_summary}) must be at most attention.sparse_block_size "
+                f"({self.sparse_block_size})"
+            )
+        if isinstance(self.sign_alsh_u, bool) or not isinstance(self.sign_alsh_u, (int, float)) or not (
+            0 < self.sign_alsh_u < 1
+        ):
+            raise ValueError(f"attention.sign_alsh_u must be a number in (0, 1), got {self.sign_alsh_u!r}")
+        defaults = {f.name: f.default for f in fields(self)}
+        owners = {
+            "sparse_block_size": ("sparse_strided", "sparse_fixed"),
+            "sparse_summary": ("sparse_fixed",),
+            "lsh_num_keys": LSH_KINDS,
+            "lsh_seed": LSH_KINDS,
+            "sign_alsh_u": ("lsh_sign_alsh",),
+            "sign_alsh_m": ("lsh_sign_alsh",),
+        }
+        for name, kinds in owners.items():
+            if getattr(self, name) != defaults[name] and self.kind not in kinds:
+                raise ValueError(
+                    f"attention.{name}={getattr(self, name)!r} applies only to kind(s) {', '.join(kinds)}, not "
+                    f"{self.kind!r}"
+                )
 
     def _check_kind_specific(self) -> None:
         """Settings that only make sense for one kind are refused elsewhere, so a typo does not pass
