@@ -2,8 +2,8 @@
 
 ``synthesizer_dense`` (eq. 16), per head ``i``: ``A^i = F^i(X) = W2^i(ReLU(W1^i X + b1^i)) + b2^i`` with
 ``W1^i: D -> N`` and ``W2^i: N -> L`` (``L = synthesizer_max_len``), so each frame produces its own row of
-logits over up to ``L`` key positions. With one head this is the seed's "SYN. (Dense)", with ``h`` heads "SYN.
-(Dense+M)".
+logits over up to ``L`` key positions: the seed's "SYN. (Dense+M)". ``synthesizer_dense_shared``
+(:mod:`.synthesizer_dense_shared`) is "SYN. (Dense)": one ``F`` whose weights all heads share.
 
 ``synthesizer_random``: ``A`` is a learnable ``[h, L, L]`` matrix, independent of the input and shared by the
 batch (the seed's "SYN. (Random)"). With ``synthesizer_init="fixed_patterns"`` it starts from the seed's Fig.
@@ -17,6 +17,8 @@ concatenated, then ``W_O``. Sequences longer than ``L`` are refused: the weights
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -74,14 +76,22 @@ class SynthesizerAttention(EncoderAttention):
 class DenseSynthesizerAttention(SynthesizerAttention):
     """Dense synthesizer, eq. (16) per head: ``dense1`` is ``W1`` of all heads (``D -> h N``),
     ``dense2_weight`` ``[h, N, L]`` and ``dense2_bias`` ``[h, L]`` are ``W2``, ``b2``; only the first ``T``
-    columns are computed."""
+    columns are computed.
+
+    This per-head version is the seed's "SYN. (Dense+M)" (Table 1: ``2HLN + 2HL^2``); the subclass with
+    :attr:`shared_logits` set (``synthesizer_dense_shared``) is "SYN. (Dense)" (``2LN + 2L^2``).
+    """
+
+    #: True: one ``F`` whose ``[B, 1, T, T]`` weights every head shares (``W1: D -> N``, ``W2: N -> L``).
+    shared_logits: ClassVar[bool] = False
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
         self.synthesizer_hidden = config.synthesizer_hidden
-        self.dense1 = nn.Linear(self.hidden_size, self.num_heads * self.synthesizer_hidden)
-        self.dense2_weight = nn.Parameter(torch.empty(self.num_heads, self.synthesizer_hidden, self.max_len))
-        self.dense2_bias = nn.Parameter(torch.empty(self.num_heads, self.max_len))
+        self.logit_heads = 1 if self.shared_logits else self.num_heads
+        self.dense1 = nn.Linear(self.hidden_size, self.logit_heads * self.synthesizer_hidden)
+        self.dense2_weight = nn.Parameter(torch.empty(self.logit_heads, self.synthesizer_hidden, self.max_len))
+        self.dense2_bias = nn.Parameter(torch.empty(self.logit_heads, self.max_len))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -91,9 +101,9 @@ class DenseSynthesizerAttention(SynthesizerAttention):
 
     def attention_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, frames, _ = hidden_states.shape
-        hidden = torch.relu(self.dense1(hidden_states)).view(batch, frames, self.num_heads, -1)  # [B, T, h, N]
+        hidden = torch.relu(self.dense1(hidden_states)).view(batch, frames, self.logit_heads, -1)  # [B, T, h, N]
         logits = torch.einsum("bthn,hnl->bhtl", hidden, self.dense2_weight[:, :, :frames])
-        return logits + self.dense2_bias[None, :, None, :frames]  # [B, h, T, T]
+        return logits + self.dense2_bias[None, :, None, :frames]  # [B, h or 1, T, T]
 
 
 @ATTENTION.register("synthesizer_random")

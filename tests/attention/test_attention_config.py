@@ -10,7 +10,11 @@ from adaptspeech.attention import ATTENTION, AttentionConfig
 
 
 def test_kinds_are_registered() -> None:
-    assert ATTENTION.names() == ["ldsa", "mhsa", "rel_pos", "synthesizer_dense", "synthesizer_random"]
+    assert ATTENTION.names() == [
+        "ldsa", "lsh_sign_alsh", "lsh_simple", "lsh_simple_alsh", "lsh_xbox", "lsh_xbox_qnf", "mhsa", "rel_pos",
+        "shared_qk", "sparse_fixed", "sparse_strided", "synthesizer_dense", "synthesizer_dense_shared",
+        "synthesizer_random",
+    ]
 
 
 def test_defaults_keep_the_backbone_attention() -> None:
@@ -39,7 +43,7 @@ def test_json_round_trip(settings: dict) -> None:
 @pytest.mark.parametrize(
     ("settings", "words"),
     [
-        ({"kind": "lsh"}, ["attention.kind", "'lsh'", "default, ldsa, mhsa, rel_pos"]),
+        ({"kind": "lsh"}, ["attention.kind", "'lsh'", "default, ldsa, lsh_sign_alsh, lsh_simple"]),
         ({"kind": "ldsa", "context_width": 14}, ["attention.context_width", "odd", "14"]),
         ({"kind": "ldsa", "context_width": 0}, ["attention.context_width"]),
         ({"kind": "mhsa", "hidden_size": 30, "num_heads": 4}, ["hidden_size (30)", "num_heads (4)", "1, 2, 3, 5"]),
