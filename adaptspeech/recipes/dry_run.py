@@ -18,8 +18,9 @@ each stage costs per step:
 4. runs ``prepare``, each stage and the test-set evaluation one after the other, **each in its own Python process**
    (so that one stage's peak memory does not include another's), and prints per step: trainable parameters, the
    first optimizer step's seconds, the median seconds of the later steps (forward + backward + optimizer step,
-   measured by a Trainer callback from ``on_step_begin`` to ``on_step_end``, data loading excluded), the peak resident
-   memory while training and over the whole process, and the wall time.
+   measured by a Trainer callback from ``on_step_begin`` to ``on_step_end``, data loading excluded) as wall time and
+   as the process's CPU time (all threads: the steadier figure on a machine shared with other work), the peak
+   resident memory while training and over the whole process, and the wall time.
 
 Peak memory: Linux's ``VmHWM`` (peak resident set size) from ``/proc/self/status``, reset with
 ``/proc/self/clear_refs`` (``5``) when training begins; on a CUDA device also ``torch.cuda.max_memory_allocated``.
@@ -168,11 +169,12 @@ def _make_probe() -> Any:
     class StageProbe(TrainerCallback):
         def __init__(self) -> None:
             self.step_seconds: list[float] = []
+            self.step_cpu_seconds: list[float] = []
             self.peak_reset = False
             self.rss_train_begin = 0
             self.peak_train = 0
             self.peak_cuda: int | None = None
-            self._start = 0.0
+            self._start = self._cpu_start = 0.0
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.peak_reset = reset_peak_rss()
@@ -183,12 +185,13 @@ def _make_probe() -> Any:
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            self._start = time.perf_counter()
+            self._start, self._cpu_start = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self.step_seconds.append(time.perf_counter() - self._start)
+            self.step_cpu_seconds.append(time.process_time() - self._cpu_start)
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.peak_train = peak_rss_bytes()
@@ -299,6 +302,8 @@ def run_step(recipe: dict[str, Any], step: str) -> dict[str, Any]:
             step_seconds=steps,
             first_step_seconds=steps[0] if steps else None,
             seconds_per_step=statistics.median(later) if later else None,
+            step_cpu_seconds=probe.step_cpu_seconds,
+            cpu_seconds_per_step=statistics.median(probe.step_cpu_seconds[1:] or probe.step_cpu_seconds or [0.0]),
             train_seconds=summary["train_seconds"],
             rss_train_begin_mib=probe.rss_train_begin / MIB,
             peak_train_mib=probe.peak_train / MIB,
@@ -359,16 +364,17 @@ def _fmt(value: Any, spec: str) -> str:
 def dry_run_markdown(records: list[dict[str, Any]]) -> str:
     """The per-step table of a dry run (markdown)."""
     lines = [
-        "| step | trainable params | first step s | s/step (median of later steps) | RSS at train begin MiB "
-        "| peak RSS training MiB | peak RSS process MiB | wall s | status |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| step | trainable params | first step s | s/step (median of later steps) | CPU s/step | RSS at train begin "
+        "MiB | peak RSS training MiB | peak RSS process MiB | wall s | status |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in records:
         wall = r.get("process_wall_seconds", r.get("wall_seconds"))
         status = r.get("error") or r.get("skipped") or "ok"
         lines.append(
             f"| {r['step']} | {_fmt(r.get('trainable'), ',')} | {_fmt(r.get('first_step_seconds'), '.2f')} "
-            f"| {_fmt(r.get('seconds_per_step'), '.2f')} | {_fmt(r.get('rss_train_begin_mib'), ',.0f')} "
+            f"| {_fmt(r.get('seconds_per_step'), '.2f')} | {_fmt(r.get('cpu_seconds_per_step'), '.2f')} "
+            f"| {_fmt(r.get('rss_train_begin_mib'), ',.0f')} "
             f"| {_fmt(r.get('peak_train_mib'), ',.0f')} "
             f"| {_fmt(r.get('peak_process_mib'), ',.0f')} | {_fmt(wall, '.0f')} | {status} |"
         )
@@ -442,7 +448,8 @@ def run_dry_run(
         else:
             _log(
                 f"{index}/{len(steps)} {step}: trainable {_fmt(record.get('trainable'), ',')}, "
-                f"s/step {_fmt(record.get('seconds_per_step'), '.2f')}, "
+                f"s/step {_fmt(record.get('seconds_per_step'), '.2f')} "
+                f"(CPU time {_fmt(record.get('cpu_seconds_per_step'), '.2f')}), "
                 f"peak RSS training {_fmt(record.get('peak_train_mib'), ',.0f')} MiB, "
                 f"process {_fmt(record.get('peak_process_mib'), ',.0f')} MiB, {record['wall_seconds']:.0f} s"
             )
