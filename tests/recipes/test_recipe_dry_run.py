@@ -82,8 +82,9 @@ def test_the_recipe_keeps_its_own_settings(dry_run):
     assert base["model"]["init"] == "config" and base["model"]["path"] is None
     backbone = base["model"]["config"]["backbone_config"]
     assert backbone == {**XLSR_300M_BACKBONE, **TINY_BACKBONE}
-    assert base["training"]["bf16"] is True and base["training"]["gradient_checkpointing"] is True
+    assert base["training"]["bf16"] is True and base["training"]["activation_checkpointing"] is True
     assert base["training"]["max_steps"] == 2 and base["training"]["save_strategy"] == "no"
+    assert base["data"]["language_sampling_temperature"] == 2  # the source stages draw languages with T = 2
     assert base["training"]["use_cpu"] is (not torch.cuda.is_available())
     adapters = recipe["stages"]["source_adapters"]["model"]
     assert adapters["add_adapters"]["ru"] == {"bottleneck": 128} and len(adapters["active_languages"]) == 5
