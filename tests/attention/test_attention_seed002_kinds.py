@@ -217,12 +217,14 @@ def test_no_frame_depends_on_frames_outside_its_chunks(kind: str, chunk_size: in
         assert torch.equal(seen & off_diagonal, allowed & off_diagonal)
 
 
-def test_sparse_patterns_gather_only_their_keys() -> None:
-    """``K`` per query grows as ``l + T / l``, not ``T``: at ``T = 400``, ``l = 20``, at most 41 keys."""
+def test_sparse_patterns_score_only_their_blocks() -> None:
+    """Scores per pattern grow as ``T (l + T / l)``, not ``T^2``: at ``T = 400``, ``l = 20`` at most ``3 T l``."""
     for kind in SPARSE:
         module = build(kind, sparse_block_size=20)
-        for _, index, _ in module.head_patterns(400, torch.device("cpu")):
-            assert index.shape[0] == 400 and index.shape[1] <= 41
+        for groups in module.groups(400, torch.device("cpu")):
+            assert groups.queries.shape[0] * groups.queries.shape[1] == 400  # every query once
+            assert groups.queries.numel() * groups.keys.shape[1] <= 3 * 400 * 20 < 400**2
+            assert sorted(groups.queries.reshape(-1).tolist()) == list(range(400))
 
 
 def test_lsh_attends_to_at_most_c_keys_sharing_the_hash() -> None:
