@@ -6,8 +6,9 @@ Reformer, a token does not attend to itself (``q_i . k_i`` would dominate its ro
 key is allowed (padding, chunk masks, or for the sparse / LSH kinds their patterns), the token attends to itself.
 
 seeds/002 section 4 uses shared-QK attention for every LSH (section 3.2) and sparse (section 3.3) kind, so
-:class:`SharedQKAttention` is also their base class; :func:`gathered_attention` is the part they share: attention
-of each query over its own gathered set of ``K`` key positions (``O(T K d)`` instead of ``O(T^2 d)``).
+:class:`SharedQKAttention` is also their base class. :func:`gathered_attention` (attention of each query over its
+own gathered set of ``K`` key positions, ``O(T K d)`` instead of ``O(T^2 d)``) serves the LSH kinds, whose keys
+differ per query; the sparse kinds, whose queries share keys in blocks, use block matmuls instead.
 """
 
 from __future__ import annotations
@@ -44,41 +45,6 @@ def gather_frames(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     index = index.expand(batch, heads, *index.shape[2:])
     flat = index.reshape(batch, heads, -1, 1).expand(-1, -1, -1, dim)
     return torch.gather(x, 2, flat).view(batch, heads, *index.shape[2:], dim)
-
-
-def gathered_allowed(
-    padding_mask: torch.Tensor | None,
-    index: torch.Tensor,
-    in_range: torch.Tensor,
-    chunk_size: int = 0,
-    num_left_chunks: int = -1,
-) -> torch.Tensor:
-    """Which gathered keys a query may attend to, before the self rule.
-
-    Args:
-        padding_mask: bool ``[B, T]`` (True = real frame) or None.
-        index: long ``[B or 1, h or 1, T, K]``: key position of each slot (clamped into ``0 .. T-1``).
-        in_range: bool, same shape as ``index``: False for slots whose position fell outside the sequence.
-        chunk_size, num_left_chunks: the chunk mask (see :func:`~adaptspeech.attention.masks.chunk_mask`).
-
-    Returns:
-        bool ``[B or 1, h or 1, T, K]``: in range, a real key, and in an allowed chunk of the query.
-    """
-    allowed = in_range
-    if padding_mask is not None and not bool(padding_mask.all()):
-        batch = padding_mask.shape[0]
-        real = padding_mask.bool()[:, None, :].expand(batch, index.shape[1], -1)  # [B, h|1, T]
-        full_index = index.expand(batch, *index.shape[1:])
-        real_key = torch.gather(real, 2, full_index.reshape(batch, index.shape[1], -1)).view(full_index.shape)
-        allowed = allowed & real_key
-    if chunk_size > 0:
-        frames = torch.arange(index.shape[2], device=index.device)[:, None]  # [T, 1]
-        diff = frames // chunk_size - index // chunk_size
-        ok = diff >= 0
-        if num_left_chunks >= 0:
-            ok &= diff <= num_left_chunks
-        allowed = allowed & ok
-    return allowed
 
 
 def gathered_attention(
