@@ -27,7 +27,9 @@ Sections 3.2 and 3.3"; keys ``k = q / ||q||`` per head, see :mod:`.shared_qk`), 
 4. Attention over the ``<= C`` selected keys: ``softmax(q . k / sqrt(d_k))`` (eq. 1), values, heads
    concatenated, ``W_O``.
 
-Steps 1-3 run without gradient (seeds/002 observation 4: "there is no gradient during hashing"); gradients
+Steps 1-3 run without gradient (seeds/002 observation 4: "there is no gradient during hashing") and in float32
+(the seed hashes in 16-bit floats; float32 keeps ``M^2 - ||x||^2`` and ``1 - ||x||^2`` from rounding to noise,
+and selections the same under bf16 autocast); gradients
 reach ``W_Q`` through the scores and keys of step 4. Hashing is ``O(h T^2)`` (as Table 1's
 ``(HL + 2HL^2)/2`` term), the attention ``O(h T C d_k)``.
 """
@@ -148,8 +150,13 @@ class LSHAttention(SharedQKAttention):
             ``index`` long ``[B, h, T, C']`` and ``selected`` bool ``[B, h, T, C']`` (``C' = min(C, T)``): the
             key positions each query attends to (slots with ``selected`` False take no part).
         """
+        with torch.autocast(query.device.type, enabled=False):  # hash in float32 even under bf16 autocast
+            return self._select_keys(query.float(), key.float(), allowed)
+
+    def _select_keys(
+        self, query: torch.Tensor, key: torch.Tensor, allowed: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         frames = query.shape[2]
-        query, key = query.float(), key.float()
         projection = self.projection.float()
         a_x, a_e = projection[:, : self.head_dim], projection[:, self.head_dim :]  # [h, d_k], [h, e]
         query_norm, key_norm = query.norm(dim=-1), key.norm(dim=-1)  # [B, h, T]
