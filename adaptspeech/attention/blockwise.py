@@ -173,13 +173,125 @@ class _Settings:
         return block + bias_u[:, None, :], block + bias_v[:, None, :]
 
 
+def _forward_blocks(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias_u: torch.Tensor,
+    bias_v: torch.Tensor,
+    positions: torch.Tensor,
+    keys: torch.Tensor | None,
+    settings: _Settings,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward of :class:`BlockwiseRelPositionFunction`: ``(out [B, h, T, d_k], lse [B, h, T, 1])``."""
+    batch, heads, frames, head_dim = query.shape
+    rows = batch * heads
+    work = settings.workspace(query)
+    out = value.new_empty(batch, heads, frames, head_dim)
+    lse = query.new_empty(batch, heads, frames, 1)  # log-sum-exp of each query row's masked scores
+    out_rows, lse_rows, value_rows = (
+        out.view(rows, frames, head_dim),
+        lse.view(rows, frames, 1),
+        value.view(rows, frames, head_dim),
+    )
+    # q + u and q + v of the whole sequence, once (freed when forward returns; backward forms them per block)
+    query_u_all, query_v_all = settings.queries(query, bias_u, bias_v, 0, frames)
+    for index, start, stop in settings.blocks(frames):
+        queries = stop - start
+        allowed = settings.allowed(keys, start, stop, frames, query.device)
+        query_u, query_v = query_u_all[:, :, start:stop], query_v_all[:, :, start:stop]
+        weights = block_scores(query_u, query_v, key, block_positions(positions, start, stop), allowed, work)
+        # softmax in place (no second C x T matrix): exp(S - max), its row sums divide the [C, d_k] output
+        # rather than the [C, T] weights; the log-sum-exp is kept for backward
+        peak = weights.amax(dim=-1, keepdim=True)
+        total = weights.sub_(peak).exp_().sum(dim=-1, keepdim=True)
+        block_lse = torch.add(peak, total.log(), out=lse_rows[:, start:stop])
+        if allowed is not None:  # a row with no allowed key gets zero weights (as masked_softmax): exp(-inf)
+            empty = ~allowed.any(dim=-1, keepdim=True)
+            if bool(empty.any()):
+                block_lse.view(batch, heads, queries, 1).masked_fill_(empty, float("inf"))
+                total.view(batch, heads, queries, 1).masked_fill_(empty, float("inf"))
+        if settings.dropout > 0:
+            weights.mul_(dropout_keep(work.view(work.first, *weights.shape), settings.dropout, settings.seed + index))
+        # the product into a fresh tensor: written straight into the strided slice of ``out`` it would take a
+        # slow non-BLAS kernel on CPU; the division writes the slice
+        torch.div(torch.bmm(weights, value_rows), total, out=out_rows[:, start:stop])
+    return out, lse
+
+
+def _backward_blocks(
+    saved: tuple[torch.Tensor, ...], grad_out: torch.Tensor, settings: _Settings, need_positions: bool
+) -> tuple[torch.Tensor, ...]:
+    """Backward of :class:`BlockwiseRelPositionFunction`: gradients of query, key, value, ``u``, ``v`` and (when
+    ``need_positions``) the position table, recomputing each block's scores from the saved tensors."""
+    query, key, value, bias_u, bias_v, positions, out, lse, keys = saved
+    batch, heads, frames, head_dim = query.shape
+    rows = batch * heads
+    delta = (grad_out * out).sum(dim=-1, keepdim=True)  # rowsum(dO * O) = rowsum(P * dP), [B, h, T, 1]
+    work = settings.workspace(query)
+    # dL/d(q + u) and dL/d(q + v), each written block by block in place; summed at the end
+    grad_query_u = torch.empty_like(query)
+    grad_query_v = torch.empty_like(query)
+    grad_key = torch.zeros_like(key)
+    grad_value = torch.zeros_like(value)
+    grad_positions = torch.zeros_like(positions) if need_positions else None
+    key_rows, value_rows = key.view(rows, frames, head_dim), value.view(rows, frames, head_dim)
+    for index, start, stop in settings.blocks(frames):
+        queries = stop - start
+        query_u, query_v = settings.queries(query, bias_u, bias_v, start, stop)
+        block_pos = block_positions(positions, start, stop)
+        allowed = settings.allowed(keys, start, stop, frames, query.device)
+        weights = block_scores(query_u, query_v, key, block_pos, allowed, work)  # in work.second
+        weights.sub_(lse[:, :, start:stop].reshape(rows, queries, 1)).exp_()  # P, recomputed
+        grad_block = grad_out[:, :, start:stop].reshape(rows, queries, head_dim)
+        keep = None
+        if settings.dropout > 0:
+            keep = dropout_keep(work.view(work.third, *weights.shape), settings.dropout, settings.seed + index)
+            dropped = torch.mul(weights, keep, out=work.view(work.first, *weights.shape))
+            grad_value.view(rows, frames, head_dim).baddbmm_(dropped.transpose(1, 2), grad_block)
+        else:
+            grad_value.view(rows, frames, head_dim).baddbmm_(weights.transpose(1, 2), grad_block)
+        # dP = dO V^T, then dS = P * (dP - rowsum(dO * O)), in work.first
+        grad_scores = torch.bmm(
+            grad_block, value_rows.transpose(1, 2), out=work.view(work.first, rows, queries, frames)
+        )
+        if keep is not None:
+            grad_scores.mul_(keep)
+        grad_scores.sub_(delta[:, :, start:stop].reshape(rows, queries, 1)).mul_(weights)
+        grad_query_u.view(rows, frames, head_dim)[:, start:stop] = torch.bmm(grad_scores, key_rows)
+        grad_key.view(rows, frames, head_dim).baddbmm_(
+            grad_scores.transpose(1, 2), query_u.view(rows, queries, head_dim)
+        )
+        # the seed's rel_shift backwards: dS scattered into the padded [C, C + T] product it was read from
+        grad_padded = relative_scores_prepadded_backward(
+            grad_scores.view(batch, heads, queries, frames),
+            work.view(work.second, batch, heads, queries, queries + frames),
+        )
+        block_grad = None
+        for item in range(batch):
+            grad_query_v[item, :, start:stop] = torch.bmm(grad_padded[item], block_pos)
+            if grad_positions is not None:
+                # into a contiguous temporary (an in-place product on the strided slice is a slow per-head loop)
+                if block_grad is None:
+                    block_grad = torch.bmm(grad_padded[item].transpose(-1, -2), query_v[item])
+                else:
+                    block_grad.baddbmm_(grad_padded[item].transpose(-1, -2), query_v[item])
+        if block_grad is not None:
+            block_positions(grad_positions, start, stop).add_(block_grad)  # type: ignore[arg-type]
+    grad_u = grad_query_u.sum(dim=(0, 2))
+    grad_v = grad_query_v.sum(dim=(0, 2))
+    grad_query = grad_query_u.add_(grad_query_v)
+    return grad_query, grad_key, grad_value, grad_u, grad_v, grad_positions
+
+
 class BlockwiseRelPositionFunction(torch.autograd.Function):
     """``softmax(A) V`` of seeds/001 in query blocks, with a backward that recomputes each block (see the module
     docstring).
 
     Inputs: ``query / sqrt(d_k)``, ``key``, ``value``, each ``[B, h, T, d_k]`` contiguous, ``u / sqrt(d_k)`` and
-    ``v / sqrt(d_k)`` ``[h, d_k]``, ``positions`` ``[h, 2T, d_k]`` contiguous, the key mask ``[B, 1, 1, T]`` or None,
-    the settings. Output ``[B, h, T, d_k]``.
+    ``v / sqrt(d_k)`` ``[h, d_k]``, ``positions`` ``[h, 2T, d_k]`` contiguous, all of one dtype, the key mask
+    ``[B, 1, 1, T]`` or None, the settings. Output ``[B, h, T, d_k]``. Autocast is off inside (the caller casts the
+    inputs to the autocast dtype), so forward and backward compute in the inputs' dtype.
     """
 
     @staticmethod
@@ -194,105 +306,17 @@ class BlockwiseRelPositionFunction(torch.autograd.Function):
         keys: torch.Tensor | None,
         settings: _Settings,
     ) -> torch.Tensor:
-        batch, heads, frames, head_dim = query.shape
-        rows = batch * heads
-        work = settings.workspace(query)
-        out = value.new_empty(batch, heads, frames, head_dim)
-        lse = query.new_empty(batch, heads, frames, 1)  # log-sum-exp of each query row's masked scores
-        out_rows, lse_rows, value_rows = (
-            out.view(rows, frames, head_dim),
-            lse.view(rows, frames, 1),
-            value.view(rows, frames, head_dim),
-        )
-        # q + u and q + v of the whole sequence, once (freed when forward returns; backward forms them per block)
-        query_u_all, query_v_all = settings.queries(query, bias_u, bias_v, 0, frames)
-        for index, start, stop in settings.blocks(frames):
-            queries = stop - start
-            allowed = settings.allowed(keys, start, stop, frames, query.device)
-            query_u, query_v = query_u_all[:, :, start:stop], query_v_all[:, :, start:stop]
-            weights = block_scores(query_u, query_v, key, block_positions(positions, start, stop), allowed, work)
-            # softmax in place (no second C x T matrix): exp(S - max), its row sums divide the [C, d_k] output
-            # rather than the [C, T] weights; the log-sum-exp is kept for backward
-            peak = weights.amax(dim=-1, keepdim=True)
-            total = weights.sub_(peak).exp_().sum(dim=-1, keepdim=True)
-            block_lse = torch.add(peak, total.log(), out=lse_rows[:, start:stop])
-            if allowed is not None:  # a row with no allowed key gets zero weights (as masked_softmax): exp(-inf)
-                empty = ~allowed.any(dim=-1, keepdim=True)
-                if bool(empty.any()):
-                    block_lse.view(batch, heads, queries, 1).masked_fill_(empty, float("inf"))
-                    total.view(batch, heads, queries, 1).masked_fill_(empty, float("inf"))
-            if settings.dropout > 0:
-                weights.mul_(
-                    dropout_keep(work.view(work.first, *weights.shape), settings.dropout, settings.seed + index)
-                )
-            # the product into a fresh tensor: written straight into the strided slice of ``out`` it would take a
-            # slow non-BLAS kernel on CPU; the division writes the slice
-            torch.div(torch.bmm(weights, value_rows), total, out=out_rows[:, start:stop])
+        with torch.autocast(query.device.type, enabled=False):
+            out, lse = _forward_blocks(query, key, value, bias_u, bias_v, positions, keys, settings)
         ctx.save_for_backward(query, key, value, bias_u, bias_v, positions, out, lse, keys)
         ctx.settings = settings
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
-        query, key, value, bias_u, bias_v, positions, out, lse, keys = ctx.saved_tensors
-        settings: _Settings = ctx.settings
-        batch, heads, frames, head_dim = query.shape
-        rows = batch * heads
-        delta = (grad_out * out).sum(dim=-1, keepdim=True)  # rowsum(dO * O) = rowsum(P * dP), [B, h, T, 1]
-        work = settings.workspace(query)
-        # dL/d(q + u) and dL/d(q + v), each written block by block in place; summed at the end
-        grad_query_u = torch.empty_like(query)
-        grad_query_v = torch.empty_like(query)
-        grad_key = torch.zeros_like(key)
-        grad_value = torch.zeros_like(value)
-        grad_positions = torch.zeros_like(positions) if ctx.needs_input_grad[5] else None
-        key_rows, value_rows = key.view(rows, frames, head_dim), value.view(rows, frames, head_dim)
-        for index, start, stop in settings.blocks(frames):
-            queries = stop - start
-            query_u, query_v = settings.queries(query, bias_u, bias_v, start, stop)
-            block_pos = block_positions(positions, start, stop)
-            allowed = settings.allowed(keys, start, stop, frames, query.device)
-            weights = block_scores(query_u, query_v, key, block_pos, allowed, work)  # in work.second
-            weights.sub_(lse[:, :, start:stop].reshape(rows, queries, 1)).exp_()  # P, recomputed
-            grad_block = grad_out[:, :, start:stop].reshape(rows, queries, head_dim)
-            keep = None
-            if settings.dropout > 0:
-                keep = dropout_keep(work.view(work.third, *weights.shape), settings.dropout, settings.seed + index)
-                dropped = torch.mul(weights, keep, out=work.view(work.first, *weights.shape))
-                grad_value.view(rows, frames, head_dim).baddbmm_(dropped.transpose(1, 2), grad_block)
-            else:
-                grad_value.view(rows, frames, head_dim).baddbmm_(weights.transpose(1, 2), grad_block)
-            # dP = dO V^T, then dS = P * (dP - rowsum(dO * O)), in work.first
-            grad_scores = torch.bmm(
-                grad_block, value_rows.transpose(1, 2), out=work.view(work.first, rows, queries, frames)
-            )
-            if keep is not None:
-                grad_scores.mul_(keep)
-            grad_scores.sub_(delta[:, :, start:stop].reshape(rows, queries, 1)).mul_(weights)
-            grad_query_u.view(rows, frames, head_dim)[:, start:stop] = torch.bmm(grad_scores, key_rows)
-            grad_key.view(rows, frames, head_dim).baddbmm_(
-                grad_scores.transpose(1, 2), query_u.view(rows, queries, head_dim)
-            )
-            # the seed's rel_shift backwards: dS scattered into the padded [C, C + T] product it was read from
-            grad_padded = relative_scores_prepadded_backward(
-                grad_scores.view(batch, heads, queries, frames),
-                work.view(work.second, batch, heads, queries, queries + frames),
-            )
-            block_grad = None
-            for item in range(batch):
-                grad_query_v[item, :, start:stop] = torch.bmm(grad_padded[item], block_pos)
-                if grad_positions is not None:
-                    # into a contiguous temporary (an in-place product on the strided slice is a slow per-head loop)
-                    if block_grad is None:
-                        block_grad = torch.bmm(grad_padded[item].transpose(-1, -2), query_v[item])
-                    else:
-                        block_grad.baddbmm_(grad_padded[item].transpose(-1, -2), query_v[item])
-            if block_grad is not None:
-                block_positions(grad_positions, start, stop).add_(block_grad)  # type: ignore[arg-type]
-        grad_u = grad_query_u.sum(dim=(0, 2))
-        grad_v = grad_query_v.sum(dim=(0, 2))
-        grad_query = grad_query_u.add_(grad_query_v)
-        return grad_query, grad_key, grad_value, grad_u, grad_v, grad_positions, None, None
+        with torch.autocast(grad_out.device.type, enabled=False):
+            grads = _backward_blocks(ctx.saved_tensors, grad_out, ctx.settings, ctx.needs_input_grad[5])
+        return (*grads, None, None)
 
 
 def blockwise_relative_attention(
@@ -327,13 +351,18 @@ def blockwise_relative_attention(
     seed = int(torch.randint(0, 2**62, ()).item()) if dropout > 0 else 0
     scale = query.shape[-1] ** -0.5
     settings = _Settings(chunk_size, num_left_chunks, block_size, float(dropout), seed)
+    device = query.device.type
+    # one compute dtype: autocast's where it is on (as the full path's products would run), else the query's
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
     return BlockwiseRelPositionFunction.apply(
-        (query * scale).contiguous(),  # the scale folded into q, u and v: (q + u) . k / sqrt(d_k) = (q' + u') . k
-        key.contiguous(),
-        value.contiguous(),
-        pos_bias_u * scale,
-        pos_bias_v * scale,
-        positions.contiguous(),
+        (query * scale)
+        .to(dtype)
+        .contiguous(),  # the scale folded into q, u, v: (q + u) . k / sqrt(d_k) = (q' + u') . k
+        key.to(dtype).contiguous(),
+        value.to(dtype).contiguous(),
+        (pos_bias_u * scale).to(dtype),
+        (pos_bias_v * scale).to(dtype),
+        positions.to(dtype).contiguous(),
         key_padding_mask(padding_mask),
         settings,
     )

@@ -248,6 +248,23 @@ def test_inference_mode_and_bfloat16() -> None:
     torch.testing.assert_close(out.float(), expected, atol=5e-2, rtol=5e-2)
 
 
+def test_autocast_bfloat16_like_the_full_path() -> None:
+    """Under CPU autocast the blockwise path computes in bfloat16 (its inputs cast once, autocast off inside the
+    autograd function, whose out= products autocast refuses), close to the full path under the same autocast."""
+    full, blockwise = pair(4, chunk_size=4)
+    x = torch.randn(3, FRAMES, HIDDEN)
+    results = []
+    for module in (full, blockwise):
+        inputs = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = module(inputs, padding())
+        out.float().sum().backward()
+        results.append((out, inputs.grad, module.linear_pos.weight.grad))
+    assert results[1][0].dtype == torch.bfloat16 == results[0][0].dtype
+    for expected, actual in zip(results[0], results[1]):
+        torch.testing.assert_close(actual.float(), expected.float(), atol=5e-2, rtol=5e-2)
+
+
 @pytest.mark.parametrize(("chunk_size", "num_left_chunks"), [(0, -1), (3, -1), (3, 1), (4, 0), (20, 0)])
 def test_mask_rows_are_rows_of_the_full_mask(chunk_size: int, num_left_chunks: int) -> None:
     """Per-block masks from frame indices equal the rows of the T x T mask."""
