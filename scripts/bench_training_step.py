@@ -124,8 +124,14 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     rss_baseline = (_status_kib("VmRSS") or 0) * 1024
     start = time.perf_counter()
     model = build_model(kind, args.layers).to(device)
+    if args.freeze_feature_encoder:
+        # transformers' Wav2Vec2FeatureEncoder keeps its own `_requires_grad` flag (True unless frozen through
+        # freeze_feature_encoder): while it is True, training mode marks the waveform as requiring grad, so autograd
+        # records the 7 convolutions, keeps their activations and back-propagates down to the audio even though no
+        # parameter there trains. set_trainable(adapters=...) leaves the flag True; this clears it.
+        model.freeze_feature_encoder()
     if args.checkpointing:  # as the recipe's activation_checkpointing: non-re-entrant, per encoder layer
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     build_seconds = time.perf_counter() - start
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -250,6 +256,12 @@ def main() -> int:
     parser.add_argument(
         "--checkpointing", action="store_true", help="activation checkpointing of every encoder layer (non-re-entrant)"
     )
+    parser.add_argument(
+        "--freeze-feature-encoder",
+        action="store_true",
+        help="call model.freeze_feature_encoder() in every configuration (full fine-tuning does already): no "
+        "autograd through the convolutional front end",
+    )
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"among {', '.join(CONFIGS)}")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures here")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -270,6 +282,7 @@ def main() -> int:
     print(
         f"XLS-R 300M shape ({args.layers} layers), batch {args.batch} x {args.seconds:g} s, {args.dtype}, "
         f"activation checkpointing {'on' if args.checkpointing else 'off'}, "
+        f"{'feature encoder frozen everywhere, ' if args.freeze_feature_encoder else ''}"
         f"{args.device}, {args.warmup} warm-up + {args.steps} timed steps, one process per configuration; "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         flush=True,
@@ -283,8 +296,9 @@ def main() -> int:
         for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
             if getattr(args, option) is not None:
                 command += [f"--{option}", str(getattr(args, option))]
-        if args.checkpointing:
-            command.append("--checkpointing")
+        for flag in ("checkpointing", "freeze_feature_encoder"):
+            if getattr(args, flag):
+                command.append(f"--{flag.replace('_', '-')}")
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
         if done.returncode != 0:
             results.append({"config": kind, "error": f"exit code {done.returncode} (see the messages above)"})
