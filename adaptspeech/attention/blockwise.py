@@ -30,7 +30,10 @@ Deviations from the full path (:meth:`~.rel_pos.RelPositionSelfAttention._attend
   differ from the full path's draws; their distribution is the same (keep with ``1 - p``, scale ``1/(1-p)``);
 * no fused kernel: PyTorch's SDPA kernels take an additive float mask but give no gradient for it, and the
   ``(bd)`` term needs one (``v``, ``W_pos`` and the query all learn through it), so this pure-PyTorch path is
-  the only one, on every device.
+  the only one, on every device;
+* under autocast the inputs are cast once to the autocast dtype and autocast is off inside the autograd function
+  (autocast would otherwise cast some products and not others, mixing dtypes), so the block computes in that
+  dtype throughout.
 """
 
 from __future__ import annotations
@@ -58,9 +61,8 @@ def block_positions(positions: torch.Tensor, start: int, stop: int) -> torch.Ten
 class Workspace:
     """Two (three with dropout) scratch buffers of ``B * h * C_max * (C_max + T)`` elements, reused by every block.
 
-    Reusing them is what keeps the blockwise path fast on CPU: a fresh ``C x T`` matrix per block and step (tens
-    of MB, above glibc's mmap threshold) is a fresh ``mmap`` whose every page faults on first touch; measured,
-    that made one T = 4000 pass several times slower than with these buffers.
+    Reusing them keeps the blockwise path fast on CPU: a fresh ``C x T`` matrix per block and step (tens of MB,
+    above glibc's mmap threshold) would be a fresh ``mmap`` whose every page faults on first touch.
 
     Args:
         like: a tensor giving dtype and device.

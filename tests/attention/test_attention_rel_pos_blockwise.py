@@ -250,7 +250,7 @@ def test_inference_mode_and_bfloat16() -> None:
 
 def test_autocast_bfloat16_like_the_full_path() -> None:
     """Under CPU autocast the blockwise path computes in bfloat16 (its inputs cast once, autocast off inside the
-    autograd function, whose out= products autocast refuses), close to the full path under the same autocast."""
+    autograd function; before that it failed mixing float32 and bfloat16), close to the full path's result."""
     full, blockwise = pair(4, chunk_size=4)
     x = torch.randn(3, FRAMES, HIDDEN)
     results = []
