@@ -81,8 +81,10 @@ class EncoderAttention(nn.Module):
 
     def attention_mask(self, padding_mask: torch.Tensor | None, num_frames: int) -> torch.Tensor | None:
         """Bool ``[B or 1, 1, T, T]`` (True = may attend): key padding and the configured chunk mask; ``None``
-        if nothing is masked."""
-        return attention_mask(padding_mask, num_frames, self.config.chunk_size, self.config.num_left_chunks)
+        if nothing is masked. Built on the padding mask's device, else on this module's (a chunk mask without
+        padding must not land on the CPU under a GPU model)."""
+        device = padding_mask.device if padding_mask is not None else next(self.parameters()).device
+        return attention_mask(padding_mask, num_frames, self.config.chunk_size, self.config.num_left_chunks, device)
 
     def attention_dropout(self, weights: torch.Tensor) -> torch.Tensor:
         """Dropout on attention weights (identity in eval mode or with ``dropout == 0``)."""

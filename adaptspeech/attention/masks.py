@@ -52,13 +52,15 @@ def attention_mask(
     num_frames: int,
     chunk_size: int = 0,
     num_left_chunks: int = -1,
+    device: torch.device | None = None,
 ) -> torch.Tensor | None:
     """Combine key padding and chunk masks into bool ``[B or 1, 1, T, T]``; ``None`` when nothing is masked.
 
     Padding masks keys only (as transformers' bidirectional masks do): a padded query still attends to the
-    real keys, so padded outputs are finite and real outputs never see padded frames.
+    real keys, so padded outputs are finite and real outputs never see padded frames. The mask is built on
+    ``padding_mask``'s device, else on ``device`` (else the CPU).
     """
-    device = padding_mask.device if padding_mask is not None else None
+    device = padding_mask.device if padding_mask is not None else device
     return attention_mask_rows(
         key_padding_mask(padding_mask), 0, num_frames, num_frames, chunk_size, num_left_chunks, device
     )

@@ -75,3 +75,14 @@ def test_masked_softmax_gives_masked_entries_zero_weight_and_empty_rows_zeros() 
     assert torch.all(probs[:, 1] == 0)
     probs.sum().backward()
     assert torch.isfinite(scores.grad).all()
+
+
+def test_a_chunk_mask_without_padding_is_built_on_the_modules_device():
+    """Without a padding mask the chunk mask was always built on the CPU (a device mismatch under a GPU model); the
+    meta device stands in for a GPU here."""
+    from adaptspeech.attention import ATTENTION
+    from adaptspeech.attention.config import AttentionConfig
+
+    module = ATTENTION.get("mhsa")(AttentionConfig(kind="mhsa", hidden_size=8, num_heads=2, chunk_size=2)).to("meta")
+    mask = module.attention_mask(None, 6)
+    assert mask is not None and mask.device.type == "meta" and tuple(mask.shape[-2:]) == (6, 6)
