@@ -54,6 +54,7 @@ import torch
 
 from .. import yaml_loader as config_yaml
 from .errors import StageConfigError
+from .model_setup import check_vocabulary, load_adapters
 from .resume import checkpoint_problem, last_checkpoint
 from .spec_types import (
     DATA_TYPES,
@@ -321,7 +322,7 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
     if model_spec.get("mms_language") and model_spec.get("init", "config") != "backbone":
         raise StageConfigError("model.mms_language names the built-in adapter of an MMS checkpoint: use it with "
                                "model.init: backbone")
-    _load_adapters(model, model_spec.get("load_adapters") or {})
+    load_adapters(model, model_spec.get("load_adapters") or {})
     try:
         for language, settings in (model_spec.get("add_adapters") or {}).items():
             if language not in model.config.adapters:
@@ -350,7 +351,7 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
             f"{sorted(model.config.language_heads)}"
         )
     _activate_trainable_adapters(model, model_spec, adapters)
-    _check_vocabulary(model, processor.tokenizer)
+    check_vocabulary(model, processor.tokenizer)
     model.set_trainable(
         adapters=adapters,
         fusion=trainable.get("fusion", False),
@@ -360,46 +361,6 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
         heads=heads,
     )
     return model
-
-
-def _load_adapters(model: Any, entries: dict[str, Any]) -> None:
-    """``model.load_adapters``: language -> ``{path, load_head}`` (or just the path): adapter files in adaptspeech's
-    or MMS's format (see ``load_adapter``), loaded before ``add_adapters`` and the fusion, none of them activated
-    (the stage's trainable / active settings decide that)."""
-    from ..adapters.io import AdapterLoadError
-
-    for language, entry in entries.items():
-        settings = {"path": entry} if isinstance(entry, str) else dict(entry or {})
-        unknown = sorted(set(settings) - {"path", "load_head", "revision"})
-        if unknown or not isinstance(settings.get("path"), str):
-            raise StageConfigError(
-                f"model.load_adapters.{language}: expected a path or {{path, load_head, revision}}, got {entry!r}"
-            )
-        try:
-            model.load_adapter(language, settings["path"], revision=settings.get("revision"), activate=False,
-                               load_head=bool(settings.get("load_head", True)))
-        except (AdapterLoadError, FileNotFoundError, ValueError, KeyError) as err:
-            message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-            raise StageConfigError(f"model.load_adapters.{language}: {message}") from err
-
-
-def _check_vocabulary(model: Any, tokenizer: Any) -> None:
-    """Every output layer the stage runs (the active languages' heads, or the shared one) must have the prepared
-    vocabulary's size (a CTC head of another size would train against the wrong labels, transformers #24223)."""
-    size = len(tokenizer)
-    ctc_head = getattr(model, "ctc_head", None)
-    languages = list(model.config.active_languages) or [None]
-    if model.config.fusion_active and model.config.fusion.get("target_language"):
-        languages = [model.config.fusion["target_language"]]
-    for language in languages:
-        head = ctc_head.vocab_size_of(language) if ctc_head is not None else model.config.vocab_size
-        if head != size:
-            which = f"{language}'s CTC head" if ctc_head is not None and language in model.config.language_heads \
-                else "the model's vocabulary"
-            raise StageConfigError(
-                f"{which} ({head} tokens) does not match the prepared vocabulary ({size} tokens in the processor of "
-                "data.prepared_dir)"
-            )
 
 
 def _is_main_process() -> bool:
