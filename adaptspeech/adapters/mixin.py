@@ -331,14 +331,15 @@ class LanguageAdapterMixin:
                 flag = group.split(":", 1)[1] in adapters
             for _, param in params:
                 param.requires_grad = flag
-        if backbone and feature_encoder is False:
-            self.config.backbone_spec.freeze_feature_encoder(self.backbone)
+        train_front_end = backbone if feature_encoder is None else bool(feature_encoder)
+        self.config.backbone_spec.set_feature_encoder_trainable(self.backbone, train_front_end)
         self.train(self.training)  # frozen normalisation statistics follow the new flags
 
     def freeze_base_model(self) -> None:
         """MMS name: freeze the backbone (adapters, fusion and head keep their flags)."""
         for _, param in self._named_groups()["backbone"]:
             param.requires_grad = False
+        self.config.backbone_spec.set_feature_encoder_trainable(self.backbone, False)
         self.train(self.training)
 
     def trainable_parameters(self) -> dict[str, Any]:

@@ -15,6 +15,9 @@ What it adds to the stock Trainer:
   (:class:`~adaptspeech.data.subsets.TemperatureSampler`, redrawn each epoch, the same draw on every process;
   accelerate hands each process its own batches of it);
 * a trainable parameter that receives no gradient stops the run (:class:`GradientCheckCallback`);
+* a step whose loss has no autograd graph because LayerDrop skipped every layer holding a trainable parameter
+  (adapter-only training with a frozen head) gives the trainable parameters zero gradients instead of crashing in
+  ``backward`` (:func:`attach_to_trainable`; every DDP process must run ``backward`` anyway);
 * a loss that is NaN or infinite stops the run before the optimizer step, naming the step and the loss terms (the
   checkpoints already written stay as they are; the stock Trainer only leaves such steps out of the logged mean);
 * a checkpoint that cannot be written (disk full) stops the run with one line; the incomplete folder is removed and
@@ -42,6 +45,21 @@ from .metrics import DecodingEvaluation
 from .resume import last_checkpoint
 
 LOSS_TERMS = ("loss_ctc", "loss_att", "loss_fusion_reg", "loss_fusion_guide")
+
+
+def attach_to_trainable(loss: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
+    """``loss`` (a scalar without autograd graph) plus ``0 *`` one element of every trainable parameter.
+
+    LayerDrop can skip every encoder layer in a step; when only adapters inside those layers train, nothing in the
+    loss depends on a trainable parameter and ``backward`` would fail. The value stays the same, the trainable
+    parameters get zero gradients (no update but the optimizer's own decay), and under DDP every process still
+    runs a backward that reaches every parameter the reducer waits for.
+    """
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if not trainable:
+        return loss
+    zero = sum(p.reshape(-1)[:1].sum() for p in trainable) * 0.0
+    return loss + zero.to(loss.dtype)
 
 
 class SamplerEpochCallback(TrainerCallback):
@@ -112,6 +130,8 @@ class AdaptSpeechTrainer(Trainer):
     ) -> torch.Tensor | tuple[torch.Tensor, Any]:
         outputs = model(**inputs)
         loss = outputs["loss"]
+        if model.training and torch.is_grad_enabled() and not loss.requires_grad:
+            loss = attach_to_trainable(loss, model)
         if model.training:
             self._last_terms = {}
             for term in LOSS_TERMS:
