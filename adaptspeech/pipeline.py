@@ -13,11 +13,14 @@ What the stock pipeline needs and adaptspeech provides elsewhere: a feature extr
   CTC tokenizer's merging of repeated characters (the tokenizer saved with adaptspeech models is a
   ``Wav2Vec2CTCTokenizer``, whose default decoding would turn "hello" into "helo").
 
-Which path a folder takes: the pipeline loads it with ``AutoModelForCTC`` first, so ``head="ctc"`` and
-``head="ctc_las"`` folders run as CTC models (CTC greedy, the head's default decoder; chunking, timestamps and an
-n-gram LM apply); ``head="las"`` folders load with ``AutoModelForSpeechSeq2Seq`` and run ``generate()``. For joint
-CTC/attention decoding of a ``ctc_las`` folder pass the model:
-``pipeline(task, model=AutoModelForSpeechSeq2Seq.from_pretrained(folder), tokenizer=folder, feature_extractor=folder)``.
+Which path a folder takes: the pipeline tries its model classes in turn; :func:`register_pipeline` puts
+:class:`AttentionFolderLoader` first, so a folder whose head has an attention decoder (``head="las"`` or
+``"ctc_las"``) loads as ``AdaptSpeechForJointCTCAttention`` and runs ``generate()`` (a ``ctc_las`` model: joint
+CTC/attention beam search, CTC weight 0.3 unless its generation config says otherwise). Without it transformers'
+first class, ``AutoModelForCTC``, would load a ``ctc_las`` folder as a CTC model and silently drop the attention
+decoder. ``head="ctc"`` folders run as CTC models (CTC greedy; chunking, timestamps and an n-gram LM apply). For CTC
+decoding of a ``ctc_las`` folder pass the model:
+``pipeline(task, model=AdaptSpeechForCTC.from_pretrained(folder), tokenizer=folder, feature_extractor=folder)``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import AutoConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.automatic_speech_recognition import AutomaticSpeechRecognitionPipeline
@@ -92,13 +96,38 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         return out
 
 
+_HUB_KEYS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "force_download", "proxies")
+"""``from_pretrained`` arguments that say where the folder's files are (passed on to read its config)."""
+
+
+class AttentionFolderLoader:
+    """The ASR pipeline's first model class: loads an adaptspeech folder whose head has an attention decoder as
+    :class:`~adaptspeech.modeling.AdaptSpeechForJointCTCAttention`; refuses anything else with ``ValueError``, which
+    makes transformers' ``load_model`` go on to its stock classes (``AutoModelForCTC`` ...)."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, *model_args: Any, **kwargs: Any) -> Any:
+        from .heads import get_head
+        from .modeling import AdaptSpeechForJointCTCAttention
+
+        hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
+        config = AutoConfig.from_pretrained(pretrained_model_name_or_path, **hub)
+        if config.model_type != AdaptSpeechForJointCTCAttention.config_class.model_type or not get_head(
+                config.head).has_las:
+            raise ValueError(f"{pretrained_model_name_or_path}: not an adaptspeech model with an attention decoder")
+        return AdaptSpeechForJointCTCAttention.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+
 def register_pipeline() -> None:
     """Make the ASR task use :class:`AdaptSpeechRecognitionPipeline` (unless another subclass of transformers'
-    pipeline is already registered for it) and list the joint model among the speech seq2seq classes."""
+    pipeline is already registered for it), load adaptspeech attention folders first as joint models
+    (:class:`AttentionFolderLoader`) and list the joint model among the speech seq2seq classes."""
     MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES.setdefault("adaptspeech", "AdaptSpeechForJointCTCAttention")
     task = PIPELINE_REGISTRY.supported_tasks[TASK]
     if task["impl"] in (AutomaticSpeechRecognitionPipeline, _STOCK_IMPL):
         task["impl"] = AdaptSpeechRecognitionPipeline
+    if AttentionFolderLoader not in task["pt"]:
+        task["pt"] = (AttentionFolderLoader, *task["pt"])
 
 
 register_pipeline()

@@ -76,6 +76,17 @@ def test_joint_model_in_the_pipeline_uses_the_joint_search(joint_folder: Path) -
     assert asr(wave, num_beams=3)["text"] == spelled(reference(joint_folder, wave, 0.7, beam=3), processor.tokenizer)
 
 
+def test_ctc_las_folder_in_the_pipeline_runs_the_joint_search(joint_folder: Path) -> None:
+    """A joint folder passed by name goes to the seq2seq path (generate(), joint CTC/attention search), not to CTC
+    greedy with the attention decoder silently dropped."""
+    asr = pipeline(TASK, model=str(joint_folder))
+    assert asr.type == "seq2seq" and isinstance(asr.model, AdaptSpeechForJointCTCAttention)
+    tokenizer = AutoProcessor.from_pretrained(joint_folder).tokenizer
+    wave = audio(1.2, seed=3)
+    expected = spelled(reference(joint_folder, wave, 0.3, beam=3), tokenizer)  # generate()'s default CTC weight
+    assert asr(wave, num_beams=3)["text"] == expected
+
+
 def test_generate_layout_nbest_and_scores(joint_folder: Path) -> None:
     processor = AutoProcessor.from_pretrained(joint_folder)
     model = AdaptSpeechForJointCTCAttention.from_pretrained(joint_folder)
