@@ -9,7 +9,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..inference import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
+from ..inference import (
+    CUT_COSTS,
+    DEFAULT_CHUNK_LENGTH_S,
+    DEFAULT_SEARCH_LENGTH_S,
+    DEFAULT_STRIDE_LENGTH_S,
+)
 from .common import (
     PROG,
     CommandError,
@@ -36,7 +41,8 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "mixed to mono and resampled with soxr. CTC decoding runs the encoder on overlapping chunks (--chunk-length, "
         "--stride-length), so a long recording takes bounded memory. A file that cannot be read (missing, a folder, "
         "empty, undecodable, silent) is reported on stderr in one line and the others are still transcribed; the exit "
-        "status is then 1.",
+        "status is then 1. Attention and joint decoding cut a recording longer than --chunk-length into segments at "
+        "pauses (--cut-by, --search-length) and decode them one by one.",
     )
     transcribe.add_argument("--model", required=True, metavar="DIR", help="a model folder saved by `adaptspeech train`")
     transcribe.add_argument("audio", nargs="+", metavar="AUDIO", help="audio files")
@@ -48,11 +54,21 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     transcribe.add_argument(
         "--chunk-length", type=_positive_float, default=DEFAULT_CHUNK_LENGTH_S, metavar="SECONDS",
         help=f"seconds of audio per encoder call (default {DEFAULT_CHUNK_LENGTH_S:g}); attention and joint decoding "
-        "take recordings up to this length",
+        "cut longer recordings into segments of at most this length",
     )
     transcribe.add_argument(
         "--stride-length", type=_non_negative_float, default=DEFAULT_STRIDE_LENGTH_S, metavar="SECONDS",
         help=f"seconds of context on each side of a chunk (default {DEFAULT_STRIDE_LENGTH_S:g})",
+    )
+    transcribe.add_argument(
+        "--cut-by", choices=CUT_COSTS, default="energy",
+        help="attention / joint decoding: cut a long recording at its quietest frame (energy, default) or where the "
+        "CTC head is most sure of a blank (ctc_blank, models with a CTC head)",
+    )
+    transcribe.add_argument(
+        "--search-length", type=_positive_float, default=DEFAULT_SEARCH_LENGTH_S, metavar="SECONDS",
+        help=f"attention / joint decoding: seconds before a segment's longest end searched for the cut (default "
+        f"{DEFAULT_SEARCH_LENGTH_S:g})",
     )
     transcribe.add_argument(
         "--timestamps", choices=("word", "char"), default=None,
@@ -95,6 +111,7 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
 def _run_transcribe(args: argparse.Namespace) -> int:
     from ..data import BadClipError, feature_type_of, load_audio
     from ..evaluation import feature_type_of_model
+    from ..heads import CTC_DECODERS
     from ..inference.transcriber import transcribe
 
     device = _resolve_device(args.device)
@@ -107,15 +124,19 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     _check_vocabulary(model, processor, args.model)
     if feature_type_of(processor.feature_extractor) == "fbank" and feature_type_of_model(model) == "waveform":
         raise CommandError(f"--model {args.model}: the processor makes fbank features but the model reads waveforms")
-    if args.chunk_length <= 2 * args.stride_length:
-        raise CommandError(
-            f"--chunk-length {args.chunk_length:g} must be longer than twice --stride-length {args.stride_length:g}"
-        )
     lang_ids = _model_language(model, args.language, args.model)
     method, options = _decoding_options(args, model)
     lm_decoder, options = _lm_decoder(args, model, processor, method, options)
+    chunked_ctc = method in CTC_DECODERS or lm_decoder is not None
+    if chunked_ctc and args.chunk_length <= 2 * args.stride_length:
+        raise CommandError(
+            f"--chunk-length {args.chunk_length:g} must be longer than twice --stride-length {args.stride_length:g}"
+        )
     if args.timestamps is not None and method != "ctc_greedy" and lm_decoder is None:
         raise CommandError(f"--timestamps needs --method ctc_greedy (the best CTC path) or --lm, not --method {method}")
+    if not chunked_ctc and args.cut_by == "ctc_blank" and getattr(model, "ctc_head", None) is None:
+        raise CommandError(f"--cut-by ctc_blank needs a CTC head; this model has head={model.config.head!r}: use "
+                           "--cut-by energy")
     if lm_decoder is not None and args.timestamps == "char":
         raise CommandError("--timestamps char: the LM decoder gives word times only; use --timestamps word")
     model.to(device)
@@ -130,7 +151,7 @@ def _run_transcribe(args: argparse.Namespace) -> int:
         result = transcribe(
             model, processor, [waveform], method=method, chunk_length_s=args.chunk_length,
             stride_length_s=args.stride_length, timestamps=args.timestamps, lm_decoder=lm_decoder,
-            lang_ids=lang_ids, **options,
+            lang_ids=lang_ids, cut_by=args.cut_by, search_length_s=args.search_length, **options,
         )[0]
         if args.timestamps is None:
             print(f"{path}\t{result.text}", flush=True)

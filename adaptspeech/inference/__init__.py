@@ -8,3 +8,7 @@ DEFAULT_CHUNK_LENGTH_S = 30.0
 """Seconds of audio per encoder call when a recording is transcribed chunk by chunk."""
 DEFAULT_STRIDE_LENGTH_S = 5.0
 """Seconds of context on each side of a chunk's kept frames."""
+CUT_COSTS = ("energy", "ctc_blank")
+"""How attention / joint decoding scores a frame as a place to cut a long recording (lower: better)."""
+DEFAULT_SEARCH_LENGTH_S = 5.0
+"""Seconds before a segment's longest end searched for its cut (attention / joint decoding)."""

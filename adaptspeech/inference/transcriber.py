@@ -3,8 +3,9 @@
 CTC decoders (``ctc_greedy``, ``ctc_beam``, and an n-gram LM through pyctcdecode) read the recording's CTC
 log-probabilities computed chunk by chunk (:mod:`adaptspeech.inference.long_form`), so memory stays bounded however
 long the recording; a recording no longer than ``chunk_length_s`` is one encoder call, exactly as unchunked. The
-attention and joint decoders read the whole encoder output and run on recordings up to ``chunk_length_s`` (a longer
-one is refused with a message naming the CTC decoders).
+attention and joint decoders cut a recording longer than ``chunk_length_s`` into consecutive segments at pauses
+(:mod:`adaptspeech.inference.segmenting`), decode each alone and join the texts; the segments and their times are in
+``Transcription.extra["segments"]``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decoding import ctc_greedy_decode, ctc_prefix_beam_search, evaluating, transcribe_batch
+from ..decoding import ctc_greedy_decode, ctc_prefix_beam_search, evaluating
 from ..heads import CTC_DECODERS
-from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
+from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
 from .long_form import chunked_ctc_log_probs, model_input
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
+from .segmenting import decode_segments, plan_segments
 from .timestamps import ctc_timestamps
 
 
@@ -46,6 +48,8 @@ def transcribe(
     lm_decoder: Any = None,
     lang_ids: torch.Tensor | None = None,
     chunk_batch_size: int = 4,
+    cut_by: str = "energy",
+    search_length_s: float = DEFAULT_SEARCH_LENGTH_S,
     **options: Any,
 ) -> list[Transcription]:
     """Transcribe 16 kHz mono waveforms one by one.
@@ -54,12 +58,15 @@ def transcribe(
         model: an adaptspeech model (eval mode is set for the call).
         processor: its ``Wav2Vec2Processor`` (feature extractor + tokenizer).
         waveforms: ``[S_i]`` float32 arrays at the feature extractor's rate.
-        method: a decoding method name; ``ctc_greedy`` / ``ctc_beam`` work at any length.
-        chunk_length_s, stride_length_s: the chunking of CTC decoding (see :mod:`~adaptspeech.inference.long_form`).
+        method: a decoding method name (any length: CTC chunked, attention / joint segmented).
+        chunk_length_s, stride_length_s: the chunking of CTC decoding (see :mod:`~adaptspeech.inference.long_form`);
+            ``chunk_length_s`` is also the longest segment of attention / joint decoding.
         timestamps: ``"word"`` or ``"char"`` start / end times (``ctc_greedy``, or the LM decoder for ``"word"``).
         lm_decoder: an :class:`~adaptspeech.lm.decoder.LMDecoder` (n-gram LM beam search over the CTC output).
         lang_ids: ``[1]`` language index (models routing several languages per utterance).
         chunk_batch_size: chunks per encoder call.
+        cut_by, search_length_s: where attention / joint decoding cuts a long recording (``"energy"`` or
+            ``"ctc_blank"``; see :mod:`~adaptspeech.inference.segmenting`).
         **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
     """
     if timestamps is not None and method != "ctc_greedy" and lm_decoder is None:
@@ -74,8 +81,8 @@ def transcribe(
             inputs = model_input(waveform, processor.feature_extractor)
             seconds = len(waveform) / MODEL_SAMPLING_RATE
             if method not in CTC_DECODERS and lm_decoder is None:
-                results.append(Transcription(_decode_whole(model, inputs, tokenizer, method, chunk_length_s,
-                                                           seconds, lang_ids, options), seconds=seconds))
+                results.append(_decode_segmented(model, inputs, waveform, tokenizer, method, chunk_length_s, cut_by,
+                                                 search_length_s, lang_ids, options))
                 continue
             log_probs = chunked_ctc_log_probs(model, inputs, chunk_length_s, stride_length_s, chunk_batch_size,
                                               lang_ids)
@@ -99,16 +106,20 @@ def _text(tokenizer: Any, ids: list[int]) -> str:
     return tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True)
 
 
-def _decode_whole(model: Any, inputs: torch.Tensor, tokenizer: Any, method: str, chunk_length_s: float,
-                  seconds: float, lang_ids: torch.Tensor | None, options: dict[str, Any]) -> str:
-    """Attention / joint decoding of a whole recording (one encoder call)."""
-    if seconds > chunk_length_s:
-        raise ValueError(
-            f"a {seconds:.1f} s recording is longer than the chunk length ({chunk_length_s:g} s): method {method!r} "
-            f"decodes whole recordings only; use {' or '.join(CTC_DECODERS)} (chunked), or a longer chunk length if "
-            "memory allows"
-        )
-    batch = {model.main_input_name: inputs[None].to(model.device)}
-    if lang_ids is not None:
-        batch["lang_ids"] = lang_ids.to(model.device)
-    return _text(tokenizer, transcribe_batch(model, batch, method, **options)[0])
+def _decode_segmented(model: Any, inputs: torch.Tensor, waveform: np.ndarray, tokenizer: Any, method: str,
+                      chunk_length_s: float, cut_by: str, search_length_s: float, lang_ids: torch.Tensor | None,
+                      options: dict[str, Any]) -> Transcription:
+    """Attention / joint decoding of one recording, segment by segment (one segment, the whole input, when it is
+    no longer than ``chunk_length_s``); the texts joined with a space, ``extra["segments"]`` the per-segment
+    ``{"text", "start", "end"}`` (seconds)."""
+    segments = plan_segments(model, inputs, waveform, chunk_length_s, cut_by, search_length_s, lang_ids=lang_ids)
+    ids = decode_segments(model, inputs, segments, method, lang_ids, **options)
+    seconds_per_frame = inputs_to_logits_ratio(model) / MODEL_SAMPLING_RATE
+    seconds = len(waveform) / MODEL_SAMPLING_RATE
+    spans = [
+        {"text": _text(tokenizer, row).strip(), "start": round(s.first_frame * seconds_per_frame, 6),
+         "end": round(min(s.last_frame * seconds_per_frame, seconds), 6)}
+        for s, row in zip(segments, ids, strict=True)
+    ]
+    text = _text(tokenizer, ids[0]) if len(ids) == 1 else " ".join(span["text"] for span in spans if span["text"])
+    return Transcription(text, seconds=seconds, extra={"segments": spans})

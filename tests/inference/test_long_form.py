@@ -84,11 +84,3 @@ def test_transcribe_command_chunked_equals_unchunked_with_json_timestamps(tmp_pa
     assert starts == sorted(starts) and all(c["end"] > c["start"] for c in result["chunks"])
     assert np.isclose(result["seconds"], 6.0)
 
-
-def test_attention_decoding_of_a_long_recording_is_refused(tmp_path: Path) -> None:
-    folder = model_folder(tmp_path, head="ctc_las")
-    from adaptspeech import AdaptSpeechForJointCTCAttention
-
-    model = AdaptSpeechForJointCTCAttention.from_pretrained(folder)
-    with pytest.raises(ValueError, match="longer than the chunk length"):
-        transcribe(model, AutoProcessor.from_pretrained(folder), [audio(3.0)], method="joint", chunk_length_s=2.0)
