@@ -82,6 +82,10 @@ def demo_recipe_dir() -> Path:
 
 
 def _run_recipe_folder(recipe_dir: str | Path, args: argparse.Namespace) -> int:
+    from ..recipes.attention_study import is_study, run_study_cli
+
+    if is_study(recipe_dir):  # recipe.yaml with kind: attention_study
+        return run_study_cli(recipe_dir, args)
     from ..recipes.dry_run import STEP_NAMES
     from ..recipes.simadapter import BASELINE_NAMES, STAGE_NAMES, load_recipe, run_recipe
 

@@ -1,0 +1,602 @@
+"""The attention study: one base stage trained from scratch once per attention kind, all else equal.
+
+A study folder holds ``recipe.yaml`` with ``kind: attention_study`` (``adaptspeech recipe FOLDER`` dispatches on
+it); its settings::
+
+    kind: attention_study
+    output_dir: runs/attention_study
+    threads: 1                   # torch threads (timings are per thread count)
+    seed: 0
+    progress: true               # the Trainer's progress bar (false: its log lines)
+    prepared_from: runs/demo_pre/prepared   # a prepared folder (`adaptspeech prepare`); copied once into
+                                            # output_dir/prepared without the datasets cache files, never written
+    sources: [cs, pl, sl, it, es]           # training and test languages
+    base_stage: ../synthetic_demo/stage_base.yaml   # the stage every kind trains (model, training settings)
+    stage: {training: {max_steps: 150}}     # deep-merged over base_stage: the study's budget
+    kinds:                       # name -> the attention of every encoder layer (AttentionConfig fields)
+      mhsa: {label: Baseline (QK), attention: {kind: mhsa}}
+    evaluation: {split: test, method: ctc_greedy, batch_size: 16, options: {}}
+    attention_maps: {language: null, seconds: 3.0, overview_layer: -1}
+    keep_checkpoints: false
+
+Every setting can be overridden as ``key=value`` (``stage.training.max_steps=20``, ``kinds.ldsa.attention.
+context_width=31``). Per kind, :func:`run_kind` trains the stage into ``output_dir/kinds/<kind>`` (resuming from its
+last checkpoint if one is there), evaluates it on the sources' test utterances (CER per language and on average,
+the wall and CPU seconds of the test-set pass: forward and greedy decoding), counts its parameters and reads its
+attention maps on one test utterance (:mod:`.attention_maps`), and writes ``kind_result.json``. A kind with a
+``kind_result.json`` is finished: a later run skips it (after checking that its settings are still the same) and
+only tabulates it. :func:`write_study_results` writes ``results.md`` / ``results.json``, ``summary.png`` (CER
+against training and inference time), ``training_curves.png`` and ``attention_maps/overview.png``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..training.stage import StageConfigError, StageSpec, apply_overrides, load_prepared, load_yaml, select_languages
+from .simadapter import RecipeError
+
+#: the ``kind`` field of a study's recipe.yaml
+STUDY_KIND = "attention_study"
+STUDY_KEYS = (
+    "kind",
+    "name",
+    "output_dir",
+    "threads",
+    "seed",
+    "progress",
+    "prepared_from",
+    "sources",
+    "base_stage",
+    "stage",
+    "kinds",
+    "evaluation",
+    "attention_maps",
+    "keep_checkpoints",
+)
+KIND_KEYS = ("label", "attention")
+EVALUATION_KEYS = ("split", "method", "batch_size", "options")
+MAPS_KEYS = ("language", "seconds", "overview_layer")
+RESULT_FILE = "kind_result.json"
+TRAIN_TIME_FILE = "train_time.json"
+_KIND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class StudyError(RecipeError):
+    """A study setting that does not fit; the message names it."""
+
+
+@dataclass(frozen=True)
+class PlannedKind:
+    """One model of the study."""
+
+    name: str
+    """Its folder name under ``output_dir/kinds`` and its row in the table."""
+    label: str
+    """What the table calls it (e.g. the seed's name, ``Baseline (QK)``)."""
+    attention: dict[str, Any]
+    """``model.config.attention`` of every encoder layer (``AttentionConfig`` fields)."""
+
+
+def _log(message: str) -> None:
+    print(f"[attention-study] {message}", flush=True)
+
+
+# ---- settings --------------------------------------------------------------------------------------------------
+
+
+def _recipe_file(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path / "recipe.yaml" if path.is_dir() else path
+
+
+def is_study(path: str | os.PathLike) -> bool:
+    """True when ``path`` (a folder with recipe.yaml, or the file) is an attention study (``kind:
+    attention_study``)."""
+    file = _recipe_file(path)
+    if not file.is_file():
+        return False
+    try:
+        return load_yaml(file).get("kind") == STUDY_KIND
+    except StageConfigError:
+        return False
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in: nested mappings merge key by key, anything else replaces."""
+    merged = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _check_mapping(section: str, values: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise StudyError(f"{section}: expected a mapping of settings, got {values!r}")
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise StudyError(f"{section}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    return values
+
+
+def load_study(path: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Read a study's ``recipe.yaml``, apply ``a.b=value`` overrides, load its base stage; validate.
+
+    The base stage (``base_stage``: a path relative to the recipe folder, or the stage settings themselves) is kept
+    under ``_base_stage``; the recipe folder under ``_dir``.
+
+    Raises:
+        StudyError: one line naming the setting.
+    """
+    file = _recipe_file(path)
+    if not file.is_file():
+        raise StudyError(f"{file}: no such file (an attention study is a folder with recipe.yaml)")
+    study = apply_overrides(load_yaml(file), overrides or [])
+    study["_dir"] = str(file.parent)
+    _check_mapping("recipe", {k: v for k, v in study.items() if k != "_dir"}, STUDY_KEYS)
+    if study.get("kind") != STUDY_KIND:
+        raise StudyError(f"{file}: kind must be {STUDY_KIND!r}, got {study.get('kind')!r}")
+    for key in ("output_dir", "prepared_from", "sources", "base_stage", "kinds"):
+        if not study.get(key):
+            raise StudyError(f"recipe: missing required setting {key!r}")
+    sources = study["sources"]
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise StudyError(f"sources: expected a list of language codes, got {sources!r}")
+    base = study["base_stage"]
+    study["_base_stage"] = load_yaml(file.parent / base) if isinstance(base, str) else dict(base)
+    stage = _check_mapping("stage", study.get("stage"), ("data", "model", "training", "evaluation"))
+    if "attention" in ((stage.get("model") or {}).get("config") or {}):
+        raise StudyError("stage.model.config.attention: set by each entry of kinds (kinds.<name>.attention)")
+    if not isinstance(study["kinds"], dict):
+        raise StudyError(f"kinds: expected a mapping of name -> {{label, attention}}, got {study['kinds']!r}")
+    for name, entry in study["kinds"].items():
+        if not _KIND_NAME.match(str(name)):
+            raise StudyError(f"kinds: {name!r} is not a usable folder name (letters, digits, _ . -)")
+        entry = _check_mapping(f"kinds.{name}", entry, KIND_KEYS)
+        if not isinstance(entry.get("attention"), dict) or "kind" not in entry["attention"]:
+            raise StudyError(f"kinds.{name}.attention: expected a mapping with at least 'kind', got {entry!r}")
+    _check_mapping("evaluation", study.get("evaluation"), EVALUATION_KEYS)
+    _check_mapping("attention_maps", study.get("attention_maps"), MAPS_KEYS)
+    return study
+
+
+def study_plan(study: dict[str, Any]) -> list[PlannedKind]:
+    """The kinds of ``study`` in the order of ``kinds``."""
+    return [
+        PlannedKind(str(name), str(entry.get("label") or name), dict(entry["attention"]))
+        for name, entry in study["kinds"].items()
+    ]
+
+
+def kind_spec(study: dict[str, Any], kind: PlannedKind, prepared: Path) -> dict[str, Any]:
+    """The validated stage spec (a dict for :func:`~adaptspeech.training.stage.run_stage`) of one kind: the base
+    stage with the study's ``stage`` merged in, its own output folder, the sources, and its attention."""
+    spec = _deep_merge(study["_base_stage"], study.get("stage") or {})
+    spec["name"] = kind.name
+    spec["output_dir"] = str(Path(study["output_dir"]) / "kinds" / kind.name)
+    spec["seed"] = int(study.get("seed", spec.get("seed", 0)))
+    data = {**(spec.get("data") or {}), "prepared_dir": str(prepared), "train_languages": list(study["sources"])}
+    spec["data"] = data
+    model = dict(spec.get("model") or {})
+    model["config"] = {**(model.get("config") or {}), "attention": dict(kind.attention)}
+    spec["model"] = model
+    try:
+        StageSpec.from_dict(spec)
+    except StageConfigError as err:
+        raise StudyError(f"kinds.{kind.name}: {err}") from err
+    return spec
+
+
+# ---- data ------------------------------------------------------------------------------------------------------
+
+
+def prepare_study_data(study: dict[str, Any]) -> Path:
+    """Copy ``prepared_from`` into ``output_dir/prepared`` once (without the datasets cache files, which the study
+    then writes into its own copy); returns the copy. An existing complete copy is reused."""
+    from ..data.pipeline import COMPLETE_MARKER
+
+    source = Path(study["prepared_from"])
+    target = Path(study["output_dir"]) / "prepared"
+    if (target / COMPLETE_MARKER).is_file():
+        _log(f"prepared data found in {target}: reusing it")
+        return target
+    if not (source / COMPLETE_MARKER).is_file() or not (source / "dataset").is_dir():
+        raise StudyError(f"prepared_from: {source} is not a complete prepared folder (run `adaptspeech prepare`)")
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    start = time.perf_counter()
+    shutil.copytree(source, partial, ignore=shutil.ignore_patterns("cache-*.arrow"))
+    partial.rename(target)
+    _log(f"copied {source} -> {target} in {time.perf_counter() - start:.0f} s")
+    return target
+
+
+def pick_utterance(test: Any, language: str, seconds: float) -> int:
+    """Index (in ``test``) of the ``language`` utterance whose duration is closest to ``seconds`` (first on ties)."""
+    languages, durations = test["language"], test["duration"]
+    candidates = [i for i, lang in enumerate(languages) if lang == language]
+    if not candidates:
+        raise StudyError(f"attention_maps.language: no {language!r} utterance in the evaluation split")
+    return min(candidates, key=lambda i: (abs(float(durations[i]) - seconds), i))
+
+
+# ---- one kind --------------------------------------------------------------------------------------------------
+
+
+def _settings_difference(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> str | None:
+    """The first setting that differs between two specs, as ``key: old -> new`` (None: the same)."""
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = _settings_difference(a, b, f"{prefix}{key}.")
+            if found:
+                return found
+        elif a != b:
+            return f"{prefix}{key}: {a!r} -> {b!r}"
+    return None
+
+
+def _load_model(folder: Path) -> Any:
+    from ..training.stage import model_class_for_head, saved_head
+
+    return model_class_for_head(saved_head(folder)).from_pretrained(folder)
+
+
+def _attention_parameters(model: torch.nn.Module) -> int:
+    """Parameters of the attention-kind modules (nested ones counted once, with their parent)."""
+    from .attention_maps import attention_modules
+
+    modules = attention_modules(model)
+    top = [(n, m) for n, m in modules if not any(n.startswith(p + ".") for p, _ in modules)]
+    return sum(p.numel() for _, m in top for p in m.parameters())
+
+
+def _train(spec: dict[str, Any], folder: Path, progress: bool) -> dict[str, Any]:
+    """Train the stage (resuming from its last checkpoint if any); record and return its time."""
+    from ..training.resume import last_checkpoint
+    from ..training.stage import run_stage
+
+    resumed_from = last_checkpoint(folder / "checkpoints") if (folder / "checkpoints").is_dir() else None
+    cpu = time.process_time()
+    result = run_stage(spec, resume=True, progress=progress)
+    timing = {
+        "train_seconds": result.train_seconds,
+        "train_cpu_seconds": time.process_time() - cpu,
+        "resumed_from": resumed_from,
+    }
+    (folder / TRAIN_TIME_FILE).write_text(json.dumps(timing, indent=2) + "\n")
+    return timing
+
+
+def evaluate_kind(
+    study: dict[str, Any], kind: PlannedKind, model: Any, test: Any, processor: Any
+) -> dict[str, Any]:
+    """CER on the sources' test utterances (per language, their mean, overall) and the seconds of the pass."""
+    from ..evaluation import evaluate_dataset
+
+    evaluation = dict(study.get("evaluation") or {})
+    model.eval()
+    wall, cpu = time.perf_counter(), time.process_time()
+    metrics = evaluate_dataset(
+        model,
+        test,
+        processor,
+        method=evaluation.get("method", "ctc_greedy"),
+        batch_size=int(evaluation.get("batch_size", 16)),
+        progress=False,
+        **dict(evaluation.get("options") or {}),
+    )
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    per_language = {lang: metrics["per_language"][lang]["cer"] for lang in study["sources"]}
+    return {
+        "cer_average": float(np.mean(list(per_language.values()))),
+        "cer_per_language": per_language,
+        "cer_overall": metrics["overall"]["cer"],
+        "wer_overall": metrics["overall"]["wer"],
+        "test_seconds": wall,
+        "test_cpu_seconds": cpu,
+        "test_utterances": len(test),
+        "decoding": metrics["method"],
+    }
+
+
+def kind_attention_maps(
+    study: dict[str, Any], kind: PlannedKind, model: Any, test: Any, processor: Any
+) -> dict[str, Any]:
+    """Read and plot the attention maps of ``model`` on the study's chosen test utterance; the weights go to
+    ``kinds/<kind>/attention_maps.npz``, the grid to ``attention_maps/<kind>.png``."""
+    from ..data.collator import DataCollatorCTCWithPadding
+    from ..evaluation import feature_type_of_model
+    from .attention_maps import attention_modules, model_attention_maps, plot_attention_maps
+
+    settings = dict(study.get("attention_maps") or {})
+    language = settings.get("language") or study["sources"][0]
+    index = pick_utterance(test, language, float(settings.get("seconds", 3.0)))
+    row = test[index]
+    utterance = {"index": index, "language": language, "seconds": float(row["duration"]), "text": row["text"]}
+    if not attention_modules(model):
+        return {"utterance": utterance, "skipped": "the backbone's own attention (kind: default) is not read"}
+    collator = DataCollatorCTCWithPadding(processor, feature_type=feature_type_of_model(model))
+    batch = collator([row])
+    batch.pop("labels", None)
+    batch = {k: v.to(model.device) for k, v in batch.items()}
+    maps = model_attention_maps(model, batch)
+    out = Path(study["output_dir"])
+    np.savez_compressed(
+        out / "kinds" / kind.name / "attention_maps.npz", **{m.label: m.weights.astype(np.float16) for m in maps}
+    )
+    frames = maps[0].weights.shape[-1]
+    png = plot_attention_maps(
+        maps,
+        out / "attention_maps" / f"{kind.name}.png",
+        f"{kind.name} ({kind.label}): {language} test utterance, {utterance['seconds']:.1f} s, {frames} frames",
+    )
+    return {
+        "utterance": {**utterance, "frames": frames},
+        "png": str(png),
+        "modules": [{"name": m.name, "label": m.label, "reconstruction_error": m.error} for m in maps],
+    }
+
+
+def run_kind(study: dict[str, Any], kind: PlannedKind, prepared: Path) -> dict[str, Any]:
+    """Train, evaluate and read one kind unless it finished before; returns its ``kind_result.json``.
+
+    A finished kind whose settings changed since is refused (its folder must be removed to retrain it).
+    """
+    spec = kind_spec(study, kind, prepared)
+    folder = Path(spec["output_dir"])
+    result_path = folder / RESULT_FILE
+    if result_path.is_file():
+        saved = json.loads(result_path.read_text())
+        changed = _settings_difference(saved["spec"], json.loads(json.dumps(spec)))
+        if changed:
+            raise StudyError(
+                f"kinds.{kind.name}: finished with other settings ({changed}); remove {folder} to retrain it, or "
+                "restore the settings"
+            )
+        _log(f"{kind.name}: finished before, skipped ({result_path})")
+        return saved
+    progress = bool(study.get("progress", True))
+    trained = all((folder / name).exists() for name in ("stage_summary.json", "model", TRAIN_TIME_FILE))
+    if trained:
+        _log(f"{kind.name}: trained before, evaluating it")
+        timing = json.loads((folder / TRAIN_TIME_FILE).read_text())
+    else:
+        steps = spec.get("training", {}).get("max_steps")
+        _log(f"{kind.name}: training ({kind.attention}, {steps} steps)")
+        timing = _train(spec, folder, progress)
+    summary = json.loads((folder / "stage_summary.json").read_text())
+    dataset, processor = load_prepared(prepared)
+    split = (study.get("evaluation") or {}).get("split", "test")
+    test = select_languages(dataset[split], list(study["sources"]), split, "evaluation")
+    model = _load_model(folder / "model")
+    scores = evaluate_kind(study, kind, model, test, processor)
+    maps = kind_attention_maps(study, kind, model, test, processor)
+    eval_split = spec["data"].get("eval_split", "dev")
+    result = {
+        "kind": kind.name,
+        "label": kind.label,
+        "attention": kind.attention,
+        **scores,
+        "dev_cer": (summary.get(eval_split) or {}).get("overall", {}).get("cer"),
+        **timing,
+        "steps": summary.get("global_step"),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "attention_parameters": _attention_parameters(model),
+        "attention_maps": maps,
+        "spec": json.loads(json.dumps(spec)),
+    }
+    partial = result_path.with_suffix(".partial")
+    partial.write_text(json.dumps(result, indent=2, default=float) + "\n")
+    partial.rename(result_path)
+    if not study.get("keep_checkpoints", False):
+        shutil.rmtree(folder / "checkpoints", ignore_errors=True)
+    return result
+
+
+# ---- the whole study -------------------------------------------------------------------------------------------
+
+
+def run_study(study: dict[str, Any], only: list[str] | None = None) -> dict[str, Any]:
+    """Run every kind of the plan (``only``: just these) that has not finished, then write the table and figures.
+
+    Returns:
+        :func:`write_study_results`'s summary.
+    """
+    plan = study_plan(study)
+    names = [k.name for k in plan]
+    unknown = sorted(set(only or []) - set(names))
+    if unknown:
+        raise StudyError(f"--only: unknown kind(s) {', '.join(unknown)}; the study's kinds: {', '.join(names)}")
+    if study.get("threads"):
+        torch.set_num_threads(int(study["threads"]))
+    out = Path(study["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    prepared = prepare_study_data(study)
+    for kind in plan:
+        kind_spec(study, kind, prepared)  # every setting checked before the long work
+    selected = [k for k in plan if not only or k.name in only]
+    spent: list[float] = []  # seconds of the kinds run now (not the skipped ones), for the estimate
+    for number, kind in enumerate(selected, 1):
+        kind_start = time.perf_counter()
+        _log(f"kind {number}/{len(selected)}: {kind.name}")
+        finished_before = (out / "kinds" / kind.name / RESULT_FILE).is_file()
+        result = run_kind(study, kind, prepared)
+        if not finished_before:
+            spent.append(time.perf_counter() - kind_start)
+        left = len(selected) - number
+        eta = f", about {left * np.mean(spent) / 60:.0f} min left" if spent and left else ""
+        _log(
+            f"{kind.name}: source test CER {100 * result['cer_average']:.2f}%, train {result['train_seconds']:.0f} s, "
+            f"test pass {result['test_seconds']:.1f} s ({(time.perf_counter() - start) / 60:.1f} min so far{eta})"
+        )
+    return write_study_results(study, plan, run_seconds=time.perf_counter() - start)
+
+
+def finished_results(study: dict[str, Any], plan: list[PlannedKind]) -> list[dict[str, Any]]:
+    """The ``kind_result.json`` of every finished kind of ``plan``, in plan order."""
+    out = Path(study["output_dir"]) / "kinds"
+    files = [out / k.name / RESULT_FILE for k in plan]
+    return [json.loads(file.read_text()) for file in files if file.is_file()]
+
+
+TABLE_HEADERS = (
+    "kind",
+    "seed 002 / 000 name",
+    "source test CER %",
+    "dev CER %",
+    "train s",
+    "train CPU s",
+    "test pass s",
+    "test pass CPU s",
+    "parameters",
+    "attention parameters",
+)
+
+
+def _table_row(result: dict[str, Any], sources: list[str]) -> dict[str, str]:
+    row = {
+        "kind": result["kind"] + (" *" if result.get("resumed_from") else ""),
+        "seed 002 / 000 name": result["label"],
+        "source test CER %": f"{100 * result['cer_average']:.2f}",
+    }
+    row.update({f"{lang} CER %": f"{100 * result['cer_per_language'][lang]:.2f}" for lang in sources})
+    row.update(
+        {
+            "dev CER %": "-" if result.get("dev_cer") is None else f"{100 * result['dev_cer']:.2f}",
+            "train s": f"{result['train_seconds']:.0f}",
+            "train CPU s": f"{result['train_cpu_seconds']:.0f}",
+            "test pass s": f"{result['test_seconds']:.1f}",
+            "test pass CPU s": f"{result['test_cpu_seconds']:.1f}",
+            "parameters": f"{result['parameters']:,}",
+            "attention parameters": f"{result['attention_parameters']:,}",
+        }
+    )
+    return row
+
+
+def plot_study_summary(results: list[dict[str, Any]], path: Path) -> Path:
+    """CER (source test average) against training CPU time and against test-pass CPU time, one labelled point per
+    kind."""
+    from .attention_maps import _pyplot, _save
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, key, xlabel in (
+        (axes[0], "train_cpu_seconds", "training, CPU seconds (1 thread)"),
+        (axes[1], "test_cpu_seconds", "test-set pass (forward + greedy), CPU seconds"),
+    ):
+        for result in results:
+            x, y = result[key], 100 * result["cer_average"]
+            ax.scatter([x], [y], s=18)
+            ax.annotate(result["kind"], (x, y), fontsize=7, xytext=(3, 2), textcoords="offset points")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("source test CER % (mean of the languages)")
+        ax.grid(alpha=0.3)
+    fig.suptitle("Attention kinds: CER against cost (lower left is better)", fontsize=10)
+    return _save(fig, plt, path)
+
+
+def _overview_rows(study: dict[str, Any], results: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """``(kind, map)`` of the chosen layer (``attention_maps.overview_layer``) of every kind with maps; a module
+    nested in that layer's attention (the hybrid's MHSA stage) gets its own row."""
+    from .attention_maps import AttentionMap
+
+    layer = int((study.get("attention_maps") or {}).get("overview_layer", -1))
+    rows: list[tuple[str, AttentionMap]] = []
+    for result in results:
+        modules = (result.get("attention_maps") or {}).get("modules")
+        if not modules:
+            continue
+        layers = sorted({m["label"].split()[0] for m in modules}, key=lambda label: int(label[1:]))
+        chosen = layers[layer] if -len(layers) <= layer < len(layers) else layers[-1]
+        with np.load(Path(study["output_dir"]) / "kinds" / result["kind"] / "attention_maps.npz") as saved:
+            for module in modules:
+                if module["label"].split()[0] == chosen:
+                    extra = module["label"][len(chosen):].strip()
+                    name = f"{result['kind']} ({extra})" if extra else result["kind"]
+                    weights = saved[module["label"]].astype(np.float32)
+                    rows.append((name, AttentionMap(module["name"], module["label"], weights, 0.0)))
+    return rows
+
+
+def write_study_results(study: dict[str, Any], plan: list[PlannedKind], run_seconds: float) -> dict[str, Any]:
+    """``results.md`` / ``results.json``, ``summary.png``, ``training_curves.png``, ``attention_maps/overview.png``
+    from every finished kind; returns ``{"rows", "missing", "run_seconds", ...}``."""
+    from ..reports import plot_training_curves, results_markdown
+    from .attention_maps import plot_maps_overview
+
+    out = Path(study["output_dir"])
+    sources = list(study["sources"])
+    results = finished_results(study, plan)
+    missing = [k.name for k in plan if k.name not in {r["kind"] for r in results}]
+    table = [_table_row(r, sources) for r in results]
+    columns = [*TABLE_HEADERS[:3], *(f"{lang} CER %" for lang in sources), *TABLE_HEADERS[3:]]
+    first = results[0] if results else {}
+    training = (first.get("spec") or {}).get("training", {})
+    evaluation = dict(study.get("evaluation") or {})
+    title = (
+        f"Attention kinds in every encoder layer: source test CER ({', '.join(sources)}), "
+        f"{training.get('max_steps')} steps of batch {training.get('per_device_train_batch_size')} each"
+    )
+    lines = [results_markdown(table, columns, title)]
+    lines.append(
+        f"\nsource test CER: mean of the {len(sources)} languages' CER, {evaluation.get('method', 'ctc_greedy')} "
+        "decoding; train s: wall seconds of the training loop; train CPU s: process CPU seconds of the whole stage "
+        "(model build, training, final dev check); test pass: the sources' test utterances, forward + decoding, "
+        f"batch {evaluation.get('batch_size', 16)}; {torch.get_num_threads()} torch thread(s).\n"
+    )
+    if any(r.get("resumed_from") for r in results):
+        lines.append("\n\\* resumed from a checkpoint: its time counts only the resumed part.\n")
+    if missing:
+        lines.append(f"\nNot finished yet: {', '.join(missing)}.\n")
+    lines.append(f"\nThis run: {run_seconds / 60:.1f} min.\n")
+    (out / "results.md").write_text("".join(lines))
+    extra = {"missing": missing, "run_seconds": run_seconds, "sources": sources, "threads": torch.get_num_threads()}
+    (out / "results.json").write_text(json.dumps({"rows": results, **extra}, indent=2, default=float) + "\n")
+    if results:
+        plot_study_summary(results, out / "summary.png")
+        histories = {}
+        for r in results:
+            history = out / "kinds" / r["kind"] / "log_history.json"
+            if history.is_file():
+                histories[r["kind"]] = json.loads(history.read_text())
+        plot_training_curves(histories, out / "training_curves.png", keys=("loss",))
+        rows = _overview_rows(study, results)
+        if rows:
+            layer = (study.get("attention_maps") or {}).get("overview_layer", -1)
+            plot_maps_overview(rows, out / "attention_maps" / "overview.png", f"Effective attention, layer {layer}")
+    return {"rows": results, "table": table, **extra}
+
+
+def run_study_cli(recipe_dir: str | os.PathLike, args: Any) -> int:
+    """``adaptspeech recipe STUDY_FOLDER [--only KIND,KIND] [--no-progress] [key=value ...]``."""
+    if getattr(args, "dry_run", False):
+        raise StudyError(
+            "--dry-run: not for an attention study; run a short one with stage.training.max_steps=N instead"
+        )
+    only = [k.strip() for k in (args.only or "").split(",") if k.strip()] or None
+    overrides = list(args.overrides) + (["progress=false"] if args.no_progress else [])
+    study = load_study(recipe_dir, overrides)
+    run_study(study, only=only)
+    out = Path(study["output_dir"])
+    print((out / "results.md").read_text())
+    print(f"wrote {out / 'results.md'}, results.json, summary.png, training_curves.png and attention_maps/")
+    return 0
