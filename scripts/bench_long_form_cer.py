@@ -1,0 +1,158 @@
+"""CER of long-form decoding: N test utterances concatenated into one recording vs the same utterances one by one.
+
+Usage::
+
+    python scripts/bench_long_form_cer.py --model runs/demo_pre/base/model --prepared runs/demo_pre/prepared \\
+        --corpus runs/demo_pre/corpus --language cs --concat 30
+
+The first ``--concat`` rows of ``--language`` in the prepared ``--split`` (its ``text`` column: the normalised
+reference the model was scored on) give the utterances; their audio is read from the Common Voice layout
+``<corpus>/<language>/clips/<path>`` and joined with ``--silence`` seconds of digital silence (zeros) between
+consecutive clips. The recording is transcribed with :func:`adaptspeech.inference.transcriber.transcribe` at each
+``--chunking CHUNK:STRIDE`` (CTC decoders: overlapping chunks stitched; attention / joint: segments cut at pauses,
+STRIDE unused) and each utterance alone (one encoder call each: every clip is shorter than the chunk), with the same
+decoder. Scores, corpus-level through :func:`adaptspeech.metrics.compute_error_rates`:
+
+- *separate*: the utterances' hypotheses joined with spaces against their references joined with spaces (the same
+  reference string as the concatenation; the per-utterance corpus CER is printed beside it);
+- *concatenated*: the long recording's hypothesis against that reference string.
+
+The issue's target: concatenated CER within 1 point of separate. ``boundaries in clips`` counts the chunk (or segment)
+boundaries that fall inside a clip rather than in the added silence, to show that the chunking really cuts
+utterances (a clip's own leading / trailing silence counts as inside it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _chunking(text: str) -> tuple[float, float]:
+    try:
+        chunk, stride = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--chunking {text!r}: expected CHUNK:STRIDE seconds, e.g. 30:5") from None
+    if chunk <= 2 * stride or stride < 0:
+        raise argparse.ArgumentTypeError(f"--chunking {text!r}: the chunk must be longer than twice the stride")
+    return chunk, stride
+
+
+def load_utterances(prepared: Path, corpus: Path, split: str, language: str, count: int) -> tuple[list[Any], list[str]]:
+    """``(waveforms [S_i] at 16 kHz, normalised references)`` of the first ``count`` rows of ``language``."""
+    import datasets
+
+    from adaptspeech.data import load_audio
+
+    folder = prepared / "dataset" / split
+    if not folder.is_dir():
+        raise SystemExit(f"--prepared {prepared}: no {folder} (a folder written by `adaptspeech prepare`)")
+    rows = datasets.load_from_disk(str(folder)).select_columns(["path", "text", "language"])
+    picked = [row for row in rows if row["language"] == language][:count]
+    if len(picked) < count:
+        raise SystemExit(f"--concat {count}: the {split} split has {len(picked)} rows of language {language!r}")
+    waves = [load_audio(corpus / language / "clips" / row["path"], 16000) for row in picked]
+    return waves, [row["text"] for row in picked]
+
+
+def concatenate(waves: list[np.ndarray], silence_s: float) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """``(recording [S], (start, end) seconds of each utterance in it)``: clips joined by ``silence_s`` of zeros."""
+    gap = np.zeros(round(silence_s * 16000), dtype=np.float32)
+    pieces, spans, now = [], [], 0
+    for i, wave in enumerate(waves):
+        if i:
+            pieces.append(gap)
+            now += len(gap)
+        pieces.append(wave)
+        spans.append((now / 16000, (now + len(wave)) / 16000))
+        now += len(wave)
+    return np.concatenate(pieces), spans
+
+
+def boundaries_s(model: Any, processor: Any, wave: np.ndarray, method: str, chunk: float, stride: float,
+                 search_s: float) -> list[float]:
+    """Seconds where one chunk's kept frames (CTC) or one segment (attention / joint) end and the next begin."""
+    from adaptspeech.heads import CTC_DECODERS
+    from adaptspeech.inference.long_form import input_units_per_frame, model_input, plan_chunks
+    from adaptspeech.inference.model_mixin import inputs_to_logits_ratio
+    from adaptspeech.inference.segmenting import plan_segments
+
+    inputs = model_input(wave, processor.feature_extractor)
+    seconds_per_frame = inputs_to_logits_ratio(model) / 16000
+    if method in CTC_DECODERS:
+        frames = round(chunk / seconds_per_frame)
+        chunks = plan_chunks(int(inputs.shape[0]), input_units_per_frame(model), frames,
+                             round(stride / seconds_per_frame))
+        return [(c.first_frame + c.keep_from) * seconds_per_frame for c in chunks[1:]]
+    segments = plan_segments(model, inputs, wave, chunk, search_length_s=search_s)
+    return [s.first_frame * seconds_per_frame for s in segments[1:]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=Path, help="a model folder saved by `adaptspeech train`")
+    parser.add_argument("--prepared", required=True, type=Path, help="the `adaptspeech prepare` output folder")
+    parser.add_argument("--corpus", required=True, type=Path, help="the Common Voice layout folder of the clips")
+    parser.add_argument("--language", required=True)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--concat", type=int, default=30, metavar="N", help="utterances in the long recording")
+    parser.add_argument("--silence", type=float, default=0.3, metavar="SECONDS", help="pause between utterances")
+    parser.add_argument("--chunking", type=_chunking, nargs="+", default=[(30.0, 5.0), (6.0, 1.5)],
+                        metavar="CHUNK:STRIDE", help="chunk and stride seconds to compare (default 30:5 6:1.5)")
+    parser.add_argument("--method", default=None, help="decoding method (default: the head's default decoder)")
+    parser.add_argument("--beam-size", type=int, default=None)
+    parser.add_argument("--search-length", type=float, default=None, metavar="SECONDS",
+                        help="attention / joint: cut search zone (default min(5, chunk / 4))")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    import torch
+
+    from adaptspeech.cli.common import CommandError, _load_model
+    from adaptspeech.cli.transcribe import _model_language
+    from adaptspeech.heads import get_head
+    from adaptspeech.inference.transcriber import transcribe
+    from adaptspeech.metrics import compute_error_rates
+
+    torch.set_num_threads(args.threads)
+    try:
+        model, processor = _load_model(str(args.model))
+        lang_ids = _model_language(model, args.language, str(args.model))
+    except CommandError as err:
+        sys.exit(f"bench_long_form_cer: error: {err}")
+    method = args.method or get_head(model.config.head).default_decoder
+    options = {} if args.beam_size is None else {"beam_size": args.beam_size}
+    waves, refs = load_utterances(args.prepared, args.corpus, args.split, args.language, args.concat)
+    recording, spans = concatenate(waves, args.silence)
+    reference = " ".join(refs)
+
+    separate = [transcribe(model, processor, [w], method=method, lang_ids=lang_ids, **options)[0].text.strip()
+                for w in waves]
+    per_utterance = compute_error_rates(separate, refs)["overall"]["cer"]
+    joined = compute_error_rates([" ".join(separate)], [reference])["overall"]["cer"]
+    print(f"{args.model} (head {model.config.head}), method {method}"
+          f"{''.join(f', {k} {v}' for k, v in options.items())}, {args.threads} thread(s)")
+    print(f"{args.concat} {args.language} {args.split} utterances, {sum(len(w) for w in waves) / 16000:.1f} s of "
+          f"speech + {args.silence:g} s of silence between clips = {len(recording) / 16000:.1f} s recording\n")
+    print(f"{'decoding':<40} {'CER %':>7} {'vs joined':>11} {'boundaries in clips':>20}")
+    print(f"{'separate, per-utterance corpus CER':<40} {100 * per_utterance:>7.2f}")
+    print(f"{'separate, joined':<40} {100 * joined:>7.2f}")
+    for chunk, stride in args.chunking:
+        search_s = args.search_length or min(5.0, chunk / 4)
+        hyp = transcribe(model, processor, [recording], method=method, chunk_length_s=chunk, stride_length_s=stride,
+                         lang_ids=lang_ids, search_length_s=search_s, **options)[0].text
+        cer = compute_error_rates([hyp], [reference])["overall"]["cer"]
+        cuts = boundaries_s(model, processor, recording, method, chunk, stride, search_s)
+        inside = sum(any(a < t < b for a, b in spans) for t in cuts)
+        diff = 100 * (cer - joined)
+        label = f"concatenated, chunk {chunk:g} s stride {stride:g} s"
+        print(f"{label:<40} {100 * cer:>7.2f} {diff:>+11.2f} {f'{inside} of {len(cuts)}':>20}   "
+              f"{'met' if abs(diff) <= 1.0 else 'MISSED'} (within 1 point)")
+
+
+if __name__ == "__main__":
+    main()
