@@ -91,6 +91,95 @@ def _rng(seed: int, language: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(language.encode())])
 
 
+def selection_order(
+    languages: Sequence[str],
+    speaker_ids: Sequence[str],
+    *,
+    seed: int = 0,
+    exclude_speakers: Iterable[str] = (),
+) -> dict[str, list[int]]:
+    """Per language, every eligible row in the order a subset takes them (the order behind :func:`subset_indices`).
+
+    A language's speakers (rows with an empty speaker id count as one speaker each), minus ``exclude_speakers``, are
+    shuffled by ``(seed, language)``; each speaker's rows follow one another, shuffled too. Every budget takes a
+    prefix of this order, so two budgets of the same seed and exclusions are nested.
+
+    Returns:
+        language (in order of first appearance) -> row indices.
+    """
+    excluded = set(exclude_speakers)
+    lang_array = np.asarray(languages, dtype=object)
+    orders: dict[str, list[int]] = {}
+    for language in dict.fromkeys(languages):
+        rng = _rng(seed, language)
+        groups: dict[str, list[int]] = {}
+        for row in np.flatnonzero(lang_array == language).tolist():
+            speaker = speaker_ids[row]
+            if speaker in excluded:
+                continue
+            groups.setdefault(speaker or f"\0row{row}", []).append(row)
+        names = sorted(groups)
+        order: list[int] = []
+        for k in rng.permutation(len(names)).tolist():
+            rows = groups[names[k]]
+            order.extend(rows[j] for j in rng.permutation(len(rows)).tolist())
+        orders[language] = order
+    return orders
+
+
+def _budget_prefix(
+    order: Sequence[int], durations: Sequence[float | None] | None, size: SubsetSize
+) -> tuple[int, float]:
+    """``(n, total)``: the first ``n`` rows of ``order`` fit ``size`` (the next one would take the total over it)."""
+    total = 0.0
+    for n, row in enumerate(order):
+        cost = float(durations[row]) if size.is_duration else 1.0
+        if total + cost > size.budget:
+            return n, total
+        total += cost
+    return len(order), total
+
+
+def _check_durations(size: SubsetSize, durations: Sequence[float | None] | None) -> None:
+    if size.is_duration and (durations is None or any(d is None for d in durations)):
+        raise ValueError(
+            f"a {size.unit} budget needs the duration of every clip: use the prepared dataset "
+            "(prepare_dataset adds 'duration') or a release with clip_durations.tsv"
+        )
+
+
+def nested_subset_indices(
+    languages: Sequence[str],
+    speaker_ids: Sequence[str],
+    durations: Sequence[float | None] | None,
+    sizes: Sequence[str | int | SubsetSize],
+    *,
+    seed: int = 0,
+    exclude_speakers: Iterable[str] = (),
+) -> list[list[int]]:
+    """Row indices of several budgets cut from one :func:`selection_order`: each is a prefix of the same order, so
+    of any two, the smaller budget's rows are all in the larger one's (``1min`` inside ``3min`` inside ``10min``).
+
+    Each entry equals :func:`subset_indices` of that size with the same seed and exclusions (sorted row indices); a
+    language short of a budget gives all its rows and a warning.
+    """
+    parsed = [SubsetSize.parse(size) for size in sizes]
+    for size in parsed:
+        _check_durations(size, durations)
+    orders = selection_order(languages, speaker_ids, seed=seed, exclude_speakers=exclude_speakers)
+    out: list[list[int]] = []
+    for size in parsed:
+        selected: list[int] = []
+        for language, order in orders.items():
+            n, total = _budget_prefix(order, durations, size)
+            if n == len(order) and total < size.budget:
+                have = f"{total / (size.budget / size.amount):g} {size.unit}"
+                logger.warning("language %s has only %s (of %s) for the subset", language, have, size)
+            selected.extend(order[:n])
+        out.append(sorted(selected))
+    return out
+
+
 def subset_indices(
     languages: Sequence[str],
     speaker_ids: Sequence[str],
@@ -102,50 +191,17 @@ def subset_indices(
 ) -> list[int]:
     """Row indices of a low-resource subset (the algorithm behind :func:`low_resource_subset`).
 
-    For each language: its speakers (rows with an empty speaker id count as one speaker each), minus
-    ``exclude_speakers``, are shuffled by ``(seed, language)``; whole speakers are taken in that order, their
-    rows shuffled too, until the budget is full (the last speaker may be cut). A budget is an upper bound: the
-    selection stops before the first row that would take the total over it, so "10min" is at most 10 minutes
-    (short of it by less than one clip). A language short of the budget gives all its rows and a warning.
+    For each language: its rows in :func:`selection_order` (whole speakers in a ``(seed, language)`` shuffle,
+    ``exclude_speakers`` left out) are taken until the budget is full (the last speaker may be cut). A budget is an
+    upper bound: the selection stops before the first row that would take the total over it, so "10min" is at most
+    10 minutes (short of it by less than one clip). A language short of the budget gives all its rows and a warning.
 
     Returns:
         Sorted row indices.
     """
-    size = SubsetSize.parse(size)
-    if size.is_duration and (durations is None or any(d is None for d in durations)):
-        raise ValueError(
-            f"a {size.unit} budget needs the duration of every clip: use the prepared dataset "
-            "(prepare_dataset adds 'duration') or a release with clip_durations.tsv"
-        )
-    excluded = set(exclude_speakers)
-    lang_array = np.asarray(languages, dtype=object)
-    selected: list[int] = []
-    for language in dict.fromkeys(languages):
-        rng = _rng(seed, language)
-        groups: dict[str, list[int]] = {}
-        for row in np.flatnonzero(lang_array == language).tolist():
-            speaker = speaker_ids[row]
-            if speaker in excluded:
-                continue
-            groups.setdefault(speaker or f"\0row{row}", []).append(row)
-        order = sorted(groups)
-        total = 0.0
-        full = False
-        for k in rng.permutation(len(order)).tolist():
-            rows = groups[order[k]]
-            for j in rng.permutation(len(rows)).tolist():
-                cost = float(durations[rows[j]]) if size.is_duration else 1.0
-                if total + cost > size.budget:
-                    full = True
-                    break
-                selected.append(rows[j])
-                total += cost
-            if full:
-                break
-        if not full and total < size.budget:
-            have = f"{total / (size.budget / size.amount):g} {size.unit}"
-            logger.warning("language %s has only %s (of %s) for the subset", language, have, size)
-    return sorted(selected)
+    return nested_subset_indices(
+        languages, speaker_ids, durations, [size], seed=seed, exclude_speakers=exclude_speakers
+    )[0]
 
 
 def low_resource_subset(
@@ -186,6 +242,38 @@ def low_resource_subset(
             )
         indices = [i for i in indices if langs[i] in keep]
     return dataset.select(indices)
+
+
+def nested_subsets(
+    dataset: Dataset,
+    sizes: Sequence[str | int | SubsetSize],
+    *,
+    seed: int = 0,
+    exclude_speakers: Iterable[str] = (),
+    speaker_column: str = "client_id",
+    language_column: str = "language",
+    duration_column: str = "duration",
+) -> dict[str, Dataset]:
+    """Nested low-resource subsets, e.g. ``["1min", "3min", "10min"]``: the 1-minute rows are inside the 3-minute
+    rows, which are inside the 10-minute rows (each budget is a prefix of one :func:`selection_order`).
+
+    Each subset is the one :func:`low_resource_subset` gives for its size, seed and ``exclude_speakers`` (what a
+    training stage with ``data.train_subset`` trains on), so a learning curve over budgets adds audio to the same
+    speakers and clips instead of drawing afresh. Pass ``speakers(dev) | speakers(test)`` to keep every budget
+    speaker-disjoint from the evaluation sets.
+
+    Returns:
+        ``str(size)`` as given (``"1min"``) -> the subset, its rows in their original order, in the order of ``sizes``.
+    """
+    langs = _column(dataset, language_column)
+    spk = _column(dataset, speaker_column) if speaker_column in dataset.column_names else [""] * len(langs)
+    parsed = [SubsetSize.parse(size) for size in sizes]
+    durations = _column(dataset, duration_column) if any(size.is_duration for size in parsed) else None
+    keys = [str(size) for size in sizes]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"nested subset sizes must differ, got {keys}")
+    indices = nested_subset_indices(langs, spk, durations, parsed, seed=seed, exclude_speakers=exclude_speakers)
+    return {key: dataset.select(rows) for key, rows in zip(keys, indices, strict=True)}
 
 
 def speaker_disjoint_split(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -17,7 +18,7 @@ from adaptspeech.data import (
     speakers,
     temperature_mix,
 )
-from adaptspeech.data.subsets import mixture_indices, subset_indices
+from adaptspeech.data.subsets import mixture_indices, nested_subsets, selection_order, subset_indices
 
 
 def _pool(seed: int = 0) -> Dataset:
@@ -119,6 +120,45 @@ def test_duration_budgets_need_durations():
     pool = _pool().map(lambda r: {"duration": None})
     with pytest.raises(ValueError, match="needs the duration of every clip"):
         low_resource_subset(pool, "10min")
+
+
+def test_nested_subsets_are_nested_speaker_disjoint_from_dev_and_test_and_equal_single_subsets(caplog):
+    pool = _pool()
+    dev = pool.filter(lambda spk: spk in ("ro-spk2", "ro-spk3", "cs-spk1"), input_columns="client_id")
+    test = pool.filter(lambda spk: spk == "ro-spk4", input_columns="client_id")
+    held = speakers(dev) | speakers(test)
+    sizes = ["0.5min", "1min", "3min", "10min"]  # 10min is more than ro (46 clips) or cs (20 clips) has left
+    subsets = nested_subsets(pool, sizes, seed=5, exclude_speakers=held)
+    assert list(subsets) == sizes
+    paths = {size: set(part["path"]) for size, part in subsets.items()}
+    for small, large in itertools.pairwise(sizes):
+        assert paths[small] < paths[large]  # nested, and each budget adds rows
+    for size, part in subsets.items():
+        assert not speakers(part) & held
+        # what a training stage with data.train_subset=<size> trains on
+        assert part["path"] == low_resource_subset(pool, size, seed=5, exclude_speakers=held)["path"]
+        for lang in ("ro", "cs"):
+            assert sum(d for d, x in zip(part["duration"], part["language"]) if x == lang) <= SubsetSize.parse(
+                size
+            ).budget
+    eligible = [p for p, spk in zip(pool["path"], pool["client_id"]) if spk not in held]
+    assert sorted(subsets["10min"]["path"]) == sorted(eligible)  # short of the budget: everything, with a warning
+    assert "language cs has only" in caplog.text
+    # not nested by accident: an independent draw (another seed) of the small budget is not inside the large one
+    other = set(low_resource_subset(pool, "1min", seed=6, exclude_speakers=held)["path"])
+    assert other != paths["1min"] and not other <= paths["3min"]
+
+
+def test_selection_order_takes_whole_speakers_in_turn():
+    pool = _pool()
+    order = selection_order(pool["language"], pool["client_id"], seed=2, exclude_speakers={"ro-spk0"})
+    assert sorted(order) == ["cs", "ro"]
+    ro_speakers = [pool["client_id"][row] or f"row{row}" for row in order["ro"]]
+    assert len(ro_speakers) == 5 * 11 + 6 and "ro-spk0" not in ro_speakers
+    runs = [spk for k, spk in enumerate(ro_speakers) if k == 0 or spk != ro_speakers[k - 1]]
+    assert len(runs) == len(set(runs)) == 11 + 6  # each speaker's rows in one run
+    with pytest.raises(ValueError, match="must differ"):
+        nested_subsets(pool, ["1min", "1min"])
 
 
 def test_sampling_probabilities_follow_the_temperature_rule():
