@@ -39,14 +39,16 @@ def model_decoding_inputs(
     Returns:
         ``DecodingInputs`` with ``ctc_log_probs`` ``[B, T, V]`` (float32 log-softmax; None without a CTC head),
         ``ctc_lengths`` ``[B]``, ``decoder`` (the LAS head or None), ``encoder_hidden_states`` ``[B, T, D]`` and
-        ``encoder_padding_mask`` ``[B, T]``.
+        ``encoder_padding_mask`` ``[B, T]``. The CTC head is the one the forward picks for these utterances'
+        languages (per-language heads; mixing languages whose heads differ is refused as in the forward).
     """
     from . import DecodingInputs
 
     hidden, frame_mask, _, _ = model.encode(inputs, attention_mask, lang_ids)
     ctc_log_probs = None
     if getattr(model, "ctc_head", None) is not None:
-        ctc_log_probs = model.ctc_head(hidden).float().log_softmax(-1)
+        rows = model._row_languages(lang_ids) if hasattr(model, "_row_languages") else None
+        ctc_log_probs = model.ctc_head(hidden, row_languages=rows).float().log_softmax(-1)
     return DecodingInputs(ctc_log_probs, frame_mask.sum(-1), getattr(model, "las_head", None), hidden, frame_mask)
 
 

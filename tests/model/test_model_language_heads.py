@@ -124,3 +124,28 @@ def test_removing_a_language_removes_its_head_and_the_config_refuses_bad_heads()
                           language_heads={"ro": {"vocab_size": 3}})
     with pytest.raises(ValueError, match="already has a CTC head"):
         model.add_language_head("pl", 5)
+
+
+def test_decoding_a_routed_batch_uses_its_languages_head():
+    """``transcribe_batch`` / ``model_decoding_inputs`` (what ``evaluate``, ``lm tune`` and training-time evaluation
+    run) pick the head of the batch's language as the forward does; they used to ask for the active languages' head
+    and refused a one-language batch of a routed model."""
+    from adaptspeech.decoding import model_decoding_inputs, transcribe_batch
+
+    model = make_model()
+    ids = model.language_to_id
+    model.set_active_languages(["ro", "cs"])
+    inputs = tiny_inputs(model.config)
+    lang_ids = torch.tensor([ids["cs"], ids["cs"]])
+    expected = run(model, lang_ids=lang_ids).log_softmax(-1)
+    encoded = model_decoding_inputs(model, inputs["input_values"], inputs["attention_mask"], lang_ids)
+    assert encoded.ctc_log_probs.shape[-1] == 7
+    assert torch.allclose(encoded.ctc_log_probs, expected, atol=1e-6)
+    ids_out = transcribe_batch(model, {**inputs, "lang_ids": lang_ids}, method="ctc_greedy")
+    lengths = encoded.ctc_lengths.tolist()
+    for row, n, hyp in zip(expected.argmax(-1), lengths, ids_out, strict=True):
+        collapsed = [int(t) for i, t in enumerate(row[:n]) if (i == 0 or t != row[i - 1]) and int(t) != 0]
+        assert hyp == collapsed
+    with pytest.raises(ValueError, match="use different CTC heads"):
+        model_decoding_inputs(model, inputs["input_values"], inputs["attention_mask"],
+                              torch.tensor([ids["ro"], ids["cs"]]))
