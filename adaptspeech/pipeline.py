@@ -18,8 +18,9 @@ Which path a folder takes: the pipeline tries its model classes in turn; :func:`
 ``"ctc_las"``) loads as ``AdaptSpeechForJointCTCAttention`` and runs ``generate()`` (a ``ctc_las`` model: joint
 CTC/attention beam search, CTC weight 0.3 unless its generation config says otherwise). Without it transformers'
 first class, ``AutoModelForCTC``, would load a ``ctc_las`` folder as a CTC model and silently drop the attention
-decoder. ``head="ctc"`` folders run as CTC models (CTC greedy; chunking, timestamps and an n-gram LM apply). For CTC
-decoding of a ``ctc_las`` folder pass the model:
+decoder. A ``ctc_las`` folder whose processor holds an n-gram LM (``adaptspeech lm tune --save``) runs CTC with
+that LM, the decoding the saved processor asks for. ``head="ctc"`` folders run as CTC models (CTC greedy;
+chunking, timestamps and an n-gram LM apply). For CTC decoding of a ``ctc_las`` folder pass the model:
 ``pipeline(task, model=AdaptSpeechForCTC.from_pretrained(folder), tokenizer=folder, feature_extractor=folder)``.
 """
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoConfig
+from transformers import AutoConfig, FeatureExtractionMixin
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.automatic_speech_recognition import AutomaticSpeechRecognitionPipeline
@@ -115,7 +116,20 @@ class AttentionFolderLoader:
         if config.model_type != AdaptSpeechForJointCTCAttention.config_class.model_type or not get_head(
                 config.head).has_las:
             raise ValueError(f"{pretrained_model_name_or_path}: not an adaptspeech model with an attention decoder")
+        if get_head(config.head).has_ctc and _saves_an_lm(pretrained_model_name_or_path, hub):
+            raise ValueError(f"{pretrained_model_name_or_path}: its processor holds an n-gram LM for CTC decoding")
         return AdaptSpeechForJointCTCAttention.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+
+def _saves_an_lm(folder: Any, hub: dict[str, Any]) -> bool:
+    """Whether the folder's processor is a ``...WithLM`` one (``adaptspeech lm tune --save``), which the pipeline
+    reads as a request for CTC + n-gram LM decoding (transformers looks for the name in the feature extractor's
+    settings)."""
+    try:
+        settings, _ = FeatureExtractionMixin.get_feature_extractor_dict(folder, **hub)
+    except OSError:
+        return False
+    return str(settings.get("processor_class") or "").endswith("WithLM")
 
 
 def register_pipeline() -> None:

@@ -87,6 +87,22 @@ def test_ctc_las_folder_in_the_pipeline_runs_the_joint_search(joint_folder: Path
     assert asr(wave, num_beams=3)["text"] == expected
 
 
+def test_ctc_las_folder_with_a_saved_lm_runs_ctc_with_the_lm(tmp_path: Path) -> None:
+    """`lm tune --save` into a joint folder asks for CTC + n-gram LM decoding: the pipeline keeps that path."""
+    pytest.importorskip("kenlm")
+    pytest.importorskip("pyctcdecode")
+    from adaptspeech.lm.build import build_arpa
+    from adaptspeech.lm.decoder import build_decoder, save_processor_with_lm
+
+    folder = model_folder(tmp_path / "model", head="ctc_las", backbone_overrides=LOCAL_CONV)
+    processor = AutoProcessor.from_pretrained(folder)
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(["abc def", "ghi jab", "abc def", "lot of letters", "ghi jab"]) + "\n")
+    build_arpa(text, tmp_path / "lm", order=2)
+    save_processor_with_lm(processor, build_decoder(processor.tokenizer, tmp_path / "lm"), folder)
+    assert pipeline(TASK, model=str(folder)).type == "ctc_with_lm"
+
+
 def test_generate_layout_nbest_and_scores(joint_folder: Path) -> None:
     processor = AutoProcessor.from_pretrained(joint_folder)
     model = AdaptSpeechForJointCTCAttention.from_pretrained(joint_folder)
