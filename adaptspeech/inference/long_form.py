@@ -116,7 +116,8 @@ def chunked_ctc_log_probs(
             than this runs in one call, exactly as unchunked.
         stride_length_s: seconds of context on each side of a chunk's kept frames.
         batch_size: chunks per encoder call.
-        lang_ids: ``[1]`` the recording's language index (models routing several languages).
+        lang_ids: ``[1]`` the recording's language index (models routing several languages; it also picks the
+            language's own CTC head where it has one, as the forward does).
 
     Returns:
         ``[T, V]`` with T the unchunked model's number of output frames.
@@ -135,7 +136,8 @@ def chunked_ctc_log_probs(
             x = torch.stack([inputs[c.start : c.end] for c in batch]).to(device)
             ids = None if lang_ids is None else lang_ids.to(device).expand(len(batch))
             hidden, _, _, _ = model.encode(x, None, ids)
-            log_probs = model.ctc_head(hidden).float().log_softmax(-1).cpu()
+            rows = model._row_languages(ids) if hasattr(model, "_row_languages") else None
+            log_probs = model.ctc_head(hidden, row_languages=rows).float().log_softmax(-1).cpu()
             pieces.extend(row[c.keep_from : c.keep_to] for c, row in zip(batch, log_probs, strict=True))
     return torch.cat(pieces)
 

@@ -84,3 +84,19 @@ def test_transcribe_command_chunked_equals_unchunked_with_json_timestamps(tmp_pa
     assert starts == sorted(starts) and all(c["end"] > c["start"] for c in result["chunks"])
     assert np.isclose(result["seconds"], 6.0)
 
+
+
+def test_chunked_log_probs_of_a_routed_model_use_the_languages_head(tmp_path: Path) -> None:
+    """A model routing ro + cs where cs has its own CTC head: the recording's language picks the head, as in the
+    forward (the chunked path asked for the active languages' head and was refused)."""
+    folder = model_folder(tmp_path, language_heads={"cs": {"vocab_size": 7}})
+    model = AdaptSpeechForCTC.from_pretrained(folder).eval()
+    model.set_active_languages(["ro", "cs"])
+    inputs = model_input(audio(1.0, seed=5), AutoProcessor.from_pretrained(folder).feature_extractor)
+    for language, vocab in (("cs", 7), ("ro", model.config.vocab_size)):
+        ids = torch.tensor([model.language_to_id[language]])
+        with torch.no_grad():
+            expected = model(input_features=inputs[None], lang_ids=ids).logits.float().log_softmax(-1)[0]
+        chunked = chunked_ctc_log_probs(model, inputs, lang_ids=ids)
+        assert chunked.shape == (expected.shape[0], vocab)
+        torch.testing.assert_close(chunked, expected)
