@@ -141,3 +141,25 @@ def test_guide_loss_pulls_toward_the_target_language():
     hand = 0.5 * sum(guide_loss(w, 0, mask) for w in out.fusion_weights)
     assert out.loss_fusion_guide.item() == pytest.approx(hand.item(), rel=1e-5)
     assert torch.allclose(out.loss, out.loss_ctc + out.loss_fusion_reg + out.loss_fusion_guide)
+
+
+def test_fusion_gradients_equal_the_seed_equations():
+    """The forward computes the seed's equation in a cheaper order; every gradient (fusion parameters, query,
+    adapter outputs) equals the naive per-frame implementation's."""
+    torch.manual_seed(2)
+    fusion = SimAdapterFusion(8, 3, temperature=2.0)
+    with torch.no_grad():
+        fusion.linear_v.weight.add_(0.1 * torch.randn(8, 8))
+    z = torch.randn(2, 4, 8, requires_grad=True)
+    entries = torch.randn(2, 4, 3, 8, requires_grad=True)
+    upstream, upstream_weights = torch.randn(2, 4, 8), torch.randn(2, 4, 3)
+    got, weights = fusion(z, entries)
+    (got * upstream).sum().add((weights * upstream_weights).sum()).backward()
+    fast = [p.grad.clone() for p in (z, entries, *fusion.parameters())]
+    for p in (z, entries, *fusion.parameters()):
+        p.grad = None
+    ref, ref_weights = naive_simadapter(fusion, z, entries, 2.0)
+    (ref * upstream).sum().add((ref_weights * upstream_weights).sum()).backward()
+    slow = [p.grad for p in (z, entries, *fusion.parameters())]
+    for a, b in zip(fast, slow, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
