@@ -21,6 +21,25 @@ def _add_recipe_options(parser: argparse.ArgumentParser) -> None:
         help="run only these stages / baselines (the others must have run before)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    curve = parser.add_argument_group(
+        "transfer curve",
+        "--curve trains and evaluates every method (zero-shot base, from scratch, full fine-tuning, target adapter, "
+        "SimAdapter) on nested subsets of the target's training audio, reusing (or first training) the base and the "
+        "source adapters in output_dir; settings per budget chosen on dev from curve.yaml's grid (curve.<key>=value "
+        "overrides it); writes <output_dir>/curve/curve_results.md, curve_results.json, transfer_curve.png",
+    )
+    curve.add_argument("--curve", default=None, metavar="BUDGET,BUDGET", help="target budgets, e.g. 1min,3min,10min")
+    curve.add_argument(
+        "--curve-methods",
+        default=None,
+        metavar="METHOD,METHOD",
+        help="a subset of zero_shot,scratch,finetune,adapter,simadapter (default: all)",
+    )
+    curve.add_argument(
+        "--curve-plan",
+        action="store_true",
+        help="print every budget's audio and the grid runs with their steps, train nothing (prepares the data)",
+    )
     dry = parser.add_argument_group(
         "dry run",
         "--dry-run runs every stage for a few steps on a tiny corpus in the Common Voice layout, with the real model "
@@ -97,6 +116,10 @@ def _run_recipe_folder(recipe_dir: str | Path, args: argparse.Namespace) -> int:
     if not Path(recipe_dir).exists():
         raise CommandError(f"{recipe_dir}: no such recipe folder (a folder with recipe.yaml and the stage files)")
     overrides = list(args.overrides) + (["progress=false"] if args.no_progress else [])
+    if args.curve is not None:
+        return _curve(recipe_dir, overrides, args, only)
+    if args.curve_plan or args.curve_methods or any(text.startswith("curve.") for text in overrides):
+        raise CommandError("--curve-plan, --curve-methods and curve.* settings need --curve BUDGET,BUDGET")
     if args.dry_run:
         return _dry_run(recipe_dir, overrides, args, only)
     recipe = load_recipe(recipe_dir, overrides)
@@ -109,6 +132,30 @@ def _run_recipe_folder(recipe_dir: str | Path, args: argparse.Namespace) -> int:
         if (out / name).is_file()
     ]
     print(f"wrote {', '.join(written)}")
+    return 0
+
+
+def _curve(recipe_dir: str | Path, overrides: list[str], args: argparse.Namespace, only: list[str] | None) -> int:
+    from ..recipes.curve_settings import load_curve_settings, split_curve_overrides
+    from ..recipes.simadapter import load_recipe
+    from ..recipes.transfer_curve import run_curve
+
+    if args.dry_run or only:
+        raise CommandError("--curve runs its own stages: it does not combine with --dry-run or --only")
+    budgets = _split_list(args.curve)
+    if not budgets:
+        raise CommandError("--curve: give the target budgets, e.g. --curve 1min,3min,10min,30min")
+    recipe_overrides, curve_overrides = split_curve_overrides(overrides)
+    settings = load_curve_settings(recipe_dir, curve_overrides, budgets, _split_list(args.curve_methods) or None)
+    result = run_curve(load_recipe(recipe_dir, recipe_overrides), settings, plan_only=args.curve_plan)
+    if args.curve_plan:
+        from ..recipes.curve_report import plan_markdown
+
+        print(plan_markdown(result["budgets"], result["plan"]))
+        return 0
+    folder = Path(result["folder"])
+    print((folder / "curve_results.md").read_text())
+    print(f"wrote {folder / 'curve_results.md'}, curve_results.json, transfer_curve.png")
     return 0
 
 
