@@ -10,16 +10,18 @@ pyctcdecode uses to tell in-vocabulary words from partial ones.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ARPA_NAME = "lm.arpa"
 UNIGRAMS_NAME = "unigrams.txt"
 MAX_ORDER = 5
 
 
-def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int = 4) -> Path:
+def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int = 4, progress: bool = True) -> Path:
     """Estimate an ``order``-gram Kneser-Ney model of ``text`` and write ``out_dir/lm.arpa`` and ``unigrams.txt``.
 
     Args:
@@ -27,11 +29,12 @@ def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int =
             transcripts are, e.g. with :func:`adaptspeech.data.text.normalize_text`).
         out_dir: the output folder (created).
         order: 2..5.
+        progress: show kaldingram's progress bars (on stderr).
 
     Returns:
         The path of ``lm.arpa``.
     """
-    from kaldingram.train import NgramCounts
+    import kaldingram.train as kaldingram_train
 
     if not 2 <= order <= MAX_ORDER:
         raise ValueError(f"order={order}; allowed values: 2..{MAX_ORDER} (kaldingram's estimator)")
@@ -42,7 +45,18 @@ def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int =
     lines = [words for words in lines if words]
     if not lines:
         raise ValueError(f"--text {path}: no words in it")
-    counts = NgramCounts(order)
+    bars = kaldingram_train.tqdm
+    if not progress:  # kaldingram draws its bars unconditionally
+        kaldingram_train.tqdm = functools.partial(bars, disable=True)
+    try:
+        return _estimate(kaldingram_train.NgramCounts(order), lines, path, Path(out_dir))
+    finally:
+        kaldingram_train.tqdm = bars
+
+
+def _estimate(counts: Any, lines: list[list[str]], path: Path, out: Path) -> Path:
+    """Count ``lines`` (words of each sentence) into kaldingram's ``counts``, estimate, write the ARPA file and
+    the unigram list into ``out``; ``path`` (the text) names the input in errors."""
     for words in lines:  # kaldingram reads latin-1; feed it the UTF-8 bytes as latin-1 so that any script passes
         counts.add_raw_counts_from_line(" ".join(words).encode("utf-8").decode("latin-1"))
     counts.cal_discounting_constants()
@@ -54,7 +68,6 @@ def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int =
             )
     counts.cal_f()
     counts.cal_bow()
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     arpa = out / ARPA_NAME
     partial = out / f".{ARPA_NAME}.partial"

@@ -14,7 +14,8 @@ random initialisation) and the target adapter alone (stage 3a). Zero-shot base i
 
 Outputs in ``output_dir``: ``results.md`` / ``results.json`` (CER / WER per system on the target test set,
 trainable parameters, training time -- the SimAdapter row counts stage 3a's target adapter and stage 3b together;
-the source languages' test CER of the base), ``fusion_heatmap.png`` (the mean SimAdapter attention per layer and
+the source languages' test CER of the base; with the recipe's ``lm`` section, rows ``<system> + 4-gram LM``, see
+:mod:`.demo_lm`), ``fusion_heatmap.png`` (the mean SimAdapter attention per layer and
 fused language on the target test set) and ``training_curves.png``.
 
 The test-set evaluation runs on ``evaluation.device`` (``auto``: the device the stages trained on, see
@@ -60,12 +61,20 @@ RECIPE_KEYS = (
     "baselines",
     "evaluation",
     "progress",
+    "lm",
 )
 STAGE_NAMES = ("base", "source_adapters", "target_adapter", "fusion")
 ADAPTER_ALONE = "target adapter alone"
 #: results.md column: CER difference to the adapter alone with its 95% paired-bootstrap interval (points)
 VS_ADAPTER_COLUMN = "CER - adapter alone, 95% CI"
 BASELINE_NAMES = ("finetune", "scratch")
+#: the systems trained on the target, in table order, and their stages
+TARGET_SYSTEMS = (
+    ("from scratch", "scratch"),
+    ("full fine-tuning of the base", "finetune"),
+    (ADAPTER_ALONE, "target_adapter"),
+    ("SimAdapter fusion (on the target adapter)", "fusion"),
+)
 #: settings of the recipe's ``evaluation`` section
 EVALUATION_KEYS = ("split", "method", "options", "batch_size", "device")
 
@@ -123,6 +132,9 @@ def _check_recipe(recipe: dict[str, Any]) -> None:
         )
     if recipe["target"] in recipe["sources"]:
         raise RecipeError(f"recipe: target {recipe['target']!r} is also a source language")
+    from .demo_lm import lm_settings
+
+    lm_settings(recipe)
 
 
 def _log(message: str) -> None:
@@ -227,15 +239,28 @@ def _compare_with(
         if row["system"] == baseline:
             row[VS_ADAPTER_COLUMN] = "-"
             continue
-        result = paired_bootstrap(edits[row["system"]], edits[baseline], ref_units)
-        row[VS_ADAPTER_COLUMN] = f"{100 * result.delta:+.2f} [{100 * result.low:+.2f}, {100 * result.high:+.2f}]"
-        out[row["system"]] = {
-            "cer_delta": result.delta,
-            "ci_low": result.low,
-            "ci_high": result.high,
-            "p_not_better": result.p_not_better,
-        }
+        row[VS_ADAPTER_COLUMN], out[row["system"]] = bootstrap_cell(edits[row["system"]], edits[baseline], ref_units)
     return out
+
+
+def bootstrap_cell(
+    system_edits: np.ndarray, baseline_edits: np.ndarray, ref_units: np.ndarray
+) -> tuple[str, dict[str, float]]:
+    """Paired bootstrap (1,000 resamples) of a system's CER minus a baseline's on the same utterances: the markdown
+    cell (``-0.09 [-0.63, +0.45]``, percentage points, 95% interval) and the figures for ``results.json``.
+
+    Args:
+        system_edits, baseline_edits: character edits of each utterance ``[N]``; ref_units: its reference
+            characters ``[N]`` (:func:`~adaptspeech.metrics.significance.utterance_edits`).
+    """
+    result = paired_bootstrap(system_edits, baseline_edits, ref_units)
+    cell = f"{100 * result.delta:+.2f} [{100 * result.low:+.2f}, {100 * result.high:+.2f}]"
+    return cell, {
+        "cer_delta": result.delta,
+        "ci_low": result.low,
+        "ci_high": result.high,
+        "p_not_better": result.p_not_better,
+    }
 
 
 def resolve_device(recipe: dict[str, Any]) -> torch.device:
@@ -372,7 +397,8 @@ def run_recipe(recipe: dict[str, Any], only: list[str] | None = None) -> dict[st
 
     Args:
         recipe: from :func:`load_recipe`.
-        only: run only these stages / baselines (the others must have run before: their models are reused).
+        only: run only these stages / baselines (the others must have run before: their models are reused);
+            ``["lm"]`` trains nothing and re-evaluates, with the ``lm`` section's rows (:mod:`.demo_lm`).
     """
     if recipe.get("threads"):
         torch.set_num_threads(int(recipe["threads"]))
@@ -441,6 +467,7 @@ def evaluate_recipe(
     from ..evaluation import evaluate_dataset
     from ..modeling import AdaptSpeechForCTC
     from ..reports import TABLE_COLUMNS, plot_training_curves, write_results
+    from .demo_lm import VS_NO_LM_COLUMN, LMRows, lm_markdown, lm_rows, lm_settings
 
     total_start = time.perf_counter() if total_start is None else total_start
     out = Path(recipe["output_dir"])
@@ -500,12 +527,7 @@ def evaluate_recipe(
     rows.append(_system_row(results, "base, zero-shot (no target training)", None, zero_shot))
     target_edits[rows[-1]["system"]], ref_units = utterance_edits(zero_shot["hypotheses"], references, "char")
     heatmap = None
-    for system, stage in (
-        ("from scratch", "scratch"),
-        ("full fine-tuning of the base", "finetune"),
-        (ADAPTER_ALONE, "target_adapter"),
-        ("SimAdapter fusion (on the target adapter)", "fusion"),
-    ):
+    for system, stage in TARGET_SYSTEMS:
         if stage not in results:
             continue
         metrics, model = evaluate(stage, target_test)
@@ -514,6 +536,12 @@ def evaluate_recipe(
         if stage == "fusion":
             heatmap = _fusion_heatmap(model, target_test, processor, out / "fusion_heatmap.png", batch_size)
         del model
+    lm = LMRows()
+    if lm_settings(recipe).enabled:
+        systems = {stage: system for system, stage in TARGET_SYSTEMS}
+        lm = lm_rows(recipe, dataset, processor, device, rows, target_edits, ref_units, systems, batch_size, progress)
+        rows.extend(lm.rows)
+        target_edits.update(lm.edits)
     significance = _compare_with(ADAPTER_ALONE, rows, target_edits, ref_units)
     plot_training_curves(histories, out / "training_curves.png", keys=("loss", "eval_cer"))
     total_seconds = time.perf_counter() - total_start
@@ -531,10 +559,14 @@ def evaluate_recipe(
         "total_seconds": total_seconds,
         "decoding": method,
         "device": str(device),
+        "lm": lm.summary or None,
     }
     columns = (*TABLE_COLUMNS, VS_ADAPTER_COLUMN) if significance else TABLE_COLUMNS
+    columns = (*columns, VS_NO_LM_COLUMN) if lm.rows else columns
     write_results(rows, out, "results", columns=columns, title=title, extra=extra)
     with open(out / "results.md", "a") as fh:
+        if lm.rows:
+            fh.write("\n" + lm_markdown(lm.summary, split))
         fh.write(f"\n### Source languages, {split} set\n\n" + "\n".join(_source_markdown(source_rows, source_average)))
         fh.write(f"\n\nTotal wall time: {total_seconds / 60:.1f} min. Decoding: {method} on {device}.\n")
     return {"rows": rows, **extra}
