@@ -21,8 +21,10 @@ TINY = {
 
 
 def _toy_run(out) -> list[str]:
-    """Overrides shared by every toy run of the demo recipe: its output folder, languages and target subset."""
-    return [f"output_dir={out}", "progress=false", "sources=[cs, pl]", "target=sk", "target_subset=8utt"]
+    """Overrides shared by every toy run of the demo recipe: its output folder, languages and target subset; no LM
+    rows (tests/recipes/test_demo_lm.py covers them)."""
+    return [f"output_dir={out}", "progress=false", "sources=[cs, pl]", "target=sk", "target_subset=8utt",
+            "lm.enabled=false"]
 
 
 @pytest.fixture(scope="module")
