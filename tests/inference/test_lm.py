@@ -154,3 +154,83 @@ def test_saved_lm_is_applied_by_the_pipeline_and_transcribe(tmp_path: Path, caps
     out, err = capsys.readouterr()
     assert code == 0, err
     assert out.strip().split("\t", 1)[1] == expected
+
+
+def _prepared_dev(folder: Path, model_dir: Path, waves: list, texts: list[str]) -> Path:
+    """A prepared folder as ``adaptspeech prepare`` writes it (``dataset/`` with a ``dev`` split, ``processor/``,
+    the completion marker), its rows the fbank features of ``waves`` with ``texts`` as references."""
+    import json
+
+    from datasets import Dataset, DatasetDict
+
+    processor = AutoProcessor.from_pretrained(model_dir)
+    rows = []
+    for wave, text in zip(waves, texts, strict=True):
+        features = processor.feature_extractor(wave, sampling_rate=16000, return_tensors="np")["input_features"][0]
+        rows.append({"input_features": features.tolist(), "labels": processor.tokenizer(text).input_ids,
+                     "language": "ro", "text": text, "input_length": len(features)})
+    DatasetDict({"dev": Dataset.from_list(rows)}).save_to_disk(str(folder / "dataset"))
+    processor.save_pretrained(folder / "processor")
+    (folder / "prepare_config.json").write_text(json.dumps({}))
+    return folder
+
+
+def test_lm_tune_cli_table_and_saved_processor(tmp_path: Path, capsys) -> None:
+    """``lm build`` then ``lm tune --save``: the JSON table holds every grid point, best first, its no-LM point is
+    pyctcdecode without an LM and its best point is what transformers' pipeline gives with the saved processor."""
+    import itertools
+    import json
+
+    from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.inference.transcriber import transcribe
+    from adaptspeech.metrics import compute_error_rates
+
+    folder = model_folder(tmp_path / "model")
+    texts = ["abc def", "ghi jab", "lot of letters", "abc jab", "def ghi"]
+    waves = [audio(1.0 + 0.25 * i, seed=20 + i) for i in range(len(texts))]
+    prepared = _prepared_dev(tmp_path / "prepared", folder, waves, texts)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(["abc def", "ghi jab", "abc def", "lot of letters", "ghi jab", "def ghi"]) + "\n")
+    assert main(["lm", "build", "--text", str(corpus), "--order", "2", "--out", str(tmp_path / "lm")]) == 0
+    alphas, betas = [0.0, 1.0, 3.0], [0.0, 2.0]
+    argv = ["lm", "tune", "--model", str(folder), "--data", str(prepared), "--lm", str(tmp_path / "lm"),
+            "--alphas", ",".join(map(str, alphas)), "--betas", ",".join(map(str, betas)), "--beam-size", "8",
+            "--save", "--output", str(tmp_path / "tune.json"), "--device", "cpu"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    table = json.loads((tmp_path / "tune.json").read_text())
+    grid = table["grid"]
+    assert sorted((g["alpha"], g["beta"]) for g in grid) == sorted(itertools.product(alphas, betas))
+    assert [(g["wer"], g["cer"]) for g in grid] == sorted((g["wer"], g["cer"]) for g in grid)
+    assert table["best"] == grid[0]
+    assert len({(g["wer"], g["cer"]) for g in grid}) > 1  # the weights matter on this split: the order is tested
+    assert f"best: alpha {grid[0]['alpha']:g}, beta {grid[0]['beta']:g} (5 utterances of dev)" in printed
+
+    # the alpha = beta = 0 point: pyctcdecode's beam search without an LM, through the transcriber on the audio
+    model = AdaptSpeechForCTC.from_pretrained(folder)
+    processor = AutoProcessor.from_pretrained(prepared / "processor")
+    plain = LMDecoder(build_decoder(processor.tokenizer, None), beam_width=8)
+    no_lm = compute_error_rates([r.text for r in transcribe(model, processor, waves, lm_decoder=plain)], texts)
+    zero = next(g for g in grid if g["alpha"] == 0 and g["beta"] == 0)
+    assert (zero["wer"], zero["cer"]) == pytest.approx((no_lm["overall"]["wer"], no_lm["overall"]["cer"]))
+
+    # --save: the model folder's processor carries the LM at the best weights; the pipeline decodes with it
+    from adaptspeech.lm.processor import AdaptSpeechProcessorWithLM
+
+    saved = AdaptSpeechProcessorWithLM.from_pretrained(folder)
+    weights = LMDecoder(saved.decoder)
+    assert (weights.alpha, weights.beta) == (grid[0]["alpha"], grid[0]["beta"])
+    asr = pipeline("automatic-speech-recognition", model=str(folder))
+    assert asr.type == "ctc_with_lm"
+    piped = []
+    for wave in waves:
+        text = asr(wave, decoder_kwargs={"beam_width": 8})["text"]
+        for label in ("⁇", "<s>", "</s>"):
+            text = text.replace(label, "")
+        piped.append(" ".join(text.split()))
+    rates = compute_error_rates(piped, texts)["overall"]
+    assert (rates["wer"], rates["cer"]) == pytest.approx((grid[0]["wer"], grid[0]["cer"]))
+    # and `transcribe --lm` with the tuned weights gives the same text as the pipeline
+    lm_decoder = LMDecoder(build_decoder(processor.tokenizer, tmp_path / "lm", grid[0]["alpha"], grid[0]["beta"]),
+                           beam_width=8)
+    assert [r.text for r in transcribe(model, processor, waves, lm_decoder=lm_decoder)] == piped
