@@ -240,9 +240,11 @@ def _pyplot() -> Any:
 
 
 def _panel(ax: Any, weights: np.ndarray, title: str) -> None:
-    """One head's ``[T, T]`` matrix, queries down, keys across, colour scaled to its own largest weight."""
-    ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-9), interpolation="nearest")
-    ax.set_title(title, fontsize=7, pad=2)
+    """One head's ``[T, T]`` matrix, queries down, keys across, colour from 0 to its own largest weight (printed in
+    the title: a near-uniform head shows its fine structure, and its scale says that it is near-uniform)."""
+    peak = float(weights.max())
+    ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(peak, 1e-9), interpolation="nearest")
+    ax.set_title(f"{title} max {peak:.2f}".strip(), fontsize=6, pad=2)
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -261,7 +263,7 @@ def plot_attention_maps(maps: list[AttentionMap], path: str | Path, title: str, 
                 _panel(ax, item.weights[head], f"{item.label} h{head}")
             else:
                 ax.axis("off")
-    fig.suptitle(title, fontsize=8)
+    fig.suptitle(_wrap(title, fig), fontsize=8)
     return _save(fig, plt, path)
 
 
@@ -278,8 +280,15 @@ def plot_maps_overview(rows: list[tuple[str, AttentionMap]], path: str | Path, t
             else:
                 ax.axis("off")
         axes[row][0].set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
-    fig.suptitle(title, fontsize=8)
+    fig.suptitle(_wrap(title, fig), fontsize=8)
     return _save(fig, plt, path)
+
+
+def _wrap(title: str, fig: Any) -> str:
+    """``title`` broken into lines that fit the figure's width (about 15 characters an inch at 8 points)."""
+    import textwrap
+
+    return textwrap.fill(title, width=max(20, int(15 * fig.get_figwidth())))
 
 
 def _save(fig: Any, plt: Any, path: str | Path) -> Path:

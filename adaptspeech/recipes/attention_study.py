@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..attention.config import AttentionConfig
 from ..training.stage import StageConfigError, StageSpec, apply_overrides, load_prepared, load_yaml, select_languages
 from .simadapter import RecipeError
 
@@ -171,6 +172,10 @@ def load_study(path: str | os.PathLike, overrides: list[str] | None = None) -> d
         entry = _check_mapping(f"kinds.{name}", entry, KIND_KEYS)
         if not isinstance(entry.get("attention"), dict) or "kind" not in entry["attention"]:
             raise StudyError(f"kinds.{name}.attention: expected a mapping with at least 'kind', got {entry!r}")
+        try:
+            AttentionConfig.from_dict(dict(entry["attention"]))
+        except ValueError as err:
+            raise StudyError(f"kinds.{name}: {err}") from err
     _check_mapping("evaluation", study.get("evaluation"), EVALUATION_KEYS)
     _check_mapping("attention_maps", study.get("attention_maps"), MAPS_KEYS)
     return study
