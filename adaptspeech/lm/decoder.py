@@ -105,7 +105,8 @@ class LMDecoder:
 
     def set_weights(self, alpha: float, beta: float) -> None:
         """Change the LM weight and the word bonus in place (and the out-of-vocabulary offset, see
-        :func:`unk_offset`)."""
+        :func:`unk_offset`). Integers are taken as floats (pyctcdecode refuses them)."""
+        alpha, beta = float(alpha), float(beta)
         self.decoder.reset_params(alpha=alpha, beta=beta, unk_score_offset=unk_offset(alpha))
 
     def decode(self, log_probs: torch.Tensor | np.ndarray, seconds_per_frame: float = 0.04,

@@ -42,5 +42,5 @@ def grid_search(lm_decoder: Any, log_probs: Sequence[torch.Tensor], references: 
             lm_decoder.set_weights(alpha, beta)
             hypotheses = [lm_decoder.decode(row)[0] for row in log_probs]
             rates = compute_error_rates(hypotheses, list(references))["overall"]
-            results.append({"alpha": alpha, "beta": beta, "wer": rates["wer"], "cer": rates["cer"]})
+            results.append({"alpha": float(alpha), "beta": float(beta), "wer": rates["wer"], "cer": rates["cer"]})
     return sorted(results, key=lambda r: (r["wer"], r["cer"]))

@@ -234,3 +234,19 @@ def test_lm_tune_cli_table_and_saved_processor(tmp_path: Path, capsys) -> None:
     lm_decoder = LMDecoder(build_decoder(processor.tokenizer, tmp_path / "lm", grid[0]["alpha"], grid[0]["beta"]),
                            beam_width=8)
     assert [r.text for r in transcribe(model, processor, waves, lm_decoder=lm_decoder)] == piped
+
+
+def test_set_weights_takes_integers(tmp_path: Path) -> None:
+    """pyctcdecode refuses an int alpha / beta; ``set_weights`` (and so ``grid_search``) converts them."""
+    from adaptspeech.lm.tune import grid_search
+
+    folder = model_folder(tmp_path / "model")
+    tokenizer = AutoProcessor.from_pretrained(folder).tokenizer
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(["abc def", "ghi jab", "abc def", "ghi jab"]) + "\n")
+    build_arpa(text, tmp_path / "lm", order=2)
+    decoder = LMDecoder(build_decoder(tokenizer, tmp_path / "lm"), beam_width=4)
+    decoder.set_weights(2, 1)
+    assert (decoder.alpha, decoder.beta) == (2.0, 1.0)
+    grid = grid_search(decoder, [_peaky_log_probs(10, len(tokenizer), 0)], ["abc"], [0, 1], [0])
+    assert sorted(g["alpha"] for g in grid) == [0.0, 1.0]
