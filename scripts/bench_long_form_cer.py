@@ -5,8 +5,8 @@ Usage::
     python scripts/bench_long_form_cer.py --model runs/demo_pre/base/model --prepared runs/demo_pre/prepared \\
         --corpus runs/demo_pre/corpus --language cs --concat 30
 
-The first ``--concat`` rows of ``--language`` in the prepared ``--split`` (its ``text`` column: the normalised
-reference the model was scored on) give the utterances; their audio is read from the Common Voice layout
+The first ``--concat`` rows of ``--language`` (and ``--voice``) in the prepared ``--split`` (its ``text`` column: the
+normalised reference the model was scored on) give the utterances; their audio is read from the Common Voice layout
 ``<corpus>/<language>/clips/<path>`` and joined with ``--silence`` seconds of digital silence (zeros) between
 consecutive clips. The recording is transcribed with :func:`adaptspeech.inference.transcriber.transcribe` at each
 ``--chunking CHUNK:STRIDE`` (CTC decoders: overlapping chunks stitched; attention / joint: segments cut at pauses,
@@ -15,6 +15,10 @@ decoder. Scores, corpus-level through :func:`adaptspeech.metrics.compute_error_r
 
 - *separate*: the utterances' hypotheses joined with spaces against their references joined with spaces (the same
   reference string as the concatenation; the per-utterance corpus CER is printed beside it);
+- *separate, recording-normalised input*: each utterance decoded alone from its slice of the long recording's
+  model input, which is normalised over the whole recording (as long-form decoding does: digital silence left out
+  of the statistics) instead of over the utterance: the share of the difference due to the normalisation statistics
+  rather than to chunking;
 - *concatenated*: the long recording's hypothesis against that reference string.
 
 The issue's target: concatenated CER within 1 point of separate. ``boundaries in clips`` counts the chunk (or segment)
@@ -42,8 +46,10 @@ def _chunking(text: str) -> tuple[float, float]:
     return chunk, stride
 
 
-def load_utterances(prepared: Path, corpus: Path, split: str, language: str, count: int) -> tuple[list[Any], list[str]]:
-    """``(waveforms [S_i] at 16 kHz, normalised references)`` of the first ``count`` rows of ``language``."""
+def load_utterances(prepared: Path, corpus: Path, split: str, language: str, count: int,
+                    voice: str | None = None) -> tuple[list[Any], list[str]]:
+    """``(waveforms [S_i] at 16 kHz, normalised references)`` of the first ``count`` rows of ``language`` (of speaker
+    ``voice``, the ``client_id`` column, when given)."""
     import datasets
 
     from adaptspeech.data import load_audio
@@ -51,10 +57,11 @@ def load_utterances(prepared: Path, corpus: Path, split: str, language: str, cou
     folder = prepared / "dataset" / split
     if not folder.is_dir():
         raise SystemExit(f"--prepared {prepared}: no {folder} (a folder written by `adaptspeech prepare`)")
-    rows = datasets.load_from_disk(str(folder)).select_columns(["path", "text", "language"])
-    picked = [row for row in rows if row["language"] == language][:count]
+    rows = datasets.load_from_disk(str(folder)).select_columns(["path", "text", "language", "client_id"])
+    picked = [row for row in rows if row["language"] == language and voice in (None, row["client_id"])][:count]
     if len(picked) < count:
-        raise SystemExit(f"--concat {count}: the {split} split has {len(picked)} rows of language {language!r}")
+        who = "" if voice is None else f" and speaker {voice!r}"
+        raise SystemExit(f"--concat {count}: the {split} split has {len(picked)} rows of language {language!r}{who}")
     waves = [load_audio(corpus / language / "clips" / row["path"], 16000) for row in picked]
     return waves, [row["text"] for row in picked]
 
@@ -73,6 +80,29 @@ def concatenate(waves: list[np.ndarray], silence_s: float) -> tuple[np.ndarray, 
     return np.concatenate(pieces), spans
 
 
+def recording_normalised_slices(model: Any, processor: Any, recording: np.ndarray, spans: list[tuple[float, float]],
+                                method: str, lang_ids: Any, options: dict[str, Any]) -> list[str]:
+    """Each utterance decoded alone from its slice of the *recording's* model input (normalised over the whole
+    recording): the effect of recording-level instead of utterance-level feature normalisation, without chunking."""
+    from adaptspeech.data.audio import frame_params
+    from adaptspeech.decoding import transcribe_batch
+    from adaptspeech.inference.long_form import model_input
+
+    inputs = model_input(recording, processor.feature_extractor, skip_digital_silence=True)
+    fbank = model.main_input_name == "input_features"
+    window, hop, _ = frame_params(16000)
+    texts = []
+    for start_s, end_s in spans:
+        a, b = round(start_s * 16000), round(end_s * 16000)
+        first, last = (-(-a // hop), (b - window) // hop + 1) if fbank else (a, b)
+        batch = {model.main_input_name: inputs[first:last][None]}
+        if lang_ids is not None:
+            batch["lang_ids"] = lang_ids
+        ids = transcribe_batch(model, batch, method, **options)[0]
+        texts.append(processor.tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True).strip())
+    return texts
+
+
 def boundaries_s(model: Any, processor: Any, wave: np.ndarray, method: str, chunk: float, stride: float,
                  search_s: float) -> list[float]:
     """Seconds where one chunk's kept frames (CTC) or one segment (attention / joint) end and the next begin."""
@@ -81,7 +111,7 @@ def boundaries_s(model: Any, processor: Any, wave: np.ndarray, method: str, chun
     from adaptspeech.inference.model_mixin import inputs_to_logits_ratio
     from adaptspeech.inference.segmenting import plan_segments
 
-    inputs = model_input(wave, processor.feature_extractor)
+    inputs = model_input(wave, processor.feature_extractor, skip_digital_silence=True)
     seconds_per_frame = inputs_to_logits_ratio(model) / 16000
     if method in CTC_DECODERS:
         frames = round(chunk / seconds_per_frame)
@@ -99,6 +129,8 @@ def main() -> None:
     parser.add_argument("--corpus", required=True, type=Path, help="the Common Voice layout folder of the clips")
     parser.add_argument("--language", required=True)
     parser.add_argument("--split", default="test")
+    parser.add_argument("--voice", default=None, metavar="CLIENT_ID",
+                        help="only this speaker's utterances (the prepared client_id column; default: any)")
     parser.add_argument("--concat", type=int, default=30, metavar="N", help="utterances in the long recording")
     parser.add_argument("--silence", type=float, default=0.3, metavar="SECONDS", help="pause between utterances")
     parser.add_argument("--chunking", type=_chunking, nargs="+", default=[(30.0, 5.0), (6.0, 1.5)],
@@ -121,12 +153,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     try:
         model, processor = _load_model(str(args.model))
-        lang_ids = _model_language(model, args.language, str(args.model))
+        adapter = args.language if args.language in model.adapter_languages else None  # a base model has none
+        lang_ids = _model_language(model, adapter, str(args.model))
     except CommandError as err:
         sys.exit(f"bench_long_form_cer: error: {err}")
     method = args.method or get_head(model.config.head).default_decoder
     options = {} if args.beam_size is None else {"beam_size": args.beam_size}
-    waves, refs = load_utterances(args.prepared, args.corpus, args.split, args.language, args.concat)
+    waves, refs = load_utterances(args.prepared, args.corpus, args.split, args.language, args.concat,
+                                  args.voice)
     recording, spans = concatenate(waves, args.silence)
     reference = " ".join(refs)
 
@@ -141,6 +175,9 @@ def main() -> None:
     print(f"{'decoding':<40} {'CER %':>7} {'vs joined':>11} {'boundaries in clips':>20}")
     print(f"{'separate, per-utterance corpus CER':<40} {100 * per_utterance:>7.2f}")
     print(f"{'separate, joined':<40} {100 * joined:>7.2f}")
+    sliced = recording_normalised_slices(model, processor, recording, spans, method, lang_ids, options)
+    cer = compute_error_rates([" ".join(sliced)], [reference])["overall"]["cer"]
+    print(f"{'separate, recording-normalised input':<40} {100 * cer:>7.2f} {100 * (cer - joined):>+11.2f}")
     for chunk, stride in args.chunking:
         search_s = args.search_length or min(5.0, chunk / 4)
         hyp = transcribe(model, processor, [recording], method=method, chunk_length_s=chunk, stride_length_s=stride,

@@ -2,7 +2,8 @@
 
 A 10-minute recording is 15,000 encoder frames at 25 Hz; full self-attention over them needs T x T scores per head
 and layer (7.3 GB measured for a 49k-parameter model). Here the recording's model input is computed once (features
-of the whole recording, normalised over the whole recording as for a short one), then the encoder runs on
+of the whole recording, normalised over the whole recording as for a short one; for a recording longer than one
+chunk, frames of digital silence are left out of the normalisation statistics), then the encoder runs on
 overlapping chunks of ``chunk_length_s`` seconds, each with ``stride_length_s`` seconds of context on both sides
 (transformers' pipeline stride approach), and the CTC log-probabilities of the chunks are stitched.
 
@@ -18,6 +19,9 @@ recording).
 
 from __future__ import annotations
 
+import copy
+import inspect
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +29,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.audio import frame_params
-from ..data.features import extract_features
+from ..data.audio import frame_params, log_mel
+from ..data.features import extract_features, feature_type_of, normalize_utterance
 from ..decoding import evaluating
 from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
+
+DIGITAL_SILENCE_MARGIN = 1.0
+"""Nats above ``log_mel``'s floor below which every mel bin of a frame marks it as digital silence."""
+_LOG_FLOOR = math.log(inspect.signature(log_mel).parameters["eps"].default)
+_NORMALIZE_EPS = inspect.signature(normalize_utterance).parameters["eps"].default
 
 
 @dataclass(frozen=True)
@@ -72,10 +81,32 @@ def plan_chunks(num_units: int, units_per_frame: int, chunk_frames: int, stride_
         first += step
 
 
-def model_input(waveform: np.ndarray, feature_extractor: Any) -> torch.Tensor:
-    """The whole recording's model input, normalised over the recording: ``[S]`` samples or ``[T, n_mels]``."""
-    _, features = extract_features(waveform, feature_extractor)
-    return torch.from_numpy(features)
+def model_input(waveform: np.ndarray, feature_extractor: Any, skip_digital_silence: bool = False) -> torch.Tensor:
+    """The whole recording's model input, normalised over the recording: ``[S]`` samples or ``[T, n_mels]``.
+
+    Args:
+        waveform: ``[S]`` the recording at the feature extractor's rate.
+        feature_extractor: the processor's feature extractor (``extract_features`` reads it).
+        skip_digital_silence: fbank features with ``do_normalize``: the mean and variance are taken over the frames
+            that carry signal, leaving out digital silence (frames whose every mel bin lies within
+            ``DIGITAL_SILENCE_MARGIN`` of ``log_mel``'s floor); all frames are then normalised with them. Training
+            normalises over single utterances, which hold no digital silence; in a long recording (muted or
+            zero-padded stretches, clips joined by zeros) those frames would drag the mean towards the floor and
+            inflate the variance. Without such frames the result is exactly the default.
+    """
+    if not (skip_digital_silence and feature_type_of(feature_extractor) == "fbank"
+            and getattr(feature_extractor, "do_normalize", True)):
+        _, features = extract_features(waveform, feature_extractor)
+        return torch.from_numpy(features)
+    raw_extractor = copy.copy(feature_extractor)
+    raw_extractor.do_normalize = False
+    _, raw = extract_features(waveform, raw_extractor)
+    signal = raw.max(axis=1) > _LOG_FLOOR + DIGITAL_SILENCE_MARGIN
+    if not signal.any() or signal.all():
+        return torch.from_numpy(normalize_utterance(raw, axis=0))
+    kept = raw[signal]
+    mean, var = kept.mean(axis=0, keepdims=True), kept.var(axis=0, keepdims=True)
+    return torch.from_numpy(((raw - mean) / np.sqrt(var + _NORMALIZE_EPS)).astype(np.float32))
 
 
 def input_units_per_frame(model: Any) -> int:

@@ -2,7 +2,9 @@
 
 CTC decoders (``ctc_greedy``, ``ctc_beam``, and an n-gram LM through pyctcdecode) read the recording's CTC
 log-probabilities computed chunk by chunk (:mod:`adaptspeech.inference.long_form`), so memory stays bounded however
-long the recording; a recording no longer than ``chunk_length_s`` is one encoder call, exactly as unchunked. The
+long the recording; a recording no longer than ``chunk_length_s`` is one encoder call, exactly as unchunked (a longer
+one leaves digital silence out of its normalisation statistics, see
+:func:`~adaptspeech.inference.long_form.model_input`). The
 attention and joint decoders cut a recording longer than ``chunk_length_s`` into consecutive segments at pauses
 (:mod:`adaptspeech.inference.segmenting`), decode each alone and join the texts; the segments and their times are in
 ``Transcription.extra["segments"]``.
@@ -78,8 +80,8 @@ def transcribe(
     results = []
     with evaluating(model):
         for waveform in waveforms:
-            inputs = model_input(waveform, processor.feature_extractor)
             seconds = len(waveform) / MODEL_SAMPLING_RATE
+            inputs = model_input(waveform, processor.feature_extractor, skip_digital_silence=seconds > chunk_length_s)
             if method not in CTC_DECODERS and lm_decoder is None:
                 results.append(_decode_segmented(model, inputs, waveform, tokenizer, method, chunk_length_s, cut_by,
                                                  search_length_s, lang_ids, options))

@@ -16,6 +16,7 @@ from transformers import AutoProcessor
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.cli import main
+from adaptspeech.data.audio import log_mel
 from adaptspeech.inference.long_form import chunked_ctc_log_probs, model_input, plan_chunks
 from adaptspeech.inference.transcriber import transcribe
 
@@ -100,3 +101,23 @@ def test_chunked_log_probs_of_a_routed_model_use_the_languages_head(tmp_path: Pa
         chunked = chunked_ctc_log_probs(model, inputs, lang_ids=ids)
         assert chunked.shape == (expected.shape[0], vocab)
         torch.testing.assert_close(chunked, expected)
+
+
+def test_long_recording_normalisation_leaves_digital_silence_out(tmp_path: Path) -> None:
+    """Two clips joined by 1 s of zeros: with skip_digital_silence the mean and variance come from the frames that
+    carry signal (reference computed here from the raw filterbanks); without zeros both ways agree exactly."""
+    extractor = AutoProcessor.from_pretrained(model_folder(tmp_path)).feature_extractor
+    recording = np.concatenate([audio(2.0, seed=6), np.zeros(16000, np.float32), audio(1.5, seed=7)])
+    raw = np.asarray(log_mel(recording, sr=16000, n_mels=extractor.n_mels), dtype=np.float64)
+    signal = raw.max(axis=1) > np.log(1e-10) + 1.0
+    assert 90 <= (~signal).sum() <= 100  # the second of zeros (100 frames, less the windows reaching into speech)
+    kept = raw[signal]
+    expected = (raw - kept.mean(0)) / np.sqrt(kept.var(0) + 1e-7)
+    skipped = model_input(recording, extractor, skip_digital_silence=True)
+    np.testing.assert_allclose(skipped.numpy(), expected, atol=1e-4)
+    default = model_input(recording, extractor)
+    assert default[torch.from_numpy(signal)].mean() > 0.2  # the zeros' frames drag the plain mean below the speech
+    assert abs(float(skipped[torch.from_numpy(signal)].mean())) < 1e-4
+    clean = audio(3.0, seed=8)
+    torch.testing.assert_close(model_input(clean, extractor, skip_digital_silence=True), model_input(clean, extractor),
+                               atol=0, rtol=0)
