@@ -19,8 +19,10 @@ Timing: the encoder runs once; each method then decodes all test utterances in b
 from the cached encoder output (``torch.no_grad``), ``--repeats`` times after one warm-up; the fastest run counts.
 *utt/s* = utterances / seconds; *RTF* = seconds / audio seconds, with audio seconds = real encoder frames x
 40 ms (25 Hz); *x greedy* = time / CTC-greedy time measured in the same run. CER is printed as a sanity check.
-Methods: CTC greedy, CTC prefix beam 8, attention greedy, attention beam 1 / 4 / 8, joint CTC/attention
+Methods: CTC greedy, CTC prefix beam 8 and 32, attention greedy, attention beam 1 / 4 / 8, joint CTC/attention
 beam 8 (CTC weight ``--ctc-weight``). Beam searches use their defaults (length normalisation 1.0, pre-beam 12).
+Then, when pyctcdecode is installed, our CTC prefix beam search against pyctcdecode's (no LM) at beams 8 and 32
+(see :func:`compare_with_pyctcdecode`).
 """
 
 from __future__ import annotations
@@ -132,40 +134,44 @@ def main() -> None:
 
 def compare_with_pyctcdecode(chunks: list[dict], test_texts: list[str], repeats: int) -> None:
     """Our CTC prefix beam search against pyctcdecode's beam search (no LM) on the same log-probabilities, beams 8
-    and 32: CER of each and time ours / pyctcdecode's, measured here in the same run (best of ``repeats``)."""
+    and 32: CER of each and time ours / pyctcdecode's, measured here in the same run (best of ``repeats``, the
+    two timed alternately so that load on a shared machine hits both). Ours runs twice: exact (the defaults, no
+    pruning beyond the beam) and with pyctcdecode's own pruning defaults (``token_min_logp`` -5,
+    ``beam_prune_logp`` -10), which pyctcdecode always applies."""
     try:
         from pyctcdecode import build_ctcdecoder
+        from pyctcdecode.constants import DEFAULT_MIN_TOKEN_LOGP, DEFAULT_PRUNE_LOGP
     except ImportError:
         print("\npyctcdecode is not installed: no comparison (pip install --no-deps pyctcdecode==0.5.0 pygtrie)")
         return
     vocab = chunks[0]["ctc_log_probs"].shape[-1]
     labels = ["", *TONE_ALPHABET, *(f"<{i}>" for i in range(len(TONE_ALPHABET) + 1, vocab))]  # 0 = blank
     decoder = build_ctcdecoder(labels)
-    rows = [(c["ctc_log_probs"][i, : int(n)].numpy(), int(n)) for c in chunks
-            for i, n in enumerate(c["ctc_lengths"])]
-    print(f"\n{'CTC beam search, no LM':<26} {'ours s':>8} {'pyctcdecode s':>14} {'ours/theirs':>11} "
+    rows = [c["ctc_log_probs"][i, : int(n)].numpy() for c in chunks for i, n in enumerate(c["ctc_lengths"])]
+    pruning = dict(token_min_logp=DEFAULT_MIN_TOKEN_LOGP, beam_prune_logp=DEFAULT_PRUNE_LOGP)
+    print(f"\n{'CTC beam search, no LM':<34} {'ours s':>8} {'pyctcdecode s':>14} {'ours/theirs':>11} "
           f"{'CER ours':>9} {'CER theirs':>10}")
     for beam in (8, 32):
-        def ours(beam: int = beam) -> list[str]:
-            return [decode_ids(ids) for c in chunks for ids in decode("ctc_beam", **c, beam_size=beam)]
+        for label, options in ((f"beam {beam}, ours exact", {}),
+                               (f"beam {beam}, ours pruned -5 / -10", pruning)):
+            def ours(beam: int = beam, options: dict = options) -> list[str]:
+                return [decode_ids(ids) for c in chunks for ids in decode("ctc_beam", **c, beam_size=beam, **options)]
 
-        def theirs(beam: int = beam) -> list[str]:
-            return [decode_ids([labels.index(ch) for ch in decoder.decode(x, beam_width=beam) if ch in TONE_ALPHABET])
-                    for x, _ in rows]
+            def theirs(beam: int = beam) -> list[str]:
+                return [decode_ids([labels.index(ch) for ch in decoder.decode(x, beam_width=beam, **pruning)
+                                    if ch in TONE_ALPHABET]) for x in rows]
 
-        timings = {}
-        outputs = {}
-        for name, run in (("ours", ours), ("theirs", theirs)):
-            outputs[name] = run()
-            best = float("inf")
+            runs = {"ours": ours, "theirs": theirs}
+            outputs = {name: run() for name, run in runs.items()}  # warm-up
+            timings = dict.fromkeys(runs, float("inf"))
             for _ in range(repeats):
-                start = time.perf_counter()
-                run()
-                best = min(best, time.perf_counter() - start)
-            timings[name] = best
-        cer = {name: 100 * character_error_rate(test_texts, out) for name, out in outputs.items()}
-        print(f"{f'beam {beam}':<26} {timings['ours']:>8.3f} {timings['theirs']:>14.3f} "
-              f"{timings['ours'] / timings['theirs']:>11.2f} {cer['ours']:>9.2f} {cer['theirs']:>10.2f}")
+                for name, run in runs.items():
+                    start = time.perf_counter()
+                    run()
+                    timings[name] = min(timings[name], time.perf_counter() - start)
+            cer = {name: 100 * character_error_rate(test_texts, out) for name, out in outputs.items()}
+            print(f"{label:<34} {timings['ours']:>8.3f} {timings['theirs']:>14.3f} "
+                  f"{timings['ours'] / timings['theirs']:>11.2f} {cer['ours']:>9.2f} {cer['theirs']:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -134,6 +136,109 @@ def test_prefix_beam_search_rejects_bad_input():
         ctc_prefix_beam_search(random_log_probs(1, 3, 3, seed=0), blank_id=5)
     with pytest.raises(ValueError, match="frames, vocab"):
         ctc_prefix_beam_search(torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="token_min_logp=1"):
+        ctc_prefix_beam_search(random_log_probs(1, 3, 3, seed=0), token_min_logp=1.0)
+    with pytest.raises(ValueError, match="beam_prune_logp=nan"):
+        ctc_prefix_beam_search(random_log_probs(1, 3, 3, seed=0), beam_prune_logp=math.nan)
+
+
+def _add_alignments(following: dict[tuple[int, ...], tuple[float, float]], prefix: tuple[int, ...],
+                    p_b: float = -math.inf, p_nb: float = -math.inf) -> None:
+    b, nb = following.get(prefix, (-math.inf, -math.inf))
+    following[prefix] = (float(np.logaddexp(b, p_b)), float(np.logaddexp(nb, p_nb)))
+
+
+def plain_prefix_beam_search(
+    log_probs: torch.Tensor, beam: int, token_prune: int, token_min_logp: float = -math.inf,
+    beam_prune_logp: float = -math.inf,
+) -> list[tuple[tuple[int, ...], float]]:
+    """The search without shortcuts on ``[T, V]``: every beam prefix extended by every tried label (the ``k``
+    most likely, blank counted, at or above ``token_min_logp`` or the frame's best), merged, sorted, cut to
+    ``beam`` and to ``beam_prune_logp`` below the best; zero-probability prefixes dropped."""
+    beams: dict[tuple[int, ...], tuple[float, float]] = {(): (0.0, -math.inf)}
+    for frame in log_probs.double().tolist():
+        ranked = sorted(range(len(frame)), key=frame.__getitem__, reverse=True)
+        tried = [c for c in ranked[:token_prune] if c != BLANK and (frame[c] >= token_min_logp or c == ranked[0])]
+        following: dict[tuple[int, ...], tuple[float, float]] = {}
+        add = functools.partial(_add_alignments, following)
+        for prefix, (p_b, p_nb) in beams.items():
+            total = float(np.logaddexp(p_b, p_nb))
+            add(prefix, p_b=total + frame[BLANK])
+            for c in tried:
+                if prefix and prefix[-1] == c:
+                    add(prefix, p_nb=p_nb + frame[c])
+                    add((*prefix, c), p_nb=p_b + frame[c])
+                else:
+                    add((*prefix, c), p_nb=total + frame[c])
+        scored = sorted(((float(np.logaddexp(*v)), y) for y, v in following.items()), reverse=True)[:beam]
+        beams = {y: following[y] for s, y in scored if s > -math.inf and s >= scored[0][0] + beam_prune_logp}
+    return sorted(((y, float(np.logaddexp(*v))) for y, v in beams.items()), key=lambda item: item[1], reverse=True)
+
+
+PRUNING = [  # (beam, token_prune, token_min_logp, beam_prune_logp)
+    (1, None, -math.inf, -math.inf), (2, None, -math.inf, -math.inf), (3, 2, -math.inf, -math.inf),
+    (4, 5, -math.inf, -math.inf), (6, 3, -math.inf, -math.inf), (4, 5, -1.5, -math.inf), (5, 5, -3.0, -2.0),
+    (6, 5, -math.inf, -1.0), (3, None, -0.5, -4.0),
+]
+
+
+@pytest.mark.parametrize(("beam", "token_prune", "token_min_logp", "beam_prune_logp"), PRUNING)
+def test_prefix_beam_search_equals_the_plain_search_where_pruning_bites(beam, token_prune, token_min_logp,
+                                                                        beam_prune_logp):
+    # the early stop (bound log p(y) + log p_t(c) against the beam-th best) keeps exactly the plain search's beam
+    for seed in range(8):
+        log_probs = random_log_probs(1, 12, 5, seed=seed, sharpness=(0.7, 2.0, 5.0)[seed % 3])
+        expected = plain_prefix_beam_search(log_probs[0], beam, beam if token_prune is None else token_prune,
+                                            token_min_logp, beam_prune_logp)
+        hyps = ctc_prefix_beam_search(log_probs, beam_size=beam, token_prune=token_prune, nbest=beam,
+                                      token_min_logp=token_min_logp, beam_prune_logp=beam_prune_logp)[0]
+        assert [tuple(h.tokens) for h in hyps] == [y for y, _ in expected]
+        assert [h.log_prob for h in hyps] == pytest.approx([s for _, s in expected], abs=1e-9)
+
+
+def test_pruning_thresholds_that_cannot_bite_give_the_exact_search():
+    frames, vocab = 5, 3
+    for seed in range(3):
+        log_probs = random_log_probs(1, frames, vocab, seed=seed)
+        exact = sorted(brute_force(log_probs[0]).items(), key=lambda item: item[1], reverse=True)
+        lowest = float(log_probs.min())
+        hyps = ctc_prefix_beam_search(log_probs, beam_size=vocab**frames, token_prune=vocab, nbest=len(exact),
+                                      token_min_logp=lowest - 1.0, beam_prune_logp=-1e6)[0]
+        assert [tuple(h.tokens) for h in hyps] == [y for y, _ in exact]
+        assert [h.log_prob for h in hyps] == pytest.approx([p for _, p in exact], abs=1e-9)
+
+
+def test_token_min_logp_drops_unlikely_labels_but_keeps_each_frames_best():
+    probs = torch.tensor([[0.5, 0.45, 0.05], [0.5, 0.05, 0.45], [0.5, 0.45, 0.05]])
+    log_probs = probs.log()[None]
+    everything = {tuple(h.tokens) for h in ctc_prefix_beam_search(log_probs, beam_size=27, token_prune=3, nbest=27)[0]}
+    pruned = ctc_prefix_beam_search(log_probs, beam_size=27, token_prune=3, nbest=27, token_min_logp=math.log(0.1))[0]
+    assert {tuple(h.tokens) for h in pruned} == {(), (1,), (2,), (1, 1), (1, 2), (2, 1), (1, 2, 1)} < everything
+    flat = torch.log_softmax(torch.linspace(0.0, 0.1, 200), dim=0)  # every label below log p -5, blank 0 lowest
+    best = ctc_prefix_beam_search(flat.expand(1, 1, 200), beam_size=4, token_min_logp=-5.0, nbest=4)[0]
+    assert [h.tokens for h in best] == [[199], []]
+
+
+def test_beam_prune_logp_keeps_prefixes_near_the_best_only():
+    log_probs = random_log_probs(1, 10, 4, seed=7, sharpness=3.0)
+    full = ctc_prefix_beam_search(log_probs, beam_size=16, nbest=16)[0]
+    pruned = ctc_prefix_beam_search(log_probs, beam_size=16, nbest=16, beam_prune_logp=-2.0)[0]
+    assert pruned[0].tokens == full[0].tokens
+    assert all(h.log_prob >= pruned[0].log_prob - 2.0 for h in pruned)
+    assert 1 <= len(pruned) < len(full) == 16
+
+
+@pytest.mark.parametrize(("frames", "vocab"), [(8, 5), (3, 5)])  # the beam of 64 full / not full
+def test_prefix_beam_search_never_keeps_impossible_prefixes(frames, vocab):
+    log_probs = random_log_probs(1, frames, vocab, seed=3)
+    log_probs[0, :, 3] = -math.inf  # a masked label
+    log_probs[0, 1, BLANK] = -math.inf  # the empty prefix becomes impossible
+    hyps = ctc_prefix_beam_search(log_probs, beam_size=64, token_prune=vocab, nbest=64)[0]
+    assert hyps and all(3 not in h.tokens and h.tokens and math.isfinite(h.log_prob) for h in hyps)
+    expected = plain_prefix_beam_search(log_probs[0], 64, vocab)
+    assert [tuple(h.tokens) for h in hyps] == [y for y, _ in expected]
+    assert [h.log_prob for h in hyps] == pytest.approx([s for _, s in expected], abs=1e-9)
+    assert ctc_prefix_beam_search(torch.full((1, 2, 3), -math.inf), beam_size=4) == [[]]  # nothing is possible
 
 
 def _scorer_state(scorer: CTCPrefixScorer, prefix: tuple[int, ...], rows: int = 1):
