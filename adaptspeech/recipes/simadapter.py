@@ -46,6 +46,7 @@ from ..training.stage import (
     run_stage,
     select_languages,
 )
+from .languages import check_stage_languages, retarget_stages
 
 RECIPE_KEYS = (
     "name",
@@ -101,6 +102,8 @@ def load_recipe(path: str | os.PathLike, overrides: list[str] | None = None) -> 
         head = text.split("=", 1)[0].split(".", 1)[0]
         (stage_overrides if head in STAGE_NAMES + BASELINE_NAMES else flat_overrides).append(text)
     recipe = apply_overrides(recipe, flat_overrides)
+    if recipe.get("sources") and recipe.get("target") and recipe.get("stages"):
+        recipe = retarget_stages(recipe)  # the stage files' languages follow sources= / target=
     for text in stage_overrides:
         head, rest = text.split(".", 1)
         group = "stages" if head in STAGE_NAMES else "baselines"
@@ -108,6 +111,10 @@ def load_recipe(path: str | os.PathLike, overrides: list[str] | None = None) -> 
             raise RecipeError(f"override {text!r}: the recipe has no stage {head!r}")
         recipe[group][head] = apply_overrides(recipe[group][head], [rest])
     _check_recipe(recipe)
+    try:
+        check_stage_languages(recipe)
+    except StageConfigError as err:
+        raise RecipeError(str(err)) from None
     return recipe
 
 

@@ -30,7 +30,6 @@ cached test evaluation (resumable).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import shutil
@@ -48,6 +47,7 @@ from ..metrics.significance import utterance_edits
 from ..training.stage import StageSpec, load_prepared, run_stage, select_languages
 from .curve_report import CurvePoint, write_curve_results
 from .curve_settings import METHOD_STAGES, CurveError, CurveSettings, grid_points, scaled_steps, setting_tag
+from .languages import retarget_stages
 from .simadapter import (
     PlannedStage,
     _fusion_heatmap,
@@ -62,36 +62,6 @@ from .simadapter import (
 
 #: the trained methods in the order they run within a budget (SimAdapter needs the budget's chosen adapter)
 TRAINED_METHODS = ("scratch", "finetune", "adapter", "simadapter")
-
-
-def retarget_stages(recipe: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``recipe`` whose language-specific stage settings follow its ``sources`` and ``target``.
-
-    ``target=it sources="[cs, pl, sl, sk, es]"`` then trains the source adapters of those sources (each with the
-    settings of the stage file's first adapter unless it names that language), the target adapter of ``it`` and a
-    fusion over ``[*sources, it]`` with ``it`` as its target. Settings the stage files leave out stay out.
-    """
-    recipe = copy.deepcopy(recipe)
-    sources, target = list(recipe["sources"]), recipe["target"]
-
-    def follow(model: dict[str, Any], languages: list[str]) -> None:
-        current = model.get("add_adapters")
-        if current:
-            template = next(iter(current.values())) or {}
-            model["add_adapters"] = {lang: current.get(lang, template) for lang in languages}
-        if model.get("active_languages"):
-            model["active_languages"] = list(languages)
-        if (model.get("trainable") or {}).get("adapters"):
-            model["trainable"]["adapters"] = list(languages)
-
-    stages = recipe["stages"]
-    follow(stages["source_adapters"].setdefault("model", {}), sources)
-    follow(stages["target_adapter"].setdefault("model", {}), [target])
-    fusion = (stages["fusion"].get("model") or {}).get("fusion")
-    if fusion is not None:
-        fusion["languages"] = [*sources, target]
-        fusion["target_language"] = target
-    return recipe
 
 
 def model_fingerprint(model_dir: Path) -> str:
