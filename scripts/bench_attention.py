@@ -6,6 +6,8 @@ Usage::
     python scripts/bench_attention.py --quick               # T = 250, 500, 1000 at width 144/4, 2 rounds
     python scripts/bench_attention.py --widths 768:12 --lengths 500 1000 --rounds 9 --output bench.md
     python scripts/bench_attention.py --rel-pos-memory      # issue 16: blockwise rel_pos, T = 1000, 4000, 16000
+    python scripts/bench_attention.py --table1              # issue 14: seeds/002 Table 1 at L = 500, growth with L
+    python scripts/bench_attention.py --table1 --quick      # the same at toy sizes (the test's)
 
 What is measured, for every contender at every length ``T`` (batch ``--batch``, no padding, float32, CPU,
 ``--threads`` torch threads, default 2):
@@ -45,6 +47,18 @@ the time (no warm-up: a pass takes minutes there, so one-time costs do not matte
 blockwise peak <= 0.1 x ``hf_rel_sdpa``'s at T = 4000, blockwise time <= 1.3 x the full path's at T = 1000,
 blockwise peak(16000) / peak(4000) <= 4.5, and equal outputs (max abs difference to transformers <= 1e-5).
 
+``--table1`` (issue 14) reproduces seeds/002 Table 1: every row's kind (``SEED_TABLE1``; Ours = the random
+synthesizer with the fixed-pattern initialisation, learned; plus transformers' ``Wav2Vec2Attention`` and Ours frozen)
+at ``L = --table1-length`` (500, the seed's) for each ``--table1-widths`` (144 / 4: our fbank Conformer base,
+recipes/synthetic_demo; 768 / 12: the seed's 6-layer model), batch ``--batch`` (1: the seed times "1000 training
+examples" in "sec / 1000 batches"). Two modes per contender, all interleaved in the same rounds, fastest pass kept:
+*inference* (eval mode, forward under ``no_grad``) and *training* (forward + backward, as above). Printed as ratios to
+Baseline (QK), ours (``mhsa``) and transformers' (``hf_sdpa``), beside the seed's Practical Time (Inference) / 146.8.
+Sparse kinds use ``l = round(sqrt(L))``, LSH kinds ``C = 64`` (the seed gives no C), dense synthesizers ``N = 16``
+(the seed's). Then ``GROWTH`` (``mhsa``, ``hf_sdpa``, ``shared_qk`` and the sparse kinds) at ``--growth-lengths``
+(500 .. 4000) for each ``--growth-widths``, with the least-squares slope of log(time) against log(L) (2 = quadratic).
+Targets: the sparse kinds at most 0.6x of ``mhsa`` at L = 500, growth exponent at most 1.6.
+
 Targets (issue 4, 2 CPU cores): ``ldsa`` time(4000) / time(2000) <= 2.3, speed vs ``hf_sdpa`` >= 2 at T = 4000
 with memory <= 0.25 of ``hf_sdpa``'s; ``rel_pos`` speed vs ``hf_rel_sdpa`` >= 0.95 at T = 1000 with equal outputs;
 fixed-pattern random synthesizer faster than ``hf_sdpa`` at T = 500. Printed as MET / MISSED with the values.
@@ -53,10 +67,13 @@ fixed-pattern random synthesizer faster than ``hf_sdpa`` at T = 500. Printed as 
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import os
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import torch
@@ -75,6 +92,8 @@ from adaptspeech.attention.positional import RelativePositionTable
 BASELINES = ("hf_sdpa", "hf_eager")
 REL_BASELINES = ("hf_rel_sdpa", "hf_rel_eager")
 Step = Callable[[], torch.Tensor]
+#: one timed step: (fastest pass in s, number of passes, median pass in s).
+Timing = tuple[float, int, float]
 
 #: our contenders: label -> AttentionConfig settings.
 OURS: dict[str, dict[str, object]] = {
@@ -92,6 +111,46 @@ OURS: dict[str, dict[str, object]] = {
     },
 }
 ALL = (*OURS, *BASELINES, *REL_BASELINES)
+
+#: ``--table1``: seeds/002 Table 1, transcribed from /work/shared/seeds/002_89d2cdc6fff8fa0a.txt lines 192-204:
+#: (row, our contender, Practical Time (Inference) in sec / 1000 batches of L = 500 frames).
+SEED_TABLE1: tuple[tuple[str, str, float], ...] = (
+    ("Baseline (QK)", "mhsa", 146.8),
+    ("Baseline (Q)", "shared_qk", 143.4),
+    ("Sparse (strided)", "sparse_strided", 143.4),
+    ("Sparse (fixed)", "sparse_fixed", 143.4),
+    ("Sign-ALSH", "lsh_sign_alsh", 268.9),
+    ("XBOX", "lsh_xbox", 235.5),
+    ("XBOX (QNF)", "lsh_xbox_qnf", 240.2),
+    ("Simple LSH", "lsh_simple", 236.2),
+    ("Simple ALSH", "lsh_simple_alsh", 235.7),
+    ("SYN. (Dense)", "synthesizer_dense_shared", 111.0),
+    ("SYN. (Dense+M)", "synthesizer_dense", 130.5),
+    ("SYN. (Random)", "synthesizer_random", 116.8),
+    ("Ours", "ours_fixed", 116.8),
+)
+SEED_BASELINE_TIME = 146.8  # Baseline (QK)
+#: our Table 1 contenders that ``OURS`` lacks (the sparse block size is set per length, see ``sparse_block``; the
+#: LSH kinds keep ``lsh_num_keys`` C = 64, the seed gives no C).
+TABLE1_KINDS: dict[str, dict[str, object]] = {
+    "shared_qk": {"kind": "shared_qk"},
+    "sparse_strided": {"kind": "sparse_strided"},
+    "sparse_fixed": {"kind": "sparse_fixed"},
+    **{kind: {"kind": kind} for kind in ("lsh_sign_alsh", "lsh_xbox", "lsh_xbox_qnf", "lsh_simple", "lsh_simple_alsh")},
+    "synthesizer_dense_shared": {"kind": "synthesizer_dense_shared", "synthesizer_hidden": 16},
+    "ours_fixed": {"kind": "synthesizer_random", "synthesizer_init": "fixed_patterns"},  # learned in pre-training
+}
+SETTINGS: dict[str, dict[str, object]] = {**OURS, **TABLE1_KINDS}
+#: ``--table1`` rows after the seed's: transformers' attention (the other Baseline (QK)) and Ours frozen (as the seed
+#: uses it after pre-training).
+TABLE1_EXTRA: tuple[tuple[str, str], ...] = (
+    ("Baseline (QK), transformers SDPA", "hf_sdpa"),
+    ("Baseline (QK), transformers eager", "hf_eager"),
+    ("Ours, frozen", "synth_fixed_frozen"),
+)
+#: ``--table1`` growth of time with L: these contenders at ``--growth-lengths``.
+GROWTH = ("mhsa", "hf_sdpa", "shared_qk", "sparse_strided", "sparse_fixed")
+MODES = ("inference", "training")
 #: contenders of ``--rel-pos-memory`` and those among them whose memory grows with T^2.
 REL_POS_MEMORY = ("rel_pos", "rel_pos_blockwise", "hf_rel_sdpa")
 QUADRATIC = {"rel_pos", "hf_rel_sdpa", "hf_rel_eager"}
@@ -134,10 +193,23 @@ def hf_rel_attention(width: int, heads: int, implementation: str) -> Wav2Vec2Con
     return module
 
 
+def sparse_block(frames: int) -> int:
+    """The Sparse Transformer's block / stride ``l ~ sqrt(T)`` (Child et al. 2019), as the ``--table1`` setting."""
+    return max(1, round(math.sqrt(frames)))
+
+
 def build(
-    label: str, width: int, heads: int, frames: int, x: torch.Tensor, block_size: int = 256
+    label: str,
+    width: int,
+    heads: int,
+    frames: int,
+    x: torch.Tensor,
+    block_size: int = 256,
+    sparse_block_size: int | None = None,
 ) -> tuple[nn.Module, Step]:
-    """The contender's module and a closure running its forward on ``x`` (returning ``[B, T, D]``)."""
+    """The contender's module and a closure running its forward on ``x`` (returning ``[B, T, D]``).
+
+    ``sparse_block_size``: ``l`` of the sparse kinds (None: ``sparse_block(frames)``)."""
     if label in BASELINES:
         module = hf_attention(width, heads, label.removeprefix("hf_"))
         return module, lambda: module(x)[0]
@@ -145,8 +217,11 @@ def build(
         rel = hf_rel_attention(width, heads, label.removeprefix("hf_rel_"))
         positions = Wav2Vec2ConformerRelPositionalEmbedding(rel.config)(x)  # once per encoder, as in transformers
         return rel, lambda: rel(x, relative_position_embeddings=positions)[0]
+    settings = dict(SETTINGS[label])
+    if str(settings["kind"]).startswith("sparse_"):
+        settings["sparse_block_size"] = sparse_block_size or sparse_block(frames)
     config = AttentionConfig(
-        hidden_size=width, num_heads=heads, synthesizer_max_len=frames, query_block_size=block_size, **OURS[label]
+        hidden_size=width, num_heads=heads, synthesizer_max_len=frames, query_block_size=block_size, **settings
     )
     ours = ATTENTION.get(config.kind)(config)
     if isinstance(getattr(ours, "positions", None), RelativePositionTable):
@@ -211,28 +286,38 @@ def measure_all(
             peak = peak_memory(step, x, params)
             measures[label] = Measure(time.perf_counter() - tick, peak, 1)
         return measures
-    passes: dict[str, list[float]] = {label: [] for label in labels}
+    timed = fastest(
+        {label: functools.partial(run_once, step, x, params) for label, (step, params) in contenders.items()},
+        rounds,
+        budget,
+    )
+    return {
+        label: Measure(timed[label][0], peak_memory(step, x, params), timed[label][1])
+        for label, (step, params) in contenders.items()
+    }
 
-    def timed(label: str) -> None:
-        step, params = contenders[label]
+
+def fastest(steps: dict[Hashable, Callable[[], object]], rounds: int, budget: float) -> dict[Hashable, Timing]:
+    """``name -> (fastest pass in s, passes, median pass in s)``: interleaved rounds (one pass of each step per
+    round, so load from other processes hits them alike) until ``rounds`` or, after 2 rounds, ``budget`` seconds;
+    then steps cut short by the budget but cheap get more passes (up to ``rounds``) within an equal share of the
+    budget each, so a fast step's minimum does not rest on one or two samples."""
+    passes: dict[Hashable, list[float]] = {name: [] for name in steps}
+
+    def timed(name: Hashable) -> None:
         tick = time.perf_counter()
-        run_once(step, x, params)
-        passes[label].append(time.perf_counter() - tick)
+        steps[name]()
+        passes[name].append(time.perf_counter() - tick)
 
     start, done = time.perf_counter(), 0
     while done < rounds and (done < 2 or time.perf_counter() - start < budget):
-        for label in labels:
-            timed(label)
+        for name in steps:
+            timed(name)
         done += 1
-    # top-up: contenders cut short by the budget but cheap get more passes (up to ``rounds``) within an equal
-    # share of the budget each, so a fast kernel's minimum does not rest on one or two samples
-    for label in labels:
-        while len(passes[label]) < rounds and sum(passes[label]) < budget / len(labels):
-            timed(label)
-    return {
-        label: Measure(min(passes[label]), peak_memory(step, x, params), len(passes[label]))
-        for label, (step, params) in contenders.items()
-    }
+    for name in steps:
+        while len(passes[name]) < rounds and sum(passes[name]) < budget / len(steps):
+            timed(name)
+    return {name: (min(times), len(times), statistics.median(times)) for name, times in passes.items()}
 
 
 def rel_pos_difference(width: int, heads: int, frames: int, label: str = "rel_pos", block_size: int = 256) -> float:
@@ -479,6 +564,165 @@ def rel_pos_memory(args: argparse.Namespace) -> list[str]:
     return out
 
 
+# --- seeds/002 Table 1 ---------------------------------------------------------------------------------------------
+def infer_once(module: nn.Module, step: Step) -> None:
+    """One inference pass: eval mode, forward under ``no_grad``."""
+    module.eval()
+    with torch.no_grad():
+        step()
+
+
+def train_once(module: nn.Module, step: Step, x: torch.Tensor, params: list[nn.Parameter]) -> None:
+    """One training step of the sub-layer: train mode, forward + backward (:func:`run_once`)."""
+    module.train()
+    run_once(step, x, params)
+
+
+def time_modes(
+    labels: list[str], width: int, heads: int, frames: int, batch: int, rounds: int, budget: float
+) -> dict[tuple[str, str], Timing]:
+    """``(label, mode) -> (fastest pass in s, passes)`` for ``mode`` in ``MODES``: every contender's inference pass
+    and training step, all interleaved in the same rounds (:func:`fastest`) after one warm-up pass each."""
+    torch.manual_seed(0)
+    x = torch.randn(batch, frames, width, requires_grad=True)
+    steps: dict[Hashable, Callable[[], object]] = {}
+    for label in labels:
+        module, step = build(label, width, heads, frames, x)
+        params = [p for p in module.parameters() if p.requires_grad]
+        steps[(label, "inference")] = functools.partial(infer_once, module, step)
+        steps[(label, "training")] = functools.partial(train_once, module, step, x, params)
+    for step in steps.values():
+        step()  # warm-up: caches, allocator, the sparse kinds' layouts
+    return fastest(steps, rounds, budget)  # type: ignore[return-value]
+
+
+def log_slope(lengths: list[int], seconds: list[float]) -> float:
+    """Least-squares slope of ``log(time)`` against ``log(T)``: the growth exponent (2 = quadratic)."""
+    xs, ys = [math.log(t) for t in lengths], [math.log(s) for s in seconds]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+
+
+def table1_report(times: dict[tuple[str, str], Timing], width: int, heads: int, frames: int) -> list[str]:
+    """Markdown: every Table 1 row (and ``TABLE1_EXTRA``) with its times and its ratios to Baseline (QK), ours
+    (``mhsa``) and transformers' (``hf_sdpa``), beside the seed's Practical Time / 146.8."""
+
+    def ms(label: str, mode: str) -> str:
+        return f"{times[(label, mode)][0] * 1e3:.2f}"
+
+    def vs(label: str, mode: str, base: str) -> str:
+        return f"{times[(label, mode)][0] / times[(base, mode)][0]:.2f}"
+
+    out = [
+        f"#### Width {width}, {heads} heads, L = {frames} (sparse l = {sparse_block(frames)})",
+        "",
+        "| Table 1 row | contender | inference ms | training ms | inference / mhsa | training / mhsa "
+        "| inference / hf_sdpa | training / hf_sdpa | seed (Practical Time / 146.8) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = [(row, label, f"{seed / SEED_BASELINE_TIME:.3f}") for row, label, seed in SEED_TABLE1]
+    rows += [(row, label, "-") for row, label in TABLE1_EXTRA]
+    for row, label, seed in rows:
+        out.append(
+            f"| {row} | `{label}` | {ms(label, 'inference')} | {ms(label, 'training')} "
+            f"| {vs(label, 'inference', 'mhsa')} | {vs(label, 'training', 'mhsa')} "
+            f"| {vs(label, 'inference', 'hf_sdpa')} | {vs(label, 'training', 'hf_sdpa')} | {seed} |"
+        )
+    passes = [count for _, count, _ in times.values()]
+    spread = {mode: times[("mhsa", mode)][2] / times[("mhsa", mode)][0] for mode in MODES}
+    out += [
+        "",
+        f"Fastest of {min(passes)} to {max(passes)} passes per contender and mode (interleaved rounds). Contention: "
+        f"`mhsa`'s median pass / fastest pass = {spread['inference']:.1f} (inference), {spread['training']:.1f} "
+        "(training); 1.0 = undisturbed.",
+    ]
+    return out
+
+
+def growth_report(
+    times: dict[int, dict[tuple[str, str], Timing]], width: int, heads: int
+) -> tuple[list[str], dict[tuple[str, str], tuple[float, float]]]:
+    """Markdown: time against L for ``GROWTH`` and the growth exponents; also returns ``(label, mode) -> (slope
+    over all lengths, slope over the last doubling)``."""
+    lengths = sorted(times)
+    out = [
+        f"#### Growth with L, width {width}, {heads} heads (sparse l = round(sqrt(L)): "
+        + ", ".join(str(sparse_block(t)) for t in lengths)
+        + ")",
+        "",
+        "| contender | mode | "
+        + " | ".join(f"T={t} ms" for t in lengths)
+        + " | slope (fit, all L) | slope (last x2) |",
+        "|---|---|" + "---|" * (len(lengths) + 2),
+    ]
+    slopes = {}
+    for label in GROWTH:
+        for mode in MODES:
+            seconds = [times[t][(label, mode)][0] for t in lengths]
+            slopes[(label, mode)] = (log_slope(lengths, seconds), log_slope(lengths[-2:], seconds[-2:]))
+            out.append(
+                f"| `{label}` | {mode} | "
+                + " | ".join(f"{s * 1e3:.1f}" for s in seconds)
+                + f" | {slopes[(label, mode)][0]:.2f} | {slopes[(label, mode)][1]:.2f} |"
+            )
+    return out, slopes
+
+
+def table1_targets(
+    tables: dict[tuple[int, int], dict[tuple[str, str], Timing]],
+    slopes: dict[tuple[int, int], dict[tuple[str, str], tuple[float, float]]],
+) -> list[str]:
+    """Issue 14's targets: the sparse kinds at most 0.6x of ``mhsa`` at L = 500, and clearly sub-quadratic (growth
+    exponent over all lengths at most 1.6, while ``mhsa``'s last doubling is near 2)."""
+    out = ["", "Targets (issue 14):", ""]
+    for (width, heads), times in tables.items():
+        for label in ("sparse_strided", "sparse_fixed"):
+            for mode in MODES:
+                value = times[(label, mode)][0] / times[("mhsa", mode)][0]
+                verdict = "MET" if value <= 0.6 else "MISSED"
+                out.append(
+                    f"- `{label}` {mode} / `mhsa` <= 0.6 (width {width}, {heads} heads): {value:.2f} -> {verdict}"
+                )
+    for (width, heads), found in slopes.items():
+        for label in ("sparse_strided", "sparse_fixed"):
+            for mode in MODES:
+                value = found[(label, mode)][0]
+                verdict = "MET" if value <= 1.6 else "MISSED"
+                out.append(
+                    f"- `{label}` {mode} growth exponent <= 1.6 (width {width}, {heads} heads): {value:.2f} -> "
+                    f"{verdict} (`mhsa`: {found[('mhsa', mode)][0]:.2f} over all, {found[('mhsa', mode)][1]:.2f} "
+                    "over the last doubling)"
+                )
+    return out
+
+
+def table1(args: argparse.Namespace) -> list[str]:
+    """``--table1``: Table 1's contenders at ``--table1-length`` for each ``--table1-widths``, then ``GROWTH`` at
+    ``--growth-lengths`` for each ``--growth-widths``; returns the markdown section."""
+    labels = list(dict.fromkeys([label for _, label, _ in SEED_TABLE1] + [label for _, label in TABLE1_EXTRA]))
+    out = ["", "### seeds/002 Table 1 reproduced", ""]
+    tables, slopes = {}, {}
+    for spec in args.table1_widths:
+        width, heads = (int(v) for v in spec.split(":"))
+        times = time_modes(labels, width, heads, args.table1_length, args.batch, args.rounds, args.budget)
+        tables[(width, heads)] = times
+        section = table1_report(times, width, heads, args.table1_length)
+        print("\n".join(section), flush=True)
+        out += [*section, ""]
+    for spec in args.growth_widths:
+        width, heads = (int(v) for v in spec.split(":"))
+        by_length = {}
+        for frames in args.growth_lengths:
+            by_length[frames] = time_modes(list(GROWTH), width, heads, frames, args.batch, args.rounds, args.budget)
+            print(f"  growth: width {width} T={frames} done", flush=True)
+        section, slopes[(width, heads)] = growth_report(by_length, width, heads)
+        print("\n".join(section), flush=True)
+        out += [*section, ""]
+    targets = table1_targets(tables, slopes)
+    print("\n".join(targets), flush=True)
+    return out + targets
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="T = 250, 500, 1000 at width 144/4, 2 rounds")
@@ -498,10 +742,30 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--query-block-size", type=int, default=256, help="rel_pos_blockwise: queries per block")
     parser.add_argument(
+        "--table1",
+        action="store_true",
+        help="issue 14: seeds/002 Table 1, inference and training time of every row as a ratio to Baseline (QK), "
+        "then the growth exponent of the sparse kinds (--quick: toy sizes)",
+    )
+    parser.add_argument("--table1-length", type=int, default=500, help="--table1: L (the seed's 500)")
+    parser.add_argument(
+        "--table1-widths",
+        nargs="*",
+        default=["144:4", "768:12"],
+        help="--table1: WIDTH:HEADS (our Conformer base, the seed's 6-layer model)",
+    )
+    parser.add_argument("--growth-lengths", type=int, nargs="+", default=[500, 1000, 2000, 4000])
+    parser.add_argument(
+        "--growth-widths", nargs="*", default=["144:4", "768:12"], help="--table1: WIDTH:HEADS of the growth run"
+    )
+    parser.add_argument(
         "--max-quadratic-gb", type=float, default=8.0, help="--rel-pos-memory: skip T x T contenders above this"
     )
     args = parser.parse_args(argv)
-    if args.quick:
+    if args.quick and args.table1:  # toy sizes (the test's)
+        args.table1_length, args.table1_widths, args.growth_lengths = 48, ["24:4", "48:12"], [32, 64]
+        args.growth_widths, args.rounds, args.budget = ["24:4"], 1, 5.0
+    elif args.quick:
         args.lengths, args.widths, args.rounds = [250, 500, 1000], ["144:4"], 2
     if args.rel_pos_memory:
         if "--lengths" not in (argv if argv is not None else sys.argv[1:]):
@@ -522,7 +786,9 @@ def main(argv: list[str] | None = None) -> None:
         section = rel_pos_memory(args)
         print("\n".join(section), flush=True)
         lines += section
-    for spec in [] if args.rel_pos_memory else args.widths:
+    if args.table1:
+        lines += table1(args)
+    for spec in [] if args.rel_pos_memory or args.table1 else args.widths:
         width, heads = (int(v) for v in spec.split(":"))
         res = Results(width, heads)
         for frames in args.lengths:

@@ -25,13 +25,17 @@ Sections 3.2 and 3.3"; keys ``k = q / ||q||`` per head, see :mod:`.shared_qk`), 
    of those it takes the top ``C`` (``lsh_num_keys``) by eq. 3's ``a^T R(T(k_j))`` (``h(q) >= 0``) or
    ``-a^T R(T(k_j))`` (``h(q) < 0``). Its own key is left out unless nothing else is selected (Reformer's rule).
 4. Attention over the ``<= C`` selected keys: ``softmax(q . k / sqrt(d_k))`` (eq. 1), values, heads
-   concatenated, ``W_O``.
+   concatenated, ``W_O``; computed as one fused ``scaled_dot_product_attention`` call with the selection
+   scattered into a ``[B, h, T, T]`` mask (rows with no selected key give zeros).
 
 Steps 1-3 run without gradient (seeds/002 observation 4: "there is no gradient during hashing") and in float32
 (the seed hashes in 16-bit floats; float32 keeps ``M^2 - ||x||^2`` and ``1 - ||x||^2`` from rounding to noise,
 and selections the same under bf16 autocast); gradients
 reach ``W_Q`` through the scores and keys of step 4. Hashing is ``O(h T^2)`` (as Table 1's
-``(HL + 2HL^2)/2`` term), the attention ``O(h T C d_k)``.
+``(HL + 2HL^2)/2`` term: each query's ``M`` enters every key code, so the codes are ``[B, h, T, T]``). Step 4 as
+masked dense attention is ``O(h T^2 d_k)`` rather than the ``O(h T C d_k)`` of gathering each query's keys, but
+the hashing already holds ``T x T`` tensors, and on CPU the gather (``T x C`` keys and values) was 15-20x slower
+than the fused kernel at ``T = 500`` (docs/attention.md, "Seed 002 Table 1 reproduced").
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import torch
+from torch.nn import functional as F
 
 from .config import AttentionConfig
 from .registry import ATTENTION
-from .shared_qk import SharedQKAttention, gathered_attention, self_mask
+from .shared_qk import SharedQKAttention, self_mask
 
 #: ``(norm [...], M [...]) -> (scale [...], extras [..., e])``: the transformed vector is
 #: ``[scale * x; extras]`` for a vector ``x`` of norm ``norm`` (``T`` folded into ``scale`` and ``extras``).
@@ -191,7 +196,13 @@ class LSHAttention(SharedQKAttention):
         if allowed is None:
             allowed = torch.ones(1, 1, frames, frames, dtype=torch.bool, device=hidden_states.device)
         index, selected = self.select_keys(query, key, allowed)
-        context = gathered_attention(query, key, value, index, selected, self.attention_dropout)
+        # step 4 as one fused masked attention: the selection scattered into a [B, h, T, T] mask (hashing already
+        # holds [B, h, T, T] codes); on CPU 15-20x faster at T = 500 than gathering T x C keys and values
+        mask = torch.zeros(*index.shape[:3], frames, dtype=torch.bool, device=index.device)
+        mask.scatter_(-1, index, selected)
+        context = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+        )  # rows with no selected key: zeros
         return self.output_proj(self.merge_heads(context))
 
     def extra_repr(self) -> str:

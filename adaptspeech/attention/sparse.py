@@ -16,8 +16,10 @@ blocks'). With one head, that head attends to the union of both patterns (the pa
 
 Within the pattern, keys are further restricted to real frames and allowed chunks, and the query's own key is
 left out unless nothing else is left (Reformer's rule for shared QK). Only the pattern's blocks are computed
-(block-sparse): each pattern is a set of groups of queries that share their keys, and one batched matmul per
-pattern scores each group's queries against its keys:
+(block-sparse): each pattern is a set of groups of queries that share their keys (:class:`Groups`), the queries
+and keys of every group are gathered (``index_select`` along the frames, no ``T x T`` tensor) and one call of
+PyTorch's fused ``scaled_dot_product_attention`` scores all groups as one batch, the pattern within a group
+given as its boolean mask over the group's ``Q x K`` scores (rows with no allowed key give zeros):
 
 * local: blocks of ``l`` queries against the ``3l`` keys of their block and its two neighbours (``3 T l``
   scores);
@@ -26,9 +28,10 @@ pattern scores each group's queries against its keys:
 * block: blocks of ``l`` against themselves (``T l``); summary: every query against the ``c ceil(T / l)``
   summary frames.
 
-So time and memory grow as ``T (l + T / l)``, i.e. ``T sqrt(T)`` for ``l ~ sqrt(T)``; no ``T x T`` mask is built.
-A merged head combines its two patterns' partial softmaxes through their log-sum-exps (as flash attention
-combines blocks), counting a key both patterns contain once.
+So time and memory grow as ``T (l + T / l)``, i.e. ``T sqrt(T)`` for ``l ~ sqrt(T)``. The merged head (one head)
+takes, per query, the union of its keys in both patterns (``T`` groups of one query each, a key both patterns
+contain counted once), ``T (3l + T / l)`` scores for the strided kind. The groups, masks and slot maps depend
+only on ``T`` (and the device), so a module keeps them for its last few lengths (:meth:`SparseAttention.layouts`).
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch.nn import functional as F
 
 from .config import AttentionConfig
 from .registry import ATTENTION
-from .shared_qk import SharedQKAttention
+from .shared_qk import SharedQKAttention, exclude_self
 
 
 @dataclass
@@ -57,6 +61,43 @@ class Groups:
     queries: torch.Tensor
     keys: torch.Tensor
     pattern: torch.Tensor | None = None
+
+    def slots(self, frames: int) -> torch.Tensor:
+        """Long ``[T]``: the flat slot (``g * Q + q``) that holds frame ``t``'s query."""
+        flat = self.queries.reshape(-1)
+        real = flat < frames
+        slots = torch.empty(frames, dtype=torch.long, device=flat.device)
+        slots[flat[real]] = torch.arange(flat.numel(), device=flat.device)[real]
+        return slots
+
+
+@dataclass
+class Layout:
+    """One head group's pattern prepared for a length ``T`` (built once per length, see
+    :meth:`SparseAttention.layouts`).
+
+    Attributes:
+        heads: the heads that take this pattern.
+        queries: long ``[G Q]`` query positions, flat, empty slots sent to ``T - 1``.
+        keys: long ``[G, K]`` key positions, clamped into ``0 .. T-1``.
+        allowed: bool ``[1, G, Q, K]``: key in range, in the pattern and in an allowed chunk.
+        own: bool ``[G, Q, K]``: the key is the query's own frame.
+        mask: ``allowed`` after the own-key rule (the mask without padding).
+        slots: long ``[T]``: the flat slot holding each frame's query; None where frame ``t`` is in slot ``t``
+            (blocks in frame order: the output needs no reordering).
+    """
+
+    heads: slice
+    queries: torch.Tensor
+    keys: torch.Tensor
+    allowed: torch.Tensor
+    own: torch.Tensor
+    mask: torch.Tensor
+    slots: torch.Tensor | None
+
+
+#: lengths whose :class:`Layout` a module keeps.
+LAYOUT_CACHE = 8
 
 
 def blocks(frames: int, size: int, device: torch.device) -> torch.Tensor:
@@ -76,6 +117,7 @@ class SparseAttention(SharedQKAttention):
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
         self.block_size = config.sparse_block_size
+        self._layouts: dict[tuple[int, str], list[Layout]] = {}
 
     def groups(self, frames: int, device: torch.device) -> tuple[Groups, Groups]:
         """The first and the second pattern for ``T = frames``."""
@@ -86,129 +128,123 @@ class SparseAttention(SharedQKAttention):
         pattern (a merged head counts such keys of the second pattern once)."""
         raise NotImplementedError(f"{type(self).__name__} must implement in_first")
 
-    def head_groups(self, frames: int, device: torch.device) -> list[tuple[slice, list[Groups]]]:
-        """``(heads, patterns)``: the first ``ceil(h/2)`` heads take the first pattern, the others the second;
-        one head takes both (the second without the keys the first has)."""
+    def head_groups(self, frames: int, device: torch.device) -> list[tuple[slice, Groups]]:
+        """``(heads, pattern)``: the first ``ceil(h/2)`` heads take the first pattern, the others the second;
+        one head takes the union of both (:meth:`merged`)."""
         first, second = self.groups(frames, device)
         if self.num_heads == 1:
-            distinct = ~self.in_first(second.queries[:, :, None], second.keys[:, None, :])
-            pattern = distinct if second.pattern is None else second.pattern & distinct
-            return [(slice(0, 1), [first, Groups(second.queries, second.keys, pattern)])]
+            return [(slice(0, 1), self.merged(first, second, frames))]
         split = math.ceil(self.num_heads / 2)
-        return [(slice(0, split), [first]), (slice(split, self.num_heads), [second])]
+        return [(slice(0, split), first), (slice(split, self.num_heads), second)]
 
-    def allowed(self, groups: Groups, frames: int, padding_mask: torch.Tensor | None) -> torch.Tensor:
-        """Bool ``[B or 1, 1, G, Q, K]``: key in range, in the pattern, real, in an allowed chunk (before the
-        own-key rule)."""
-        keys = groups.keys
-        allowed = ((keys >= 0) & (keys < frames))[:, None, :].expand(-1, groups.queries.shape[1], -1)
+    def merged(self, first: Groups, second: Groups, frames: int) -> Groups:
+        """The union of both patterns per query: ``T`` groups of one query, ``K1 + K2`` keys each (the second
+        pattern's keys that are also in the first are masked, so each key counts once)."""
+        keys, patterns = [], []
+        for index, groups in enumerate((first, second)):
+            slot = groups.slots(frames)
+            group, row = slot // groups.queries.shape[1], slot % groups.queries.shape[1]
+            own_keys = groups.keys[group]  # [T, K]
+            pattern = (
+                torch.ones_like(own_keys, dtype=torch.bool) if groups.pattern is None else groups.pattern[group, row]
+            )
+            if index == 1:
+                pattern = pattern & ~self.in_first(torch.arange(frames, device=own_keys.device)[:, None], own_keys)
+            keys.append(own_keys)
+            patterns.append(pattern)
+        queries = torch.arange(frames, device=first.queries.device)[:, None]
+        return Groups(queries, torch.cat(keys, dim=-1), torch.cat(patterns, dim=-1)[:, None, :])
+
+    def layouts(self, frames: int, device: torch.device) -> list[Layout]:
+        """The head groups' :class:`Layout` for ``T = frames``, cached for the last :data:`LAYOUT_CACHE`
+        lengths (they depend only on ``T``, the device and the fixed settings)."""
+        cache_key = (frames, str(device))
+        if cache_key not in self._layouts:
+            while len(self._layouts) >= LAYOUT_CACHE:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[cache_key] = [
+                self.layout(heads, groups, frames) for heads, groups in self.head_groups(frames, device)
+            ]
+        return self._layouts[cache_key]
+
+    def layout(self, heads: slice, groups: Groups, frames: int) -> Layout:
+        """One head group's pattern prepared for attention (everything but the padding)."""
+        queries, keys = groups.queries, groups.keys
+        allowed = ((keys >= 0) & (keys < frames))[:, None, :]  # [G, 1, K]
         if groups.pattern is not None:
             allowed = allowed & groups.pattern
-        allowed = allowed[None, None]
-        if padding_mask is not None and not bool(padding_mask.all()):
-            real = padding_mask.bool()[:, keys.clamp(0, frames - 1)]  # [B, G, K]
-            allowed = allowed & real[:, None, :, None, :]
+        allowed = allowed.expand(-1, queries.shape[1], -1)[None]  # [1, G, Q, K]
         chunk_size, num_left_chunks = self.config.chunk_size, self.config.num_left_chunks
         if chunk_size > 0:
-            diff = groups.queries[:, :, None] // chunk_size - keys[:, None, :] // chunk_size
+            diff = queries[:, :, None] // chunk_size - keys[:, None, :] // chunk_size
             ok = diff >= 0
             if num_left_chunks >= 0:
                 ok &= diff <= num_left_chunks
             allowed = allowed & ok
-        return allowed
+        own = queries[:, :, None] == keys[:, None, :]
+        slots = groups.slots(frames)
+        return Layout(
+            heads=heads,
+            queries=queries.clamp(max=frames - 1).reshape(-1),
+            keys=keys.clamp(0, frames - 1),
+            allowed=allowed,
+            own=own,
+            mask=exclude_self(allowed, own),
+            slots=None if bool((slots == torch.arange(frames, device=slots.device)).all()) else slots,
+        )
 
     def forward(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, T, D]``, ``[B, T]`` bool or None -> ``[B, T, D]``."""
         self.check_padding_mask(hidden_states, padding_mask)
-        frames, device = hidden_states.shape[1], hidden_states.device
-        query, key = self.queries_and_keys(hidden_states)
+        batch, frames, _ = hidden_states.shape
+        query, key = self.queries_and_keys(hidden_states)  # [B, h, T, d_k]
         value = self.split_heads(self.value_proj(hidden_states))
-        contexts = []
-        for heads, patterns in self.head_groups(frames, device):
-            contexts.append(
-                self.attend(query[:, heads], key[:, heads], value[:, heads], patterns, padding_mask, frames)
-            )
-        return self.output_proj(self.merge_heads(torch.cat(contexts, dim=1)))
+        if padding_mask is not None and bool(padding_mask.all()):
+            padding_mask = None
+        contexts = [
+            self.attend(query[:, layout.heads], key[:, layout.heads], value[:, layout.heads], layout, padding_mask)
+            for layout in self.layouts(frames, hidden_states.device)
+        ]  # each [B, T, h', d_k]
+        return self.output_proj(torch.cat(contexts, dim=2).reshape(batch, frames, self.hidden_size))
 
     def attend(
         self,
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        patterns: list[Groups],
+        layout: Layout,
         padding_mask: torch.Tensor | None,
-        frames: int,
     ) -> torch.Tensor:
-        """Softmax attention of ``query [B, h', T, d]`` over the union of ``patterns``' keys -> ``[B, h', T, d]``.
+        """Attention of ``query [B, h', T, d]`` over its pattern's keys -> ``[B, T, h', d]`` (frame-major, so the
+        head groups concatenate into ``[B, T, D]`` without a transpose).
 
-        Each pattern gives, per query, its running maximum, its sum of exponentials and its unnormalised
-        weighted values; the patterns are combined through their maxima (log-sum-exp), so the result is one
-        softmax over the union.
+        The ``G`` groups become the batch of one fused attention call: queries ``[B G, h', Q, d]``, keys and
+        values ``[B G, h', K, d]``, mask ``[B G, 1, Q, K]`` (rows with no key give zeros).
         """
-        device = query.device
-        allowed = [self.allowed(groups, frames, padding_mask) for groups in patterns]
-        is_self = [groups.queries[:, :, None] == groups.keys[:, None, :] for groups in patterns]  # [G, Q, K]
-        # Reformer's rule over the union: the own key only for queries with no other allowed key.
-        has_others = torch.zeros(allowed[0].shape[0], 1, frames + 1, dtype=torch.bool, device=device)
-        for groups, ok, own in zip(patterns, allowed, is_self):
-            others = (ok & ~own).any(dim=-1)  # [B|1, 1, G, Q]
-            has_others = has_others | self.to_frames(others, groups, frames)
-        partials = []
-        for groups, ok, own in zip(patterns, allowed, is_self):
-            query_others = has_others[:, :, self.slot_positions(groups, frames)]  # [B|1, 1, G, Q]
-            ok = ok & ~(own & query_others[..., None])
-            partials.append(self.partial(query, key, value, groups, ok, frames))
-        peak = torch.stack([p[0] for p in partials]).amax(dim=0)  # [B, h', T]; -inf: no key at all
-        peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-        total = sum(p[1] * torch.exp(p[0] - peak) for p in partials)
-        summed = sum(p[2] * torch.exp(p[0] - peak)[..., None] for p in partials)
-        return (summed / total.clamp_min(torch.finfo(total.dtype).tiny)[..., None]).to(value.dtype)
+        batch, heads, frames, dim = query.shape
+        count, per_group = layout.own.shape[:2]
+        mask = layout.mask
+        if padding_mask is not None:  # keys on padding out, then the own-key rule again
+            real = padding_mask.bool()[:, layout.keys]  # [B, G, K]
+            mask = exclude_self(layout.allowed & real[:, :, None, :], layout.own)
+        mask = mask.expand(batch, -1, -1, -1).reshape(batch * count, 1, per_group, -1)
 
-    @staticmethod
-    def slot_positions(groups: Groups, frames: int) -> torch.Tensor:
-        """``[G, Q]`` query positions with empty slots sent to the spare position ``T``."""
-        return groups.queries.clamp(max=frames)
+        def gather(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            """``[B, h', T, d]`` at flat ``positions [G P]`` -> ``[B G, h', P, d]``."""
+            rows = x.transpose(1, 2).index_select(1, positions)  # [B, G P, h', d]
+            return rows.view(batch * count, -1, heads, dim).transpose(1, 2)
 
-    def to_frames(self, per_slot: torch.Tensor, groups: Groups, frames: int) -> torch.Tensor:
-        """``[..., G, Q]`` (one entry per query slot) -> ``[..., T + 1]`` in frame order (position ``T`` collects
-        the empty slots)."""
-        positions = self.slot_positions(groups, frames).reshape(-1)
-        flat = per_slot.reshape(*per_slot.shape[:-2], -1)
-        inverse = torch.full((frames + 1,), flat.shape[-1], dtype=torch.long, device=flat.device)
-        inverse[positions] = torch.arange(positions.numel(), device=flat.device)
-        padded = torch.cat([flat, torch.zeros_like(flat[..., :1])], dim=-1)  # slot index G*Q: nothing
-        return padded[..., inverse]
-
-    def partial(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        groups: Groups,
-        allowed: torch.Tensor,
-        frames: int,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One pattern's block-sparse scores: per query (``[B, h', T]``) the maximum allowed score, the sum of
-        ``exp(score - maximum)``, and ``[B, h', T, d]`` the values weighted by those exponentials (dropout
-        applied to the weights, not to the sum)."""
-        positions = groups.queries.clamp(max=frames - 1)
-        keys_at = groups.keys.clamp(0, frames - 1)
-        group_query = query[:, :, positions]  # [B, h', G, Q, d]
-        group_key, group_value = key[:, :, keys_at], value[:, :, keys_at]  # [B, h', G, K, d]
-        scores = torch.matmul(group_query, group_key.transpose(-1, -2)) / math.sqrt(query.shape[-1])
-        scores = scores.float().masked_fill(~allowed, float("-inf"))  # [B, h', G, Q, K]
-        peak = scores.amax(dim=-1)
-        peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak)).detach()
-        weights = torch.exp(scores - peak[..., None])  # masked: exactly 0
-        total = weights.sum(dim=-1)
-        weighted = torch.matmul(self.attention_dropout(weights).to(value.dtype), group_value)  # [B, h', G, Q, d]
-        no_key = torch.full_like(peak, float("-inf"))
-        peak = torch.where(allowed.any(dim=-1), peak, no_key)
-        return (
-            self.to_frames(peak, groups, frames)[..., :frames],
-            self.to_frames(total, groups, frames)[..., :frames],
-            self.to_frames(weighted.movedim(-1, 2), groups, frames)[..., :frames].movedim(2, -1),
-        )
+        flat_keys = layout.keys.reshape(-1)
+        context = F.scaled_dot_product_attention(
+            gather(query, layout.queries),
+            gather(key, flat_keys),
+            gather(value, flat_keys),
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            scale=1.0 / math.sqrt(dim),
+        )  # [B G, h', Q, d]
+        context = context.transpose(1, 2).reshape(batch, count * per_group, heads, dim)
+        return context[:, :frames] if layout.slots is None else context.index_select(1, layout.slots)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, block_size={self.block_size}"
