@@ -5,12 +5,12 @@ The recipe section (absent or ``enabled: false``: no LM rows)::
 
     lm:
       enabled: true
-      sentences: 20000        # external text: sentences sampled from wordfreq's list of the target language
-      seed: 1                 # the sample's seed (its own random stream: independent of the corpus's sentences)
-      order: 4                # n-gram order, 2..5 (kaldingram's Kneser-Ney estimator)
-      alphas: [0.0, 0.5, 1.0] # LM weights tried on dev
-      betas: [0.0, 1.0, 2.0]  # word insertion bonuses tried on dev
-      beam_size: 16           # pyctcdecode's beam width (tuning and test)
+      sentences: 20000           # external text: sentences sampled from wordfreq's list of the target language
+      seed: 1                    # the sample's seed (its own random stream, independent of the corpus's sentences)
+      order: 4                   # n-gram order, 2..5 (kaldingram's Kneser-Ney estimator)
+      alphas: [0.25, 0.5, 0.75]  # LM weights tried on dev
+      betas: [0.0, 1.0, 2.0]     # word insertion bonuses tried on dev
+      beam_size: 16              # pyctcdecode's beam width (tuning and test)
       systems: [target_adapter, fusion]
 
 The text: ``sentences`` sentences of 3 to 10 words (the corpus's ``words_per_sentence``) drawn independently with
@@ -98,7 +98,7 @@ class LMSettings:
     sentences: int = 20000
     seed: int = 1
     order: int = 4
-    alphas: tuple[float, ...] = (0.0, 0.5, 1.0)
+    alphas: tuple[float, ...] = (0.25, 0.5, 0.75)
     betas: tuple[float, ...] = (0.0, 1.0, 2.0)
     beam_size: int = 16
     systems: tuple[str, ...] = ("target_adapter", "fusion")
@@ -248,7 +248,7 @@ def lm_rows(
     from ..training.stage import select_languages
 
     settings = lm_settings(recipe)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     out = Path(recipe["output_dir"])
     target = recipe["target"]
     split = (recipe.get("evaluation") or {}).get("split", "test")
@@ -296,13 +296,13 @@ def lm_rows(
         }
         _log(f"{name}: alpha {best['alpha']:g}, beta {best['beta']:g}; dev WER {100 * no_lm['wer']:.2f} -> "
              f"{100 * best['wer']:.2f}%, {split} WER {100 * by_system[system]['wer']:.2f} -> {100 * row['wer']:.2f}%")
-    seconds = time.perf_counter() - start
-    _log(f"{settings.label} step: {seconds:.0f} s")
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    _log(f"{settings.label} step: {seconds:.0f} s ({cpu_seconds:.0f} s of CPU)")
     result.summary = {
         "label": settings.label, "language": target, "order": settings.order, "text": text_stats,
         "tune_split": TUNE_SPLIT, "alphas": list(settings.alphas), "betas": list(settings.betas),
         "beam_size": settings.beam_size, "systems": systems, "significance_vs_no_lm": significance,
-        "seconds": seconds,
+        "seconds": seconds, "cpu_seconds": cpu_seconds,
     }
     return result
 
@@ -318,8 +318,8 @@ def lm_markdown(summary: dict[str, Any], split: str) -> str:
         f"sampled sentences equal to a dev or {split} sentence dropped). Like any external text of the language it "
         f"holds words of the {split} set: {100 * text['test_word_coverage']:.1f}% of the {split} words are in its "
         f"vocabulary. alpha / beta tuned on {summary['tune_split']} (grid {len(summary['alphas'])} x "
-        f"{len(summary['betas'])}, pyctcdecode beam {summary['beam_size']}); the no-LM figures on "
-        f"{summary['tune_split']} are the same search at alpha = beta = 0.",
+        f"{len(summary['betas'])}, pyctcdecode beam {summary['beam_size']}). No LM: on {summary['tune_split']} the "
+        f"same search at alpha = beta = 0, on {split} the system's row above.",
         "",
         f"| system | alpha | beta | {summary['tune_split']} CER % no LM -> LM | {summary['tune_split']} WER % no LM -> "
         f"LM | {split} CER % no LM -> LM | {split} WER % no LM -> LM |",
@@ -333,5 +333,6 @@ def lm_markdown(summary: dict[str, Any], split: str) -> str:
             f"{100 * s['test_no_lm']['wer']:.2f} -> {100 * s['test_lm']['wer']:.2f} |"
         )
     reused = " (LM reused)" if text["reused"] else ""
-    lines += ["", f"LM step: {summary['seconds']:.0f} s{reused} (text and build {text['seconds']:.1f} s)."]
+    lines += ["", f"LM step: {summary['seconds']:.0f} s{reused}, {summary['cpu_seconds']:.0f} s of CPU (text and "
+              f"build {text['seconds']:.1f} s)."]
     return "\n".join(lines) + "\n"
