@@ -105,11 +105,12 @@ def _run_recipe_folder(recipe_dir: str | Path, args: argparse.Namespace) -> int:
 
     if is_study(recipe_dir):  # recipe.yaml with kind: attention_study
         return run_study_cli(recipe_dir, args)
+    from ..recipes.demo_lm import LM_STEP
     from ..recipes.dry_run import STEP_NAMES
     from ..recipes.simadapter import BASELINE_NAMES, STAGE_NAMES, load_recipe, run_recipe
 
     only = _split_list(args.only) or None
-    allowed = STEP_NAMES if args.dry_run else STAGE_NAMES + BASELINE_NAMES
+    allowed = STEP_NAMES if args.dry_run else (*STAGE_NAMES, *BASELINE_NAMES, LM_STEP)
     unknown = sorted(set(only or []) - set(allowed))
     if unknown:
         raise CommandError(f"--only: unknown stage(s) {', '.join(unknown)}; allowed values: {', '.join(allowed)}")

@@ -244,6 +244,12 @@ def test_demo_runs_the_synthetic_recipe_with_overrides(fake_run_recipe, tmp_path
     assert "| SimAdapter | 12.34 |" in out and str(tmp_path / "demo" / "fusion_heatmap.png") in out
 
 
+def test_demo_only_lm_re_evaluates_with_the_lm(fake_run_recipe, tmp_path, capsys):
+    code, _, err = run_main(["demo", f"output_dir={tmp_path / 'demo'}", "--only", "lm", "--no-progress"], capsys)
+    assert code == 0, err
+    assert fake_run_recipe["only"] == ["lm"]
+
+
 def test_recipe_takes_a_folder(fake_run_recipe, tmp_path, capsys):
     folder = demo_recipe_dir()
     code, _, err = run_main(["recipe", folder, f"output_dir={tmp_path / 'r'}", "seed=3"], capsys)
