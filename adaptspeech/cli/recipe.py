@@ -18,7 +18,7 @@ def _add_recipe_options(parser: argparse.ArgumentParser) -> None:
         "--only",
         default=None,
         metavar="STAGE,STAGE",
-        help="run only these stages / baselines (the others must have run before)",
+        help="run only these stages / baselines (the others must have run before); lm: re-run the n-gram LM rows",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     curve = parser.add_argument_group(
