@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from recipe_helpers import TINY
 
 from adaptspeech.recipes import RecipeError, load_recipe, run_recipe
 from adaptspeech.recipes.demo_lm import VS_NO_LM_COLUMN, LMSettings, lm_settings, lm_text, word_list_config
@@ -19,16 +20,6 @@ from adaptspeech.recipes.demo_lm import VS_NO_LM_COLUMN, LMSettings, lm_settings
 pytest.importorskip("kenlm")
 pytest.importorskip("pyctcdecode")
 
-TINY = {
-    "backbone_type": "fbank_conformer",
-    "backbone_config": {
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-        "conv_depthwise_kernel_size": 3,
-    },
-}
 ADAPTER, FUSION = "target adapter alone", "SimAdapter fusion (on the target adapter)"
 LM_ROWS = [f"{ADAPTER} + 2-gram LM", f"{FUSION} + 2-gram LM"]
 

@@ -4,20 +4,10 @@ results table, the fusion heatmap and the training curves are written; recipe an
 import json
 
 import pytest
+from recipe_helpers import TINY, few_steps
 
 from adaptspeech.recipes import RecipeError, load_recipe, run_recipe
 from adaptspeech.training.stage import StageConfigError, StageSpec, apply_overrides, parse_override
-
-TINY = {
-    "backbone_type": "fbank_conformer",
-    "backbone_config": {
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-        "conv_depthwise_kernel_size": 3,
-    },
-}
 
 
 def _toy_run(out) -> list[str]:
@@ -42,14 +32,7 @@ def recipe_run(tmp_path_factory):
         "target_adapter.model.add_adapters={sk: {bottleneck: 8}}",
         "fusion.model.fusion={languages: [cs, pl, sk], target_language: sk, residual: none}",
     ]
-    for stage in ("base", "source_adapters", "target_adapter", "fusion", "finetune", "scratch"):
-        overrides += [
-            f"{stage}.training.max_steps=3",
-            f"{stage}.training.save_steps=3",
-            f"{stage}.training.per_device_train_batch_size=4",
-            f"{stage}.training.logging_steps=1",
-            f"{stage}.training.eval_strategy=no",
-        ]
+    overrides += few_steps(save_steps=3, logging_steps=1)
     recipe = load_recipe("recipes/synthetic_demo", overrides)
     return out, run_recipe(recipe)
 

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from recipe_helpers import TINY, few_steps
 
 from adaptspeech.cli import main as cli_main
 from adaptspeech.data.subsets import nested_subsets, speakers
@@ -25,16 +26,6 @@ from adaptspeech.recipes.curve_settings import (
 from adaptspeech.recipes.transfer_curve import retarget_stages, run_curve
 from adaptspeech.training.stage import load_prepared, select_languages
 
-TINY = {
-    "backbone_type": "fbank_conformer",
-    "backbone_config": {
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-        "conv_depthwise_kernel_size": 3,
-    },
-}
 BUDGETS = ["0.15min", "0.3min"]
 CURVE_SETTINGS = [
     "curve.steps={power: 0.5, min: 2, max: 3}",
@@ -63,13 +54,7 @@ def _recipe_overrides(out) -> list[str]:
         "source_adapters.model.add_adapters={cs: {bottleneck: 8}}",
         "target_adapter.model.add_adapters={sk: {bottleneck: 8}}",
     ]
-    for stage in ("base", "source_adapters", "target_adapter", "fusion", "finetune", "scratch"):
-        overrides += [
-            f"{stage}.training.max_steps=3",
-            f"{stage}.training.per_device_train_batch_size=4",
-            f"{stage}.training.eval_strategy=no",
-        ]
-    return overrides
+    return overrides + few_steps()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,27 @@
+"""Helpers of the recipe tests (a uniquely named module: ``tests/*/conftest.py`` files share the module name
+``conftest``): the tiny base model every toy recipe run trains, and the overrides that make its stages a few steps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: a 2-layer width-32 filterbank Conformer (``model.config`` of the base / scratch stages)
+TINY = {
+    "backbone_type": "fbank_conformer",
+    "backbone_config": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "conv_depthwise_kernel_size": 3,
+    },
+}
+
+#: the demo recipe's stages and baselines
+DEMO_STAGES = ("base", "source_adapters", "target_adapter", "fusion", "finetune", "scratch")
+
+
+def few_steps(stages: Iterable[str] = DEMO_STAGES, steps: int = 3, **training: object) -> list[str]:
+    """``<stage>.training.*`` overrides: ``steps`` steps of batch 4 without evaluation, plus ``training``."""
+    settings = {"max_steps": steps, "per_device_train_batch_size": 4, "eval_strategy": "no", **training}
+    return [f"{stage}.training.{key}={value}" for stage in stages for key, value in settings.items()]
