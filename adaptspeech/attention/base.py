@@ -17,9 +17,10 @@ from typing import ClassVar
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from .config import AttentionConfig
-from .masks import attention_mask
+from .masks import attention_mask, fill_empty_rows
 
 #: attribute names that hold each role in transformers' attention modules (wav2vec2, wav2vec2-conformer).
 HF_ROLE_NAMES: dict[str, tuple[str, ...]] = {
@@ -85,6 +86,48 @@ class EncoderAttention(nn.Module):
         padding must not land on the CPU under a GPU model)."""
         device = padding_mask.device if padding_mask is not None else next(self.parameters()).device
         return attention_mask(padding_mask, num_frames, self.config.chunk_size, self.config.num_left_chunks, device)
+
+    def fused_attention(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``softmax(Q K^T / sqrt(d)) V`` over the allowed keys through PyTorch's fused
+        ``scaled_dot_product_attention`` (attention dropout in training).
+
+        Args:
+            query: ``[..., Q, d]``; key, value: ``[..., K, d]``.
+            allowed: bool broadcastable to ``[..., Q, K]`` (True = may attend), or None (every key).
+
+        Returns:
+            ``[..., Q, d]``; a row with no allowed key is zero on every backend, never NaN
+            (:func:`~.masks.fill_empty_rows`, :meth:`filled_attention`).
+        """
+        if allowed is None:
+            return self.filled_attention(query, key, value, None, None)
+        return self.filled_attention(query, key, value, *fill_empty_rows(allowed))
+
+    def filled_attention(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        safe: torch.Tensor | None,
+        empty: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """:meth:`fused_attention` on a mask already passed through :func:`~.masks.fill_empty_rows` (a caller that
+        reuses one mask fills it once).
+
+        Args:
+            query: ``[..., Q, d]``; key, value: ``[..., K, d]``.
+            safe: bool broadcastable to ``[..., Q, K]`` with a key in every row, or None (every key).
+            empty: bool ``[..., Q or 1, 1]``: the rows whose output is zeroed (they had no allowed key), or None
+                (no such row).
+
+        Returns:
+            ``[..., Q, d]``.
+        """
+        dropout = self.dropout if self.training else 0.0
+        context = F.scaled_dot_product_attention(query, key, value, attn_mask=safe, dropout_p=dropout)
+        return context if empty is None else context.masked_fill(empty, 0.0)
 
     def attention_dropout(self, weights: torch.Tensor) -> torch.Tensor:
         """Dropout on attention weights (identity in eval mode or with ``dropout == 0``)."""

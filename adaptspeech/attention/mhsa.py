@@ -6,7 +6,6 @@ from typing import ClassVar
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .base import EncoderAttention
 from .config import AttentionConfig
@@ -18,9 +17,11 @@ class MultiHeadSelfAttention(EncoderAttention):
     """``softmax(Q K^T / sqrt(d_k) + mask) V`` per head, heads concatenated, then ``W_O``.
 
     Computed by ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient kernels where
-    the device has them). Names match transformers' ``Wav2Vec2Attention`` (``q_proj``, ``k_proj``, ``v_proj``,
-    ``out_proj``), so a wav2vec2 checkpoint's attention weights load unchanged; from a conformer layer the
-    ``linear_q/k/v/out`` weights are copied by :meth:`init_from_hf`.
+    the device has them) through :meth:`~.base.EncoderAttention.fused_attention` (a row with no allowed key,
+    e.g. a padded frame whose chunk has no real frame, gives zeros on every backend). Names match transformers'
+    ``Wav2Vec2Attention`` (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), so a wav2vec2 checkpoint's attention
+    weights load unchanged; from a conformer layer the ``linear_q/k/v/out`` weights are copied by
+    :meth:`init_from_hf`.
 
     Args:
         config (`AttentionConfig`): ``hidden_size``, ``num_heads``, ``dropout``, ``bias``, chunk settings.
@@ -45,7 +46,5 @@ class MultiHeadSelfAttention(EncoderAttention):
         key = self.split_heads(self.k_proj(hidden_states))
         value = self.split_heads(self.value_proj(hidden_states))
         mask = self.attention_mask(padding_mask, hidden_states.shape[1])  # [B|1, 1, T, T] bool or None
-        context = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
-        )
+        context = self.fused_attention(query, key, value, mask)  # rows with no allowed key: zeros
         return self.output_proj(self.merge_heads(context))

@@ -5,15 +5,17 @@ One projection ``W_Q`` gives the queries; the keys are the same vectors normalis
 Reformer, a token does not attend to itself (``q_i . k_i`` would dominate its row) unless it must: when no other
 key is allowed (padding, chunk masks, or for the sparse / LSH kinds their patterns), the token attends to itself.
 
+The attention is one call of PyTorch's fused ``scaled_dot_product_attention`` with the boolean mask "every allowed
+key but the own one, unless it is the only one" (:func:`exclude_self`), so it runs on the same fused kernels as
+``mhsa`` instead of materialising the ``T x T`` scores and weights itself.
+
 seeds/002 section 4 uses shared-QK attention for every LSH (section 3.2) and sparse (section 3.3) kind, so
-:class:`SharedQKAttention` is also their base class. :func:`gathered_attention` (attention of each query over its
-own gathered set of ``K`` key positions, ``O(T K d)`` instead of ``O(T^2 d)``) serves the LSH kinds, whose keys
-differ per query; the sparse kinds, whose queries share keys in blocks, use block matmuls instead.
+:class:`SharedQKAttention` is also their base class (its :meth:`~SharedQKAttention.queries_and_keys`,
+:func:`exclude_self` and :func:`self_mask` serve them).
 """
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch
@@ -21,7 +23,7 @@ from torch import nn
 
 from .base import EncoderAttention
 from .config import AttentionConfig
-from .masks import masked_softmax
+from .masks import row_has_key
 from .registry import ATTENTION
 
 
@@ -33,53 +35,21 @@ def exclude_self(allowed: torch.Tensor, is_self: torch.Tensor) -> torch.Tensor:
         is_self: bool, broadcastable to ``allowed``: True where the key is the query's own frame.
 
     Returns:
-        bool of ``allowed``'s shape.
+        bool, the broadcast shape of ``allowed`` and ``is_self``.
     """
     others = allowed & ~is_self
-    return torch.where(others.any(dim=-1, keepdim=True), others, allowed)
-
-
-def gather_frames(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x [B, h, T, d]`` at ``index [B or 1, h or 1, T', K]`` (values in ``0 .. T-1``) -> ``[B, h, T', K, d]``."""
-    batch, heads, _, dim = x.shape
-    index = index.expand(batch, heads, *index.shape[2:])
-    flat = index.reshape(batch, heads, -1, 1).expand(-1, -1, -1, dim)
-    return torch.gather(x, 2, flat).view(batch, heads, *index.shape[2:], dim)
-
-
-def gathered_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    index: torch.Tensor,
-    allowed: torch.Tensor,
-    dropout: nn.Module | None = None,
-) -> torch.Tensor:
-    """Attention of each query over its own ``K`` gathered keys: ``softmax_k(q_t . key_{index[t, k]} / sqrt(d))``
-    over the allowed slots, applied to the gathered values.
-
-    Args:
-        query, key, value: ``[B, h, T, d]``.
-        index: long ``[B or 1, h or 1, T, K]`` key positions (within ``0 .. T-1``).
-        allowed: bool broadcastable to ``[B, h, T, K]``: slots that take part (rows with none give zeros).
-        dropout: applied to the weights (a callable such as ``EncoderAttention.attention_dropout``).
-
-    Returns:
-        ``[B, h, T, d]``. Time and memory ``O(B h T K d)``.
-    """
-    keys = gather_frames(key, index)  # [B, h, T, K, d]
-    values = gather_frames(value, index)
-    scores = torch.einsum("bhtd,bhtkd->bhtk", query, keys) / math.sqrt(query.shape[-1])
-    weights = masked_softmax(scores, allowed)
-    if dropout is not None:
-        weights = dropout(weights)
-    return torch.einsum("bhtk,bhtkd->bhtd", weights.to(values.dtype), values)
+    alone = ~row_has_key(others)  # [..., T, 1]: rows with no key but (perhaps) the own one
+    # in uint8: bool ops broadcasting ``alone`` over the keys take a slow CPU path (this function with
+    # torch.where took 1.2 ms against 0.24 ms for a [2, 1, 500, 500] mask, torch 2.13, one thread)
+    own = (allowed & is_self).view(torch.uint8) * alone.view(torch.uint8)
+    return (others.view(torch.uint8) | own).view(torch.bool)
 
 
 @ATTENTION.register("shared_qk")
 class SharedQKAttention(EncoderAttention):
     """Shared-QK attention ("Baseline (Q)"): ``W_Q`` only, keys ``q / ||q||`` per head, no self-attention unless
-    it must (see the module docstring). Time ``O(T^2 D)``, memory ``O(h T^2)``.
+    it must (see the module docstring). Time ``O(T^2 D)``; memory: the ``O(B T^2)`` boolean mask and what the
+    fused kernel keeps.
 
     Args:
         config (`AttentionConfig`): ``hidden_size``, ``num_heads``, ``dropout``, ``bias``, chunk settings.
@@ -103,13 +73,14 @@ class SharedQKAttention(EncoderAttention):
         frames = hidden_states.shape[1]
         query, key = self.queries_and_keys(hidden_states)
         value = self.split_heads(self.value_proj(hidden_states))
-        allowed = self.attention_mask(padding_mask, frames)
-        if allowed is None:
-            allowed = torch.ones(1, 1, frames, frames, dtype=torch.bool, device=hidden_states.device)
-        allowed = exclude_self(allowed.expand(*allowed.shape[:2], frames, frames), self_mask(frames, allowed.device))
-        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.head_dim)  # [B, h, T, T]
-        weights = self.attention_dropout(masked_softmax(scores, allowed))
-        return self.output_proj(self.merge_heads(torch.matmul(weights.to(value.dtype), value)))
+        allowed = self.attention_mask(padding_mask, frames)  # [B|1, 1, T|1, T] bool or None
+        is_self = self_mask(frames, hidden_states.device)
+        if allowed is None:  # every key but the own one (for T > 1): no row is empty
+            context = self.filled_attention(query, key, value, ~is_self if frames > 1 else None, None)
+        else:
+            mask = exclude_self(allowed.expand(*allowed.shape[:-2], frames, frames), is_self)
+            context = self.fused_attention(query, key, value, mask)  # rows with no key: zeros
+        return self.output_proj(self.merge_heads(context))  # context [B, h, T, d_k]
 
 
 def self_mask(frames: int, device: torch.device | None = None) -> torch.Tensor:

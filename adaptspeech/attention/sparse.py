@@ -40,9 +40,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch.nn import functional as F
 
 from .config import AttentionConfig
+from .masks import fill_empty_rows
 from .registry import ATTENTION
 from .shared_qk import SharedQKAttention, exclude_self
 
@@ -82,7 +82,9 @@ class Layout:
         keys: long ``[G, K]`` key positions, clamped into ``0 .. T-1``.
         allowed: bool ``[1, G, Q, K]``: key in range, in the pattern and in an allowed chunk.
         own: bool ``[G, Q, K]``: the key is the query's own frame.
-        mask: ``allowed`` after the own-key rule (the mask without padding).
+        mask: ``allowed`` after the own-key rule (the mask without padding), every row with a key
+            (:func:`~.masks.fill_empty_rows`).
+        empty: bool ``[1, G, Q, 1]``, the rows of ``mask`` that had no key (their outputs are zeroed), or None.
         slots: long ``[T]``: the flat slot holding each frame's query; None where frame ``t`` is in slot ``t``
             (blocks in frame order: the output needs no reordering).
     """
@@ -93,6 +95,7 @@ class Layout:
     allowed: torch.Tensor
     own: torch.Tensor
     mask: torch.Tensor
+    empty: torch.Tensor | None
     slots: torch.Tensor | None
 
 
@@ -183,13 +186,15 @@ class SparseAttention(SharedQKAttention):
             allowed = allowed & ok
         own = queries[:, :, None] == keys[:, None, :]
         slots = groups.slots(frames)
+        mask, empty = fill_empty_rows(exclude_self(allowed, own))  # e.g. a summary pattern past a short T
         return Layout(
             heads=heads,
             queries=queries.clamp(max=frames - 1).reshape(-1),
             keys=keys.clamp(0, frames - 1),
             allowed=allowed,
             own=own,
-            mask=exclude_self(allowed, own),
+            mask=mask,
+            empty=empty if bool(empty.any()) else None,
             slots=None if bool((slots == torch.arange(frames, device=slots.device)).all()) else slots,
         )
 
@@ -219,15 +224,19 @@ class SparseAttention(SharedQKAttention):
         head groups concatenate into ``[B, T, D]`` without a transpose).
 
         The ``G`` groups become the batch of one fused attention call: queries ``[B G, h', Q, d]``, keys and
-        values ``[B G, h', K, d]``, mask ``[B G, 1, Q, K]`` (rows with no key give zeros).
+        values ``[B G, h', K, d]``, mask ``[B G, 1, Q, K]`` (rows with no key give zeros, on every backend:
+        :meth:`~.base.EncoderAttention.filled_attention`).
         """
         batch, heads, frames, dim = query.shape
         count, per_group = layout.own.shape[:2]
-        mask = layout.mask
+        mask, empty = layout.mask, layout.empty
         if padding_mask is not None:  # keys on padding out, then the own-key rule again
             real = padding_mask.bool()[:, layout.keys]  # [B, G, K]
-            mask = exclude_self(layout.allowed & real[:, :, None, :], layout.own)
-        mask = mask.expand(batch, -1, -1, -1).reshape(batch * count, 1, per_group, -1)
+            mask, empty = fill_empty_rows(exclude_self(layout.allowed & real[:, :, None, :], layout.own))
+
+        def by_group(x: torch.Tensor) -> torch.Tensor:
+            """``[B or 1, G, Q, K or 1]`` -> ``[B G, 1, Q, K or 1]``."""
+            return x.expand(batch, -1, -1, -1).reshape(batch * count, 1, per_group, -1)
 
         def gather(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             """``[B, h', T, d]`` at flat ``positions [G P]`` -> ``[B G, h', P, d]``."""
@@ -235,13 +244,12 @@ class SparseAttention(SharedQKAttention):
             return rows.view(batch * count, -1, heads, dim).transpose(1, 2)
 
         flat_keys = layout.keys.reshape(-1)
-        context = F.scaled_dot_product_attention(
+        context = self.filled_attention(
             gather(query, layout.queries),
             gather(key, flat_keys),
             gather(value, flat_keys),
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            scale=1.0 / math.sqrt(dim),
+            by_group(mask),
+            None if empty is None else by_group(empty),
         )  # [B G, h', Q, d]
         context = context.transpose(1, 2).reshape(batch, count * per_group, heads, dim)
         return context[:, :frames] if layout.slots is None else context.index_select(1, layout.slots)
