@@ -1,11 +1,12 @@
 """Long recordings in bounded memory: CTC log-probabilities of a whole recording, computed chunk by chunk.
 
 A 10-minute recording is 15,000 encoder frames at 25 Hz; full self-attention over them needs T x T scores per head
-and layer (7.3 GB measured for a 49k-parameter model). Here the recording's model input is computed once (features
-of the whole recording, normalised over the whole recording as for a short one; for a recording longer than one
-chunk, frames of digital silence are left out of the normalisation statistics), then the encoder runs on
-overlapping chunks of ``chunk_length_s`` seconds, each with ``stride_length_s`` seconds of context on both sides
-(transformers' pipeline stride approach), and the CTC log-probabilities of the chunks are stitched.
+and layer (7.3 GB measured for a 49k-parameter model). Here the recording's features are computed once, then the
+encoder runs on overlapping chunks of ``chunk_length_s`` seconds, each with ``stride_length_s`` seconds of context on
+both sides (transformers' pipeline stride approach), and the CTC log-probabilities of the chunks are stitched. Each
+chunk's input (strides included) is normalised locally, over its own audio only
+(:mod:`~adaptspeech.inference.local_norm`): a recording that is one chunk is normalised exactly as ``prepare``
+normalises an utterance.
 
 **Stitching rule.** Chunk boundaries lie on the model's output-frame grid: a chunk starts at a multiple of the input
 span of one output frame (4 fbank frames = 640 samples for the fbank front end, 320 samples for wav2vec2), so output
@@ -19,9 +20,6 @@ recording).
 
 from __future__ import annotations
 
-import copy
-import inspect
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,16 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.audio import frame_params, log_mel
-from ..data.features import extract_features, feature_type_of, normalize_utterance
+from ..data.audio import frame_params
+from ..data.features import extract_features
 from ..decoding import evaluating
 from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
+from .local_norm import ModelInput, input_span
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
-
-DIGITAL_SILENCE_MARGIN = 1.0
-"""Nats above ``log_mel``'s floor below which every mel bin of a frame marks it as digital silence."""
-_LOG_FLOOR = math.log(inspect.signature(log_mel).parameters["eps"].default)
-_NORMALIZE_EPS = inspect.signature(normalize_utterance).parameters["eps"].default
 
 
 @dataclass(frozen=True)
@@ -81,32 +75,15 @@ def plan_chunks(num_units: int, units_per_frame: int, chunk_frames: int, stride_
         first += step
 
 
-def model_input(waveform: np.ndarray, feature_extractor: Any, skip_digital_silence: bool = False) -> torch.Tensor:
-    """The whole recording's model input, normalised over the recording: ``[S]`` samples or ``[T, n_mels]``.
+def model_input(waveform: np.ndarray, feature_extractor: Any) -> torch.Tensor:
+    """``prepare``'s model input of one utterance, normalised over all of it: ``[S]`` samples or ``[T, n_mels]``.
 
     Args:
         waveform: ``[S]`` the recording at the feature extractor's rate.
         feature_extractor: the processor's feature extractor (``extract_features`` reads it).
-        skip_digital_silence: fbank features with ``do_normalize``: the mean and variance are taken over the frames
-            that carry signal, leaving out digital silence (frames whose every mel bin lies within
-            ``DIGITAL_SILENCE_MARGIN`` of ``log_mel``'s floor); all frames are then normalised with them. Training
-            normalises over single utterances, which hold no digital silence; in a long recording (muted or
-            zero-padded stretches, clips joined by zeros) those frames would drag the mean towards the floor and
-            inflate the variance. Without such frames the result is exactly the default.
     """
-    if not (skip_digital_silence and feature_type_of(feature_extractor) == "fbank"
-            and getattr(feature_extractor, "do_normalize", True)):
-        _, features = extract_features(waveform, feature_extractor)
-        return torch.from_numpy(features)
-    raw_extractor = copy.copy(feature_extractor)
-    raw_extractor.do_normalize = False
-    _, raw = extract_features(waveform, raw_extractor)
-    signal = raw.max(axis=1) > _LOG_FLOOR + DIGITAL_SILENCE_MARGIN
-    if not signal.any() or signal.all():
-        return torch.from_numpy(normalize_utterance(raw, axis=0))
-    kept = raw[signal]
-    mean, var = kept.mean(axis=0, keepdims=True), kept.var(axis=0, keepdims=True)
-    return torch.from_numpy(((raw - mean) / np.sqrt(var + _NORMALIZE_EPS)).astype(np.float32))
+    _, features = extract_features(waveform, feature_extractor)
+    return torch.from_numpy(features)
 
 
 def input_units_per_frame(model: Any) -> int:
@@ -132,7 +109,7 @@ def _batches(chunks: list[Chunk], batch_size: int) -> Iterator[list[Chunk]]:
 @torch.no_grad()
 def chunked_ctc_log_probs(
     model: Any,
-    inputs: torch.Tensor,
+    inputs: ModelInput,
     chunk_length_s: float = DEFAULT_CHUNK_LENGTH_S,
     stride_length_s: float = DEFAULT_STRIDE_LENGTH_S,
     batch_size: int = 4,
@@ -142,7 +119,9 @@ def chunked_ctc_log_probs(
 
     Args:
         model: an adaptspeech model with a CTC head.
-        inputs: the recording's model input, ``[S]`` samples or ``[T_fbank, n_mels]`` (see :func:`model_input`).
+        inputs: the recording's model input: a :class:`~adaptspeech.inference.local_norm.RecordingInput` (each
+            chunk, strides included, normalised over its own audio), or a tensor ``[S]`` samples or
+            ``[T_fbank, n_mels]`` already normalised (sliced as it is, e.g. :func:`model_input`).
         chunk_length_s: seconds of audio per encoder call (rounded to whole output frames); a recording no longer
             than this runs in one call, exactly as unchunked.
         stride_length_s: seconds of context on each side of a chunk's kept frames.
@@ -159,12 +138,12 @@ def chunked_ctc_log_probs(
     per_frame = input_units_per_frame(model)
     chunk_frames = max(1, round(chunk_length_s * MODEL_SAMPLING_RATE / ratio))
     stride_frames = round(stride_length_s * MODEL_SAMPLING_RATE / ratio)
-    chunks = plan_chunks(int(inputs.shape[0]), per_frame, chunk_frames, stride_frames)
+    chunks = plan_chunks(len(inputs), per_frame, chunk_frames, stride_frames)
     pieces: list[torch.Tensor] = []
     device = model.device
     with evaluating(model):
         for batch in _batches(chunks, batch_size):
-            x = torch.stack([inputs[c.start : c.end] for c in batch]).to(device)
+            x = torch.stack([input_span(inputs, c.start, c.end) for c in batch]).to(device)
             ids = None if lang_ids is None else lang_ids.to(device).expand(len(batch))
             hidden, _, _, _ = model.encode(x, None, ids)
             rows = model._row_languages(ids) if hasattr(model, "_row_languages") else None

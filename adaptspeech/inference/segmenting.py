@@ -6,9 +6,10 @@ decoded from overlapping audio have no frame alignment to cut them at. Long reco
 consecutive segments, each decoded on its own with the model's attention or joint beam search, and the texts joined.
 
 **Segmentation rule.** Everything lies on the model's output-frame grid (``inputs_to_logits_ratio`` samples per
-frame: 640 for the fbank front end, 320 for wav2vec2), and the model input of the whole recording is computed once
-(normalised over the recording, as for CTC chunking) and sliced, so segment ``[a, b)`` of output frames is input
-units ``[a u, b u)`` (``u`` input units per frame; the last segment runs to the end of the input).
+frame: 640 for the fbank front end, 320 for wav2vec2), and the features of the whole recording are computed once
+and sliced, so segment ``[a, b)`` of output frames is input units ``[a u, b u)`` (``u`` input units per frame; the
+last segment runs to the end of the input). Each segment's input is normalised over the segment's own audio, as a
+CTC chunk's is (:mod:`~adaptspeech.inference.local_norm`).
 
 - A recording of at most ``M = floor(chunk_length_s / frame seconds)`` output frames is one segment: the whole input,
   decoded exactly as without segmentation.
@@ -35,6 +36,7 @@ import torch
 
 from ..decoding import transcribe_batch
 from . import CUT_COSTS, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
+from .local_norm import ModelInput, input_span
 from .long_form import chunked_ctc_log_probs, input_units_per_frame
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
 
@@ -112,7 +114,7 @@ def blank_cost(log_probs: torch.Tensor, blank_id: int, num_frames: int) -> np.nd
 
 def plan_segments(
     model: Any,
-    inputs: torch.Tensor,
+    inputs: ModelInput,
     waveform: np.ndarray,
     chunk_length_s: float,
     cut_by: str = "energy",
@@ -124,8 +126,8 @@ def plan_segments(
 
     Args:
         model: an adaptspeech model (with a CTC head for ``cut_by="ctc_blank"``).
-        inputs: the recording's model input ``[S]`` samples or ``[T_fbank, n_mels]``
-            (:func:`~adaptspeech.inference.long_form.model_input`).
+        inputs: the recording's model input, a :class:`~adaptspeech.inference.local_norm.RecordingInput` or a
+            normalised tensor ``[S]`` samples or ``[T_fbank, n_mels]`` (read for its length, and by the CTC pass).
         waveform: ``[S]`` the recording at 16 kHz (read for ``cut_by="energy"``).
         chunk_length_s: the longest segment, in seconds (rounded down to whole output frames).
         cut_by: ``"energy"`` or ``"ctc_blank"``.
@@ -143,7 +145,7 @@ def plan_segments(
     max_frames = int(chunk_length_s / seconds_per_frame + 1e-9)
     if max_frames < 1:
         raise ValueError(f"chunk_length_s {chunk_length_s:g} is shorter than one output frame ({seconds_per_frame} s)")
-    num_units = int(inputs.shape[0])
+    num_units = len(inputs)
     num_frames = -(-num_units // per_frame)
     if num_frames <= max_frames:
         return [Segment(0, num_units, 0, num_frames)]
@@ -164,7 +166,7 @@ def plan_segments(
 @torch.no_grad()
 def decode_segments(
     model: Any,
-    inputs: torch.Tensor,
+    inputs: ModelInput,
     segments: list[Segment],
     method: str,
     lang_ids: torch.Tensor | None = None,
@@ -174,7 +176,8 @@ def decode_segments(
 
     Args:
         model: an adaptspeech model (in eval mode).
-        inputs: the recording's model input ``[S]`` or ``[T_fbank, n_mels]``.
+        inputs: the recording's model input (a :class:`~adaptspeech.inference.local_norm.RecordingInput`: each
+            segment normalised over its own audio; or a normalised tensor ``[S]`` or ``[T_fbank, n_mels]``, sliced).
         segments: from :func:`plan_segments`.
         method: a decoding method (``attention_beam``, ``joint`` ...).
         lang_ids: ``[1]`` language index (models routing several languages).
@@ -182,7 +185,7 @@ def decode_segments(
     """
     ids = []
     for segment in segments:
-        batch = {model.main_input_name: inputs[segment.start : segment.end][None].to(model.device)}
+        batch = {model.main_input_name: input_span(inputs, segment.start, segment.end)[None].to(model.device)}
         if lang_ids is not None:
             batch["lang_ids"] = lang_ids.to(model.device)
         ids.append(transcribe_batch(model, batch, method, **options)[0])

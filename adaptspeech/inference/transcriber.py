@@ -2,12 +2,12 @@
 
 CTC decoders (``ctc_greedy``, ``ctc_beam``, and an n-gram LM through pyctcdecode) read the recording's CTC
 log-probabilities computed chunk by chunk (:mod:`adaptspeech.inference.long_form`), so memory stays bounded however
-long the recording; a recording no longer than ``chunk_length_s`` is one encoder call, exactly as unchunked (a longer
-one leaves digital silence out of its normalisation statistics, see
-:func:`~adaptspeech.inference.long_form.model_input`). The
-attention and joint decoders cut a recording longer than ``chunk_length_s`` into consecutive segments at pauses
-(:mod:`adaptspeech.inference.segmenting`), decode each alone and join the texts; the segments and their times are in
-``Transcription.extra["segments"]``.
+long the recording; a recording no longer than ``chunk_length_s`` is one encoder call, exactly as unchunked. Every
+encoder call's input is normalised over its own audio (:mod:`adaptspeech.inference.local_norm`: a sliding window of
+``norm_window_s`` inside the chunk or segment, digital silence left out; the whole recording, when it is one call,
+exactly as ``prepare`` normalises an utterance). The attention and joint decoders cut a recording longer than
+``chunk_length_s`` into consecutive segments at pauses (:mod:`adaptspeech.inference.segmenting`), decode each alone
+and join the texts; the segments and their times are in ``Transcription.extra["segments"]``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import torch
 from ..decoding import ctc_greedy_decode, ctc_prefix_beam_search, evaluating
 from ..heads import CTC_DECODERS
 from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
-from .long_form import chunked_ctc_log_probs, model_input
+from .local_norm import DEFAULT_NORM_WINDOW_S, ModelInput, recording_input
+from .long_form import chunked_ctc_log_probs
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
 from .segmenting import decode_segments, plan_segments
 from .timestamps import ctc_timestamps
@@ -52,6 +53,7 @@ def transcribe(
     chunk_batch_size: int = 4,
     cut_by: str = "energy",
     search_length_s: float = DEFAULT_SEARCH_LENGTH_S,
+    norm_window_s: float = DEFAULT_NORM_WINDOW_S,
     **options: Any,
 ) -> list[Transcription]:
     """Transcribe 16 kHz mono waveforms one by one.
@@ -69,6 +71,7 @@ def transcribe(
         chunk_batch_size: chunks per encoder call.
         cut_by, search_length_s: where attention / joint decoding cuts a long recording (``"energy"`` or
             ``"ctc_blank"``; see :mod:`~adaptspeech.inference.segmenting`).
+        norm_window_s: seconds of the sliding normalisation window of a recording longer than one encoder call.
         **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
     """
     if timestamps is not None and method != "ctc_greedy" and lm_decoder is None:
@@ -81,7 +84,7 @@ def transcribe(
     with evaluating(model):
         for waveform in waveforms:
             seconds = len(waveform) / MODEL_SAMPLING_RATE
-            inputs = model_input(waveform, processor.feature_extractor, skip_digital_silence=seconds > chunk_length_s)
+            inputs = recording_input(waveform, processor.feature_extractor, norm_window_s)
             if method not in CTC_DECODERS and lm_decoder is None:
                 results.append(_decode_segmented(model, inputs, waveform, tokenizer, method, chunk_length_s, cut_by,
                                                  search_length_s, lang_ids, options))
@@ -108,7 +111,7 @@ def _text(tokenizer: Any, ids: list[int]) -> str:
     return tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True)
 
 
-def _decode_segmented(model: Any, inputs: torch.Tensor, waveform: np.ndarray, tokenizer: Any, method: str,
+def _decode_segmented(model: Any, inputs: ModelInput, waveform: np.ndarray, tokenizer: Any, method: str,
                       chunk_length_s: float, cut_by: str, search_length_s: float, lang_ids: torch.Tensor | None,
                       options: dict[str, Any]) -> Transcription:
     """Attention / joint decoding of one recording, segment by segment (one segment, the whole input, when it is

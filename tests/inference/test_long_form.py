@@ -1,6 +1,7 @@
 """Long recordings chunk by chunk (adaptspeech.inference.long_form): the chunks tile the recording, the stitched
 CTC output equals the unchunked one exactly where the encoder's receptive field fits in the stride, and the
-``transcribe`` command gives the same text chunked and unchunked, with timestamps as JSON."""
+``transcribe`` command prints the API's result, with timestamps as JSON (the local normalisation of each chunk:
+test_local_norm.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from transformers import AutoProcessor
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.cli import main
-from adaptspeech.data.audio import log_mel
 from adaptspeech.inference.long_form import chunked_ctc_log_probs, model_input, plan_chunks
 from adaptspeech.inference.transcriber import transcribe
 
@@ -62,29 +62,30 @@ def test_one_chunk_equals_unchunked_with_attention(tmp_path: Path) -> None:
     assert chunked.shape == _unchunked(model, inputs).shape  # full attention: close, not equal (module docstring)
 
 
-def test_transcribe_command_chunked_equals_unchunked_with_json_timestamps(tmp_path: Path, capsys) -> None:
+def test_transcribe_command_equals_the_api_chunked_and_unchunked_with_json_timestamps(tmp_path: Path,
+                                                                                    capsys) -> None:
+    """The command prints what ``transcribe`` returns, unchunked and chunked (each chunk normalised over its own
+    audio, so the two differ slightly: test_local_norm.py), as JSON with word timestamps."""
     folder = model_folder(tmp_path / "model", backbone_overrides={"num_hidden_layers": 0})
     wave = audio(6.0, seed=3)
     clip = tmp_path / "clip.wav"
     sf.write(clip, wave, 16000, subtype="FLOAT")
-    outputs = {}
-    for name, chunking in (("whole", ["--chunk-length", "60"]), ("chunked", ["--chunk-length", "1.5",
-                                                                            "--stride-length", "0.3"])):
+    model = AdaptSpeechForCTC.from_pretrained(folder)
+    processor = AutoProcessor.from_pretrained(folder)
+    for chunk, stride in ((60.0, 5.0), (1.5, 0.3)):
         code = main(["transcribe", "--model", str(folder), str(clip), "--no-progress", "--timestamps", "word",
-                     "--device", "cpu", *chunking])
+                     "--device", "cpu", "--chunk-length", str(chunk), "--stride-length", str(stride)])
         out, err = capsys.readouterr()
         assert code == 0, err
-        outputs[name] = json.loads(out)
-    assert outputs["chunked"] == outputs["whole"]
-    result = outputs["whole"]
-    model = AdaptSpeechForCTC.from_pretrained(folder)
-    expected = transcribe(model, AutoProcessor.from_pretrained(folder), [wave], timestamps="word")[0]
-    assert result["text"] == expected.text and len(result["text"]) > 5
-    assert " ".join(c["text"] for c in result["chunks"]) == result["text"].strip()
-    starts = [c["start"] for c in result["chunks"]]
-    assert starts == sorted(starts) and all(c["end"] > c["start"] for c in result["chunks"])
-    assert np.isclose(result["seconds"], 6.0)
-
+        result = json.loads(out)
+        expected = transcribe(model, processor, [wave], timestamps="word", chunk_length_s=chunk,
+                              stride_length_s=stride)[0]
+        assert result["text"] == expected.text and len(result["text"]) > 5
+        assert result["chunks"] == expected.chunks
+        assert " ".join(c["text"] for c in result["chunks"]) == result["text"].strip()
+        starts = [c["start"] for c in result["chunks"]]
+        assert starts == sorted(starts) and all(c["end"] > c["start"] for c in result["chunks"])
+        assert np.isclose(result["seconds"], 6.0)
 
 
 def test_chunked_log_probs_of_a_routed_model_use_the_languages_head(tmp_path: Path) -> None:
@@ -101,23 +102,3 @@ def test_chunked_log_probs_of_a_routed_model_use_the_languages_head(tmp_path: Pa
         chunked = chunked_ctc_log_probs(model, inputs, lang_ids=ids)
         assert chunked.shape == (expected.shape[0], vocab)
         torch.testing.assert_close(chunked, expected)
-
-
-def test_long_recording_normalisation_leaves_digital_silence_out(tmp_path: Path) -> None:
-    """Two clips joined by 1 s of zeros: with skip_digital_silence the mean and variance come from the frames that
-    carry signal (reference computed here from the raw filterbanks); without zeros both ways agree exactly."""
-    extractor = AutoProcessor.from_pretrained(model_folder(tmp_path)).feature_extractor
-    recording = np.concatenate([audio(2.0, seed=6), np.zeros(16000, np.float32), audio(1.5, seed=7)])
-    raw = np.asarray(log_mel(recording, sr=16000, n_mels=extractor.n_mels), dtype=np.float64)
-    signal = raw.max(axis=1) > np.log(1e-10) + 1.0
-    assert 90 <= (~signal).sum() <= 100  # the second of zeros (100 frames, less the windows reaching into speech)
-    kept = raw[signal]
-    expected = (raw - kept.mean(0)) / np.sqrt(kept.var(0) + 1e-7)
-    skipped = model_input(recording, extractor, skip_digital_silence=True)
-    np.testing.assert_allclose(skipped.numpy(), expected, atol=1e-4)
-    default = model_input(recording, extractor)
-    assert default[torch.from_numpy(signal)].mean() > 0.2  # the zeros' frames drag the plain mean below the speech
-    assert abs(float(skipped[torch.from_numpy(signal)].mean())) < 1e-4
-    clean = audio(3.0, seed=8)
-    torch.testing.assert_close(model_input(clean, extractor, skip_digital_silence=True), model_input(clean, extractor),
-                               atol=0, rtol=0)

@@ -1,6 +1,6 @@
 """Attention / joint decoding of long recordings (adaptspeech.inference.segmenting): the cut rule on known costs,
-one segment = unsegmented decoding exactly, cuts in the pauses of a recording made of utterances and silences, and
-the encoder never called on more than the chunk length."""
+one segment = unsegmented decoding exactly, cuts in the pauses of a recording made of utterances and silences, the
+encoder never called on more than the chunk length, each segment's input normalised over its own audio."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from transformers import AutoProcessor
 from adaptspeech import AdaptSpeechForJointCTCAttention
 from adaptspeech.cli import main
 from adaptspeech.decoding import transcribe_batch
+from adaptspeech.inference.local_norm import span_audio
 from adaptspeech.inference.long_form import model_input
 from adaptspeech.inference.segmenting import plan_cuts, plan_segments
 from adaptspeech.inference.transcriber import transcribe
@@ -99,21 +100,23 @@ def test_a_recording_of_utterances_splits_at_the_pauses_in_bounded_segments(join
     for segment, (start, end) in zip(segments[1:], pauses, strict=True):
         assert start < segment.first_frame * 0.04 < end  # each cut inside its pause
 
-    lengths: list[int] = []
+    seen: list[torch.Tensor] = []
     encode = model.encode
 
     def spy(x: torch.Tensor, *args: object, **kwargs: object) -> object:
-        lengths.append(int(x.shape[1]))
+        seen.append(x[0].clone())
         return encode(x, *args, **kwargs)
 
     model.encode = spy
     result = transcribe(model, processor, [wave], method="joint", chunk_length_s=CHUNK_S, search_length_s=SEARCH_S,
                         beam_size=2)[0]
-    assert lengths == [s.end - s.start for s in segments]  # the encoder never sees more than the chunk length
+    assert [len(x) for x in seen] == [s.end - s.start for s in segments]  # never more than the chunk length
     model.encode = encode
     texts = []
-    for s in segments:
-        ids = transcribe_batch(model, {"input_features": inputs[None, s.start : s.end]}, "joint", beam_size=2)[0]
+    for s, x in zip(segments, seen, strict=True):
+        own = model_input(span_audio(wave, s.start, s.end, fbank=True), processor.feature_extractor)
+        torch.testing.assert_close(x, own, atol=2e-5, rtol=0)  # each segment normalised over its own audio
+        ids = transcribe_batch(model, {"input_features": own[None]}, "joint", beam_size=2)[0]
         texts.append(processor.tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True).strip())
     assert [span["text"] for span in result.extra["segments"]] == texts
     assert result.text == " ".join(t for t in texts if t) and len(result.text) > 10
