@@ -15,6 +15,7 @@ from ..inference import (
     DEFAULT_SEARCH_LENGTH_S,
     DEFAULT_STRIDE_LENGTH_S,
 )
+from ..inference.local_norm import DEFAULT_NORM_WINDOW_S
 from .common import (
     PROG,
     CommandError,
@@ -69,6 +70,11 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "--search-length", type=_positive_float, default=DEFAULT_SEARCH_LENGTH_S, metavar="SECONDS",
         help=f"attention / joint decoding: seconds before a segment's longest end searched for the cut (default "
         f"{DEFAULT_SEARCH_LENGTH_S:g})",
+    )
+    transcribe.add_argument(
+        "--norm-window", type=_positive_float, default=DEFAULT_NORM_WINDOW_S, metavar="SECONDS",
+        help="a recording longer than one encoder call: each chunk / segment is normalised with a sliding window of "
+        f"this many seconds inside it (default {DEFAULT_NORM_WINDOW_S:g}; see docs/inference.md)",
     )
     transcribe.add_argument(
         "--timestamps", choices=("word", "char"), default=None,
@@ -151,7 +157,8 @@ def _run_transcribe(args: argparse.Namespace) -> int:
         result = transcribe(
             model, processor, [waveform], method=method, chunk_length_s=args.chunk_length,
             stride_length_s=args.stride_length, timestamps=args.timestamps, lm_decoder=lm_decoder,
-            lang_ids=lang_ids, cut_by=args.cut_by, search_length_s=args.search_length, **options,
+            lang_ids=lang_ids, cut_by=args.cut_by, search_length_s=args.search_length,
+            norm_window_s=args.norm_window, **options,
         )[0]
         if args.timestamps is None:
             print(f"{path}\t{result.text}", flush=True)

@@ -72,20 +72,24 @@ def test_transcribe_command_equals_the_api_chunked_and_unchunked_with_json_times
     sf.write(clip, wave, 16000, subtype="FLOAT")
     model = AdaptSpeechForCTC.from_pretrained(folder)
     processor = AutoProcessor.from_pretrained(folder)
-    for chunk, stride in ((60.0, 5.0), (1.5, 0.3)):
+    texts = []
+    for chunk, stride, window in ((60.0, 5.0, 4.0), (1.5, 0.3, 4.0), (1.5, 0.3, 0.5)):
         code = main(["transcribe", "--model", str(folder), str(clip), "--no-progress", "--timestamps", "word",
-                     "--device", "cpu", "--chunk-length", str(chunk), "--stride-length", str(stride)])
+                     "--device", "cpu", "--chunk-length", str(chunk), "--stride-length", str(stride),
+                     "--norm-window", str(window)])
         out, err = capsys.readouterr()
         assert code == 0, err
         result = json.loads(out)
         expected = transcribe(model, processor, [wave], timestamps="word", chunk_length_s=chunk,
-                              stride_length_s=stride)[0]
+                              stride_length_s=stride, norm_window_s=window)[0]
+        texts.append(result["text"])
         assert result["text"] == expected.text and len(result["text"]) > 5
         assert result["chunks"] == expected.chunks
         assert " ".join(c["text"] for c in result["chunks"]) == result["text"].strip()
         starts = [c["start"] for c in result["chunks"]]
         assert starts == sorted(starts) and all(c["end"] > c["start"] for c in result["chunks"])
         assert np.isclose(result["seconds"], 6.0)
+    assert texts[2] != texts[1]  # --norm-window reaches the normalisation
 
 
 def test_chunked_log_probs_of_a_routed_model_use_the_languages_head(tmp_path: Path) -> None:
