@@ -293,6 +293,7 @@ def _wrap(title: str, fig: Any) -> str:
 
 def _save(fig: Any, plt: Any, path: str | Path) -> Path:
     fig.tight_layout()
+    fig.subplots_adjust(top=1 - 0.55 / fig.get_figheight())  # room for the (wrapped) title above the panels
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)

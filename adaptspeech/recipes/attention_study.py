@@ -263,11 +263,14 @@ def _load_model(folder: Path) -> Any:
     return model_class_for_head(saved_head(folder)).from_pretrained(folder)
 
 
-def _attention_parameters(model: torch.nn.Module) -> int:
-    """Parameters of the attention-kind modules (nested ones counted once, with their parent)."""
+def _attention_parameters(model: torch.nn.Module) -> int | None:
+    """Parameters of the attention-kind modules (nested ones counted once, with their parent); None when the
+    backbone keeps its own attention (``kind: default``: not counted)."""
     from .attention_maps import attention_modules
 
     modules = attention_modules(model)
+    if not modules:
+        return None
     top = [(n, m) for n, m in modules if not any(n.startswith(p + ".") for p, _ in modules)]
     return sum(p.numel() for _, m in top for p in m.parameters())
 
@@ -477,6 +480,7 @@ TABLE_HEADERS = (
 
 
 def _table_row(result: dict[str, Any], sources: list[str]) -> dict[str, str]:
+    attention = result.get("attention_parameters")
     row = {
         "kind": result["kind"] + (" *" if result.get("resumed_from") else ""),
         "seed 002 / 000 name": result["label"],
@@ -491,7 +495,7 @@ def _table_row(result: dict[str, Any], sources: list[str]) -> dict[str, str]:
             "test pass s": f"{result['test_seconds']:.1f}",
             "test pass CPU s": f"{result['test_cpu_seconds']:.1f}",
             "parameters": f"{result['parameters']:,}",
-            "attention parameters": f"{result['attention_parameters']:,}",
+            "attention parameters": "-" if attention is None else f"{attention:,}",
         }
     )
     return row
@@ -519,13 +523,15 @@ def plot_study_summary(results: list[dict[str, Any]], path: Path) -> Path:
     return _save(fig, plt, path)
 
 
-def _overview_rows(study: dict[str, Any], results: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """``(kind, map)`` of the chosen layer (``attention_maps.overview_layer``) of every kind with maps; a module
-    nested in that layer's attention (the hybrid's MHSA stage) gets its own row."""
+def _overview_rows(study: dict[str, Any], results: list[dict[str, Any]]) -> tuple[list[tuple[str, Any]], str]:
+    """``(kind, map)`` of the chosen layer (``attention_maps.overview_layer``, an index into the layers: -1 = the
+    last) of every kind with maps, and that layer's label; a module nested in that layer's attention (the hybrid's
+    MHSA stage) gets its own row."""
     from .attention_maps import AttentionMap
 
     layer = int((study.get("attention_maps") or {}).get("overview_layer", -1))
     rows: list[tuple[str, AttentionMap]] = []
+    chosen = ""
     for result in results:
         modules = (result.get("attention_maps") or {}).get("modules")
         if not modules:
@@ -539,7 +545,7 @@ def _overview_rows(study: dict[str, Any], results: list[dict[str, Any]]) -> list
                     name = f"{result['kind']} ({extra})" if extra else result["kind"]
                     weights = saved[module["label"]].astype(np.float32)
                     rows.append((name, AttentionMap(module["name"], module["label"], weights, 0.0)))
-    return rows
+    return rows, chosen
 
 
 def write_study_results(study: dict[str, Any], plan: list[PlannedKind], run_seconds: float) -> dict[str, Any]:
@@ -572,7 +578,14 @@ def write_study_results(study: dict[str, Any], plan: list[PlannedKind], run_seco
         lines.append("\n\\* resumed from a checkpoint: its time counts only the resumed part.\n")
     if missing:
         lines.append(f"\nNot finished yet: {', '.join(missing)}.\n")
-    lines.append(f"\nThis run: {run_seconds / 60:.1f} min.\n")
+    if results:
+        train_wall = sum(r["train_seconds"] for r in results) / 60
+        train_cpu = sum(r["train_cpu_seconds"] for r in results) / 60
+        lines.append(
+            f"\nSum over the {len(results)} kinds: training {train_wall:.0f} min wall, {train_cpu:.0f} min CPU; test "
+            f"passes {sum(r['test_seconds'] for r in results) / 60:.1f} min wall.\n"
+        )
+    lines.append(f"\nThe run that wrote this file: {run_seconds / 60:.1f} min (kinds finished before are skipped).\n")
     (out / "results.md").write_text("".join(lines))
     extra = {"missing": missing, "run_seconds": run_seconds, "sources": sources, "threads": torch.get_num_threads()}
     (out / "results.json").write_text(json.dumps({"rows": results, **extra}, indent=2, default=float) + "\n")
@@ -584,10 +597,14 @@ def write_study_results(study: dict[str, Any], plan: list[PlannedKind], run_seco
             if history.is_file():
                 histories[r["kind"]] = json.loads(history.read_text())
         plot_training_curves(histories, out / "training_curves.png", keys=("loss",))
-        rows = _overview_rows(study, results)
+        rows, layer = _overview_rows(study, results)
         if rows:
-            layer = (study.get("attention_maps") or {}).get("overview_layer", -1)
-            plot_maps_overview(rows, out / "attention_maps" / "overview.png", f"Effective attention, layer {layer}")
+            utterance = next(r["attention_maps"]["utterance"] for r in results if r["attention_maps"].get("modules"))
+            title = (
+                f"Effective attention of encoder layer {layer}, one {utterance['language']} test utterance "
+                f"({utterance['seconds']:.1f} s, {utterance['frames']} frames); each panel scaled to its max"
+            )
+            plot_maps_overview(rows, out / "attention_maps" / "overview.png", title)
     return {"rows": results, "table": table, **extra}
 
 
