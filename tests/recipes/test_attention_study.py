@@ -10,22 +10,13 @@ import math
 import numpy as np
 import pytest
 from PIL import Image
+from recipe_helpers import TINY
 
 from adaptspeech.cli import main
 from adaptspeech.data import build_synthetic_corpus
 from adaptspeech.data.pipeline import prepare_corpus
 from adaptspeech.recipes.attention_study import StudyError, load_study
 
-TINY = {
-    "backbone_type": "fbank_conformer",
-    "backbone_config": {
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-        "conv_depthwise_kernel_size": 3,
-    },
-}
 KINDS = {
     "mhsa": {"label": "Baseline (QK)", "attention": {"kind": "mhsa"}},
     "lsh_xbox": {"label": "XBOX", "attention": {"kind": "lsh_xbox", "lsh_num_keys": 4}},

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from datasets import Dataset
-from training_helpers import training_args
+from training_helpers import training_args, waveforms
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.data import DataCollatorCTCWithPadding
@@ -22,15 +21,6 @@ def conformer() -> AdaptSpeechForCTC:
                                           adapter_defaults={"bottleneck": 8}))
     model.set_trainable(backbone=True, head=True)
     return model
-
-
-def waveforms(n: int = 8) -> Dataset:
-    gen = torch.Generator().manual_seed(0)
-    return Dataset.from_list([
-        {"input_values": torch.randn(4000, generator=gen).tolist(), "labels": [5, 6, 7], "text": "abc",
-         "language": "ro"}
-        for _ in range(n)
-    ])
 
 
 def test_the_unused_modules_of_the_backbone_are_listed():

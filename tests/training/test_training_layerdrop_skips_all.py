@@ -8,22 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from datasets import Dataset
-from training_helpers import make_dataset, training_args
+from training_helpers import make_dataset, training_args, waveforms
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.data import DataCollatorCTCWithPadding
 from adaptspeech.testing import tiny_config
 from adaptspeech.training import AdaptSpeechTrainer
-
-
-def waveforms(n: int = 8) -> Dataset:
-    gen = torch.Generator().manual_seed(0)
-    return Dataset.from_list([
-        {"input_values": torch.randn(4000, generator=gen).tolist(), "labels": [5, 6, 7], "text": "abc",
-         "language": "ro"}
-        for _ in range(n)
-    ])
 
 
 @pytest.mark.parametrize("backbone", ["fbank_conformer", "wav2vec2"])

@@ -35,6 +35,16 @@ def make_dataset(n: int = 12, seed: int = 0, languages: list[str] | None = None)
     return Dataset.from_list(rows)
 
 
+def waveforms(n: int = 8) -> Dataset:
+    """``n`` rows of 0.25 s random waveforms labelled "abc" in ro (wav2vec2-style models)."""
+    gen = torch.Generator().manual_seed(0)
+    return Dataset.from_list([
+        {"input_values": torch.randn(4000, generator=gen).tolist(), "labels": [5, 6, 7], "text": "abc",
+         "language": "ro"}
+        for _ in range(n)
+    ])
+
+
 def training_args(out: Path, **overrides: Any) -> TrainingArguments:
     """A few CPU steps, batch 4, no reporting."""
     base = dict(
