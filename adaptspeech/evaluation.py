@@ -10,6 +10,7 @@ import torch
 from datasets import Dataset
 from tqdm.auto import tqdm
 
+from .data.array_rows import column_list, take_rows, with_array_rows
 from .data.collator import DataCollatorCTCWithPadding
 from .decoding import transcribe_batch
 from .metrics import compute_error_rates
@@ -47,13 +48,14 @@ def transcribe_dataset(
     tokenizer = processor.tokenizer
     texts: list[str] = []
     # decode in length order (less padding), then restore the dataset order
-    lengths = dataset["input_length"] if "input_length" in dataset.column_names else [0] * len(dataset)
+    lengths = column_list(dataset, "input_length") if "input_length" in dataset.column_names else [0] * len(dataset)
+    rows = with_array_rows(dataset)
     order = sorted(range(len(dataset)), key=lambda i: lengths[i])
     decoded: dict[int, str] = {}
     bar = tqdm(total=len(order), desc=f"decoding ({method})", disable=not progress, leave=False)
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
-        batch = collator([dataset[i] for i in indices])
+        batch = collator(take_rows(rows, indices))
         batch.pop("labels", None)
         batch = {k: v.to(model.device) for k, v in batch.items()}
         if lm_decoder is not None:

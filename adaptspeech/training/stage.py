@@ -368,7 +368,9 @@ def _is_main_process() -> bool:
 
 
 def _select_data(spec: StageSpec) -> tuple[Any, Any, Any]:
-    """``(processor, training rows, evaluation rows)`` of a stage."""
+    """``(processor, training rows, evaluation rows)`` of a stage; array columns read as numpy
+    (:func:`~adaptspeech.data.array_rows.with_array_rows`)."""
+    from ..data.array_rows import with_array_rows
     from ..data.subsets import low_resource_subset, speakers
 
     data = spec.data
@@ -388,7 +390,7 @@ def _select_data(spec: StageSpec) -> tuple[Any, Any, Any]:
     evaluation_set = select_languages(dataset[eval_split], eval_languages, eval_split, "data.eval_languages")
     if data.get("max_eval_rows"):
         evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data["max_eval_rows"])))
-    return processor, train, evaluation_set
+    return processor, with_array_rows(train), with_array_rows(evaluation_set)
 
 
 def _freeze_unused_backbone_parameters(model: Any, probe: dict[str, torch.Tensor]) -> list[str]:

@@ -182,6 +182,22 @@ class AdaptSpeechTrainer(Trainer):
     # --- sampling ----------------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
         if self.language_sampling_temperature is None:
+            dataset = train_dataset if train_dataset is not None else self.train_dataset
+            column = self.args.length_column_name
+            if self.args.train_sampling_strategy == "group_by_length" and column in getattr(
+                dataset, "column_names", ()
+            ):
+                # transformers passes the lazy datasets Column and the sampler reads it one element at a time
+                # (2.6 s per epoch for 4,800 rows); the same lengths as a list, read in one pass
+                from transformers.trainer_pt_utils import LengthGroupedSampler
+
+                from ..data.array_rows import column_list
+
+                return LengthGroupedSampler(
+                    self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                    dataset=dataset,
+                    lengths=column_list(dataset, column),
+                )
             return super()._get_train_sampler(train_dataset)
         from ..data.subsets import TemperatureSampler
 
