@@ -26,6 +26,7 @@ the dry run (:mod:`adaptspeech.recipes.dry_run`) runs the same steps one process
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -199,7 +200,7 @@ def _stage_spec(
     model_path: Path | None,
     subset: str | None,
 ) -> dict[str, Any]:
-    spec = dict(recipe[group][name])
+    spec = copy.deepcopy(recipe[group][name])  # callers edit nested sections (training, model.fusion)
     spec["name"] = name
     spec["output_dir"] = str(Path(recipe["output_dir"]) / name)
     spec.setdefault("seed", recipe.get("seed", 0))

@@ -243,3 +243,48 @@ def test_cer_interval_matches_a_reference_bootstrap():
     assert low < edits.sum() / ref_units.sum() < high
     # every utterance at the same rate: every resample has it, the interval is that point
     assert cer_interval(ref_units // 5, ref_units - ref_units % 5) == pytest.approx((0.2, 0.2))
+
+
+def test_every_grid_run_gets_its_planned_steps_and_settings_do_not_leak(curve):
+    """The specs of every grid run, built in plan order: each trains its planned steps (the stage files' max_steps
+    scaled once, not the previous run's already-scaled value), a SimAdapter guide weight or trained target adapter
+    stays in its own run, and the recipe is unchanged afterwards (the specs once shared the recipe's nested dicts)."""
+    import copy
+    from pathlib import Path
+
+    from adaptspeech.recipes.curve_settings import load_curve_settings as load
+    from adaptspeech.recipes.transfer_curve import Budget, CurveRunner
+
+    out, _ = curve
+    recipe = load_recipe("recipes/synthetic_demo", [*_recipe_overrides(out), "target_adapter.training.max_steps=400",
+                                                    "fusion.training.max_steps=250", "scratch.training.max_steps=400",
+                                                    "finetune.training.max_steps=250"])  # fmt: skip
+    settings = load("recipes/synthetic_demo", [
+        "steps={power: 0.5, min: 1, max: 10000}",
+        "grid.simadapter.guide_weight=[0.1, 0.0]",
+        "grid.simadapter.train_target_adapter=[true, false]",
+    ], ["1min", "3min"])  # fmt: skip
+    dataset, processor = load_prepared(out / "prepared")
+    runner = CurveRunner(recipe, settings, out / "prepared", dataset, processor)
+    before = copy.deepcopy(recipe)
+    budgets = [Budget("1min", 1.0, 24, 1, 1), Budget("3min", 3.0, 77, 2, 2)]
+    start = {"scratch": None, "finetune": Path("base/model"), "adapter": Path("source_adapters/model"),
+             "simadapter": Path("adapter/lr0.005/model")}  # fmt: skip
+    seen = []
+    for budget in budgets:
+        for method in ("scratch", "finetune", "adapter", "simadapter"):
+            for setting in grid_points(settings, method):
+                spec = runner._spec(method, budget, setting, start[method])
+                assert spec["training"]["max_steps"] == runner.planned_steps(method, budget, setting)
+                seen.append((budget.name, method, spec["training"]["max_steps"]))
+                if method == "simadapter":
+                    fusion = spec["model"].get("fusion") or {}
+                    assert fusion.get("guide_weight") == setting["guide_weight"]
+                    trains_adapter = (spec["model"].get("trainable") or {}).get("adapters") == ["sk"]
+                    assert trains_adapter == setting["train_target_adapter"]
+    assert recipe == before
+    steps = {(b, m): s for b, m, s in seen}
+    # the stage's 400 steps scaled from the recipe's target_subset (0.3 min here), every grid point alike
+    assert steps[("1min", "scratch")] == round(400 * (1 / 0.3) ** 0.5)
+    assert steps[("3min", "scratch")] == round(400 * (3 / 0.3) ** 0.5)
+    assert len({s for b, m, s in seen if (b, m) == ("1min", "scratch")}) == 1
