@@ -180,17 +180,24 @@ def plot_training_curves(
 ) -> Path:
     """One panel per key (training loss, dev CER ...), one line per run, from ``Trainer.state.log_history``."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+    many = len(histories) > 8  # the default colour cycle repeats after 10: tab20 and two line styles, legend outside
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys) + (2.2 if many else 0), 3.6), squeeze=False)
+    cmap = plt.get_cmap("tab20")
     for ax, key in zip(axes[0], keys, strict=True):
-        for run, history in histories.items():
+        for i, (run, history) in enumerate(histories.items()):
             points = [(h["step"], h[key]) for h in history if key in h and "step" in h]
             if points:
                 steps, values = zip(*points, strict=True)
-                ax.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3, label=run)
+                style = {"color": cmap(i % 20), "linestyle": "-" if i % 2 == 0 else "--"} if many else {}
+                ax.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3, label=run, **style)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(key)
         ax.set_title(key)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+    last = axes[0][-1]
+    if last.get_legend_handles_labels()[0]:
+        if many:
+            last.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+        else:
+            last.legend(fontsize=8)
     return _save(fig, plt, path)

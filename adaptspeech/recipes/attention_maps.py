@@ -293,7 +293,15 @@ def _wrap(title: str, fig: Any) -> str:
 
 def _save(fig: Any, plt: Any, path: str | Path) -> Path:
     fig.tight_layout()
-    fig.subplots_adjust(top=1 - 0.55 / fig.get_figheight())  # room for the (wrapped) title above the panels
+    # room above the panels for the wrapped title (about 0.14 inch a line at 8 points) and the first row's two-line
+    # panel titles (0.3 inch)
+    height = fig.get_figheight()
+    lines = 0
+    if fig._suptitle is not None:
+        lines = fig._suptitle.get_text().count("\n") + 1
+        fig._suptitle.set_y(1 - 0.08 / height)  # a fixed 0.08 inch from the top, whatever the figure's height
+        fig._suptitle.set_verticalalignment("top")
+    fig.subplots_adjust(top=1 - (0.08 + 0.15 * lines + 0.3) / height)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
