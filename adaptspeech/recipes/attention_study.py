@@ -8,7 +8,7 @@ it); its settings::
     threads: 1                   # torch threads (timings are per thread count)
     seed: 0
     progress: true               # the Trainer's progress bar (false: its log lines)
-    prepared_from: runs/demo_pre/prepared   # a prepared folder (`adaptspeech prepare`); copied once into
+    prepared_from: runs/synthetic_demo/prepared   # a prepared folder (`adaptspeech prepare`); copied once into
                                             # output_dir/prepared without the datasets cache files, never written
     sources: [cs, pl, sl, it, es]           # training and test languages
     base_stage: ../synthetic_demo/stage_base.yaml   # the stage every kind trains (model, training settings)
