@@ -6,11 +6,13 @@ Usage::
     python scripts/bench_long_form.py --minutes 2 --threads 2
 
 The model is the demo's shape (fbank_conformer width 144, 4 layers, 4 heads, FFN 576, 2.2M parameters) built from
-config with random weights: memory and time do not depend on the weights. The recording is a noisy chirp. Each
-measurement runs in its own process (``multiprocessing`` spawn) so that the peak resident memory (``ru_maxrss``) is
-that configuration's alone: *chunked* is ``adaptspeech.inference.transcribe`` (whole-recording features, encoder on
-30 s chunks with 5 s strides, CTC greedy); *unchunked* is one encoder call over the whole recording, measured at
-``--unchunked-minutes`` (default 2: at 10 minutes full attention needs several GB). RTF = seconds / audio seconds.
+config with random weights: memory and time do not depend on the weights. The recording is a noisy chirp with
+0.5 s of -60 dBFS noise every ``--pause-every`` seconds (default 5; 0: none). Each measurement runs in its own process
+(``multiprocessing`` spawn) so that the peak resident memory (``ru_maxrss``) is that configuration's alone: *chunks*
+and *pauses* are ``adaptspeech.inference.transcribe`` with ``split_by`` (whole-recording features; the encoder on
+30 s chunks with 5 s strides, or on one speech region at a time; CTC greedy); *unchunked* is one encoder call over the
+whole recording, measured at ``--unchunked-minutes`` (default 2: at 10 minutes full attention needs several GB).
+RTF = seconds / audio seconds.
 """
 
 from __future__ import annotations
@@ -44,26 +46,30 @@ def _build(threads: int) -> tuple[Any, Any]:
     return model, Wav2Vec2Processor(feature_extractor=AdaptSpeechFeatureExtractor(), tokenizer=tokenizer)
 
 
-def _recording(minutes: float) -> Any:
+def _recording(minutes: float, pause_every: float) -> Any:
     import numpy as np
 
     rng = np.random.default_rng(0)
     t = np.arange(int(minutes * 60 * 16000)) / 16000
-    return (0.3 * np.sin(2 * np.pi * (200 + 50 * np.sin(t)) * t) + 0.05 * rng.standard_normal(t.shape)).astype(
-        np.float32)
+    wave = 0.3 * np.sin(2 * np.pi * (200 + 50 * np.sin(t)) * t) + 0.05 * rng.standard_normal(t.shape)
+    if pause_every > 0:
+        pause = (t % (pause_every + 0.5)) >= pause_every
+        wave[pause] = 1e-3 * rng.standard_normal(int(pause.sum()))
+    return wave.astype(np.float32)
 
 
-def _measure(kind: str, minutes: float, threads: int, chunk: float, stride: float, queue: Any) -> None:
+def _measure(kind: str, minutes: float, threads: int, chunk: float, stride: float, pause_every: float,
+             queue: Any) -> None:
     import torch
 
     from adaptspeech.inference.transcriber import transcribe
 
     model, processor = _build(threads)
-    wave = _recording(minutes)
+    wave = _recording(minutes, pause_every)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    if kind == "chunked":
-        transcribe(model, processor, [wave], chunk_length_s=chunk, stride_length_s=stride)
+    if kind in ("chunks", "pauses"):
+        transcribe(model, processor, [wave], chunk_length_s=chunk, stride_length_s=stride, split_by=kind)
     else:
         from adaptspeech.inference.long_form import model_input
 
@@ -80,7 +86,7 @@ def run(kind: str, minutes: float, args: argparse.Namespace) -> tuple[float, flo
     context = mp.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_measure, args=(kind, minutes, args.threads, args.chunk_length,
-                                                     args.stride_length, queue))
+                                                     args.stride_length, args.pause_every, queue))
     process.start()
     result = queue.get()
     process.join()
@@ -94,26 +100,31 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--chunk-length", type=float, default=30.0)
     parser.add_argument("--stride-length", type=float, default=5.0)
+    parser.add_argument("--pause-every", type=float, default=5.0, metavar="SECONDS",
+                        help="0.5 s of faint noise after every this many seconds of chirp (0: no pauses)")
     args = parser.parse_args()
     print(f"demo-sized fbank conformer (random weights), {args.threads} threads, chunks of {args.chunk_length:g} s "
-          f"with {args.stride_length:g} s strides\n")
+          f"with {args.stride_length:g} s strides, a 0.5 s pause every {args.pause_every:g} s\n")
     print(f"{'what':<34} {'audio s':>8} {'seconds':>8} {'RTF':>7} {'peak RSS MB':>12} {'before MB':>10}")
     rows = {}
     for label, kind, minutes in (
         (f"unchunked, {args.unchunked_minutes:g} min", "unchunked", args.unchunked_minutes),
-        (f"chunked, {args.unchunked_minutes:g} min", "chunked", args.unchunked_minutes),
-        (f"chunked, {args.minutes:g} min", "chunked", args.minutes),
+        (f"chunks, {args.unchunked_minutes:g} min", "chunks", args.unchunked_minutes),
+        (f"chunks, {args.minutes:g} min", "chunks", args.minutes),
+        (f"pauses, {args.unchunked_minutes:g} min", "pauses", args.unchunked_minutes),
+        (f"pauses, {args.minutes:g} min", "pauses", args.minutes),
     ):
         seconds, peak, base = run(kind, minutes, args)
         rows[label] = (seconds, peak)
         audio = minutes * 60
         print(f"{label:<34} {audio:>8.0f} {seconds:>8.1f} {seconds / audio:>7.4f} {peak:>12.0f} {base:>10.0f}")
     short = f"{args.unchunked_minutes:g} min"
-    ratio = rows[f"chunked, {short}"][1] / rows[f"unchunked, {short}"][1]
-    print(f"\npeak memory chunked / unchunked at {short}: {ratio:.2f}")
-    long_peak = rows[f"chunked, {args.minutes:g} min"][1]
-    print(f"{args.minutes:g}-minute recording within 1.5 GB peak: {'met' if long_peak <= 1536 else 'MISSED'} "
-          f"({long_peak:.0f} MB)")
+    print()
+    for split in ("chunks", "pauses"):
+        ratio = rows[f"{split}, {short}"][1] / rows[f"unchunked, {short}"][1]
+        long_peak = rows[f"{split}, {args.minutes:g} min"][1]
+        print(f"{split}: peak memory / unchunked at {short}: {ratio:.2f}; {args.minutes:g}-minute recording within "
+              f"1.5 GB peak: {'met' if long_peak <= 1536 else 'MISSED'} ({long_peak:.0f} MB)")
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ Usage::
 
 The first ``--concat`` rows of ``--language`` (and ``--voice``) in the prepared ``--split`` (its ``text`` column: the
 normalised reference the model was scored on) give the utterances; their audio is read from the Common Voice layout
-``<corpus>/<language>/clips/<path>`` and joined with ``--silence`` seconds of digital silence (zeros) between
-consecutive clips. The recording is transcribed with :func:`adaptspeech.inference.transcriber.transcribe` at each
-``--chunking CHUNK:STRIDE`` (CTC decoders: overlapping chunks stitched; attention / joint: segments cut at pauses,
-STRIDE unused) and each utterance alone (one encoder call each: every clip is shorter than the chunk), with the same
-decoder. Scores, corpus-level through :func:`adaptspeech.metrics.compute_error_rates`:
+``<corpus>/<language>/clips/<path>`` and joined with ``--silence`` seconds of digital silence (zeros; or white noise at
+``--pause-noise-db`` dBFS) between consecutive clips. The recording is transcribed with
+:func:`adaptspeech.inference.transcriber.transcribe` at each ``--chunking CHUNK:STRIDE``, for CTC decoders with each
+``--split-by`` (``pauses``: one speech region at a time, the default of ``transcribe``; ``chunks``: overlapping chunks
+stitched), for attention / joint decoders in segments cut at pauses (STRIDE unused), and each utterance alone (one
+encoder call each: every clip is shorter than the chunk), with the same decoder. Scores, corpus-level through
+:func:`adaptspeech.metrics.compute_error_rates`:
 
 - *separate*: the utterances' hypotheses joined with spaces against their references joined with spaces (the same
   reference string as the concatenation; the per-utterance corpus CER is printed beside it);
@@ -19,20 +21,22 @@ decoder. Scores, corpus-level through :func:`adaptspeech.metrics.compute_error_r
   input normalised by the sliding-window rule over the whole recording (``--norm-window`` seconds, digital silence
   left out; :mod:`adaptspeech.inference.local_norm`) instead of over the utterance: the share of the difference due
   to the normalisation statistics rather than to chunking;
-- *concatenated*: the long recording's hypothesis against that reference string (each chunk or segment normalised
-  locally, as ``transcribe`` does);
+- *pauses* / *chunks* / *segments*: the long recording's hypothesis against that reference string;
 - *per-utterance normalised* (CTC greedy only): the same chunking over the recording's features with every frame
   normalised by its own utterance's statistics, as if the utterance boundaries were known (frames of the pauses take
-  the preceding utterance's): what chunking alone costs, the floor for any normalisation rule.
+  the preceding utterance's): what chunking alone costs, the floor for any normalisation rule (printed beside
+  *chunks*).
 
 The issue's target: concatenated CER within 1 point of separate. ``boundaries in clips`` counts the chunk (or segment)
 boundaries that fall inside a clip rather than in the added silence, to show that the chunking really cuts
-utterances (a clip's own leading / trailing silence counts as inside it).
+utterances (a clip's own leading / trailing silence counts as inside it); for *pauses*, the middles between speech
+regions.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,9 +74,13 @@ def load_utterances(prepared: Path, corpus: Path, split: str, language: str, cou
     return waves, [row["text"] for row in picked]
 
 
-def concatenate(waves: list[np.ndarray], silence_s: float) -> tuple[np.ndarray, list[tuple[float, float]]]:
-    """``(recording [S], (start, end) seconds of each utterance in it)``: clips joined by ``silence_s`` of zeros."""
+def concatenate(waves: list[np.ndarray], silence_s: float,
+                noise_db: float | None = None) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """``(recording [S], (start, end) seconds of each utterance in it)``: clips joined by ``silence_s`` of zeros, or
+    of white noise at ``noise_db`` dBFS (RMS) when given (seeded: the same recording every run)."""
     gap = np.zeros(round(silence_s * 16000), dtype=np.float32)
+    if noise_db is not None:
+        gap = (np.random.default_rng(0).standard_normal(len(gap)) * 10 ** (noise_db / 20)).astype(np.float32)
     pieces, spans, now = [], [], 0
     for i, wave in enumerate(waves):
         if i:
@@ -171,6 +179,13 @@ def main() -> None:
                         help="only this speaker's utterances (the prepared client_id column; default: any)")
     parser.add_argument("--concat", type=int, default=30, metavar="N", help="utterances in the long recording")
     parser.add_argument("--silence", type=float, default=0.3, metavar="SECONDS", help="pause between utterances")
+    parser.add_argument("--pause-noise-db", type=float, default=None, metavar="DBFS",
+                        help="fill the pauses with white noise at this RMS level (e.g. -60) instead of digital zeros")
+    parser.add_argument("--speech-pad", type=float, nargs="+", default=[None], metavar="SECONDS",
+                        help="--split-by pauses: seconds of pause kept around each speech region (default: "
+                        "transcribe's; several values compare them)")
+    parser.add_argument("--split-by", nargs="+", default=["pauses", "chunks"], choices=("pauses", "chunks"),
+                        help="CTC decoders: the long-form splits to compare (default both)")
     parser.add_argument("--chunking", type=_chunking, nargs="+", default=[(30.0, 5.0), (6.0, 1.5)],
                         metavar="CHUNK:STRIDE", help="chunk and stride seconds to compare (default 30:5 6:1.5)")
     parser.add_argument("--method", default=None, help="decoding method (default: the head's default decoder)")
@@ -186,7 +201,7 @@ def main() -> None:
 
     from adaptspeech.cli.common import CommandError, _load_model
     from adaptspeech.cli.transcribe import _model_language
-    from adaptspeech.heads import get_head
+    from adaptspeech.heads import CTC_DECODERS, get_head
     from adaptspeech.inference.local_norm import DEFAULT_NORM_WINDOW_S
     from adaptspeech.inference.transcriber import transcribe
     from adaptspeech.metrics import compute_error_rates
@@ -203,7 +218,7 @@ def main() -> None:
     options = {} if args.beam_size is None else {"beam_size": args.beam_size}
     waves, refs = load_utterances(args.prepared, args.corpus, args.split, args.language, args.concat,
                                   args.voice)
-    recording, spans = concatenate(waves, args.silence)
+    recording, spans = concatenate(waves, args.silence, args.pause_noise_db)
     reference = " ".join(refs)
 
     separate = [transcribe(model, processor, [w], method=method, lang_ids=lang_ids, **options)[0].text.strip()
@@ -224,23 +239,32 @@ def main() -> None:
     cer = compute_error_rates([" ".join(sliced)], [reference])["overall"]["cer"]
     print(f"{'separate, locally normalised input':<40} {100 * cer:>7.2f} {100 * (cer - joined):>+11.2f}")
     known = per_utterance_normalised(processor, waves, recording, spans) if oracle else None
-    for chunk, stride in args.chunking:
-        search_s = args.search_length or min(5.0, chunk / 4)
-        hyp = transcribe(model, processor, [recording], method=method, chunk_length_s=chunk, stride_length_s=stride,
-                         lang_ids=lang_ids, search_length_s=search_s, norm_window_s=window_s, **options)[0].text
-        cer = compute_error_rates([hyp], [reference])["overall"]["cer"]
-        cuts = boundaries_s(model, processor, recording, method, chunk, stride, search_s)
-        inside = sum(any(a < t < b for a, b in spans) for t in cuts)
-        diff = 100 * (cer - joined)
-        label = f"concatenated, chunk {chunk:g} s stride {stride:g} s"
-        floor = ""
-        if known is not None:
-            text = oracle_text(model, processor, known, chunk, stride, lang_ids)
-            floor_cer = compute_error_rates([text], [reference])["overall"]["cer"]
-            floor = f"{100 * floor_cer:.2f} ({100 * (floor_cer - joined):+.2f})"
-        print(f"{label:<40} {100 * cer:>7.2f} {diff:>+11.2f} {f'{inside} of {len(cuts)}':>20}   "
-              f"{('met' if abs(diff) <= 1.0 else 'MISSED') + ' (within 1 point)':<26}{floor}")
-
+    splits = args.split_by if method in CTC_DECODERS else ["segments"]
+    runs = [(split, pad) for split in splits for pad in (args.speech_pad if split == "pauses" else [None])]
+    for split, pad in runs:
+        for chunk, stride in args.chunking:
+            search_s = args.search_length or min(5.0, chunk / 4)
+            result = transcribe(model, processor, [recording], method=method, chunk_length_s=chunk,
+                                stride_length_s=stride, lang_ids=lang_ids, search_length_s=search_s,
+                                norm_window_s=window_s, split_by="pauses" if split == "segments" else split,
+                                **({} if pad is None else {"speech_pad_s": pad}), **options)[0]
+            cer = compute_error_rates([result.text], [reference])["overall"]["cer"]
+            if split == "pauses":
+                regions = result.extra.get("speech", [])
+                cuts = [(x["end"] + y["start"]) / 2 for x, y in itertools.pairwise(regions)]
+            else:
+                cuts = boundaries_s(model, processor, recording, method, chunk, stride, search_s)
+            inside = sum(any(a < t < b for a, b in spans) for t in cuts)
+            diff = 100 * (cer - joined)
+            label = (f"{split}{'' if pad is None else f' (pad {pad:g} s)'}, chunk {chunk:g} s" if split != "chunks"
+                     else f"chunks, chunk {chunk:g} s stride {stride:g} s")
+            floor = ""
+            if known is not None and split == "chunks":
+                text = oracle_text(model, processor, known, chunk, stride, lang_ids)
+                floor_cer = compute_error_rates([text], [reference])["overall"]["cer"]
+                floor = f"{100 * floor_cer:.2f} ({100 * (floor_cer - joined):+.2f})"
+            print(f"{label:<40} {100 * cer:>7.2f} {diff:>+11.2f} {f'{inside} of {len(cuts)}':>20}   "
+                  f"{('met' if abs(diff) <= 1.0 else 'MISSED') + ' (within 1 point)':<26}{floor}")
 
 if __name__ == "__main__":
     main()

@@ -14,8 +14,10 @@ from ..inference import (
     DEFAULT_CHUNK_LENGTH_S,
     DEFAULT_SEARCH_LENGTH_S,
     DEFAULT_STRIDE_LENGTH_S,
+    LONG_FORM_SPLITS,
 )
 from ..inference.local_norm import DEFAULT_NORM_WINDOW_S
+from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from .common import (
     PROG,
     CommandError,
@@ -39,9 +41,11 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         help="transcribe audio files (wav, flac, mp3, ogg) of any length with any head and decoder",
         description="Decode audio files with a model saved by `adaptspeech train` and the processor saved beside it; "
         "prints PATH<TAB>TEXT per file (one JSON object per file with --timestamps). Audio is decoded with soundfile, "
-        "mixed to mono and resampled with soxr. CTC decoding runs the encoder on overlapping chunks (--chunk-length, "
-        "--stride-length), so a long recording takes bounded memory. A file that cannot be read (missing, a folder, "
-        "empty, undecodable, silent) is reported on stderr in one line and the others are still transcribed; the exit "
+        "mixed to mono and resampled with soxr. CTC decoding of a recording longer than --chunk-length runs the "
+        "encoder on one speech region at a time, cut at pauses (--split-by pauses, --min-pause), or on overlapping "
+        "chunks (--split-by chunks, --stride-length), so a long recording takes bounded memory. A file that cannot "
+        "be read (missing, a folder, empty, undecodable, silent) is reported on stderr in one line and the others are "
+        "still transcribed; the exit "
         "status is then 1. Attention and joint decoding cut a recording longer than --chunk-length into segments at "
         "pauses (--cut-by, --search-length) and decode them one by one.",
     )
@@ -60,6 +64,21 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     transcribe.add_argument(
         "--stride-length", type=_non_negative_float, default=DEFAULT_STRIDE_LENGTH_S, metavar="SECONDS",
         help=f"seconds of context on each side of a chunk (default {DEFAULT_STRIDE_LENGTH_S:g})",
+    )
+    transcribe.add_argument(
+        "--split-by", choices=LONG_FORM_SPLITS, default="pauses",
+        help="a recording longer than --chunk-length: one speech region at a time, cut at pauses (pauses, default; "
+        "speech without a pause longer than --chunk-length is cut inside it), or CTC chunks overlapping by "
+        "--stride-length / attention segments cut at the quietest frame (chunks)",
+    )
+    transcribe.add_argument(
+        "--min-pause", type=_positive_float, default=DEFAULT_MIN_PAUSE_S, metavar="SECONDS",
+        help=f"--split-by pauses: shortest pause between two speech regions (default {DEFAULT_MIN_PAUSE_S:g})",
+    )
+    transcribe.add_argument(
+        "--speech-pad", type=_non_negative_float, default=DEFAULT_SPEECH_PAD_S, metavar="SECONDS",
+        help=f"--split-by pauses: seconds of pause kept on each side of a speech region (default "
+        f"{DEFAULT_SPEECH_PAD_S:g})",
     )
     transcribe.add_argument(
         "--cut-by", choices=CUT_COSTS, default="energy",
@@ -158,7 +177,8 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             model, processor, [waveform], method=method, chunk_length_s=args.chunk_length,
             stride_length_s=args.stride_length, timestamps=args.timestamps, lm_decoder=lm_decoder,
             lang_ids=lang_ids, cut_by=args.cut_by, search_length_s=args.search_length,
-            norm_window_s=args.norm_window, **options,
+            norm_window_s=args.norm_window, split_by=args.split_by, min_pause_s=args.min_pause,
+            speech_pad_s=args.speech_pad, **options,
         )[0]
         if args.timestamps is None:
             print(f"{path}\t{result.text}", flush=True)

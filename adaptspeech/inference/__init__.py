@@ -8,6 +8,10 @@ DEFAULT_CHUNK_LENGTH_S = 30.0
 """Seconds of audio per encoder call when a recording is transcribed chunk by chunk."""
 DEFAULT_STRIDE_LENGTH_S = 5.0
 """Seconds of context on each side of a chunk's kept frames."""
+LONG_FORM_SPLITS = ("pauses", "chunks")
+"""How a recording longer than the chunk length is split: at pauses (speech regions, each decoded as an utterance), or
+in chunks (CTC: overlapping chunks stitched frame by frame; attention / joint: consecutive segments of at most the
+chunk length)."""
 CUT_COSTS = ("energy", "ctc_blank")
 """How attention / joint decoding scores a frame as a place to cut a long recording (lower: better)."""
 DEFAULT_SEARCH_LENGTH_S = 5.0

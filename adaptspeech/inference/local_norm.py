@@ -129,6 +129,14 @@ class RecordingInput:
             return torch.from_numpy(normalize_utterance(self.raw, axis=0))
         return self.local(start, end)
 
+    def utterance(self, start: int, end: int) -> torch.Tensor:
+        """Units ``[start, end)`` normalised as one utterance: statistics over all of them (digital silence left
+        out), as ``prepare`` normalises an utterance without digital silence."""
+        start, end = max(start, 0), min(end, len(self.raw))
+        if not self.normalize:
+            return torch.from_numpy(np.ascontiguousarray(self.raw[start:end]))
+        return torch.from_numpy(sliding_normalize(self.raw[start:end], max(1, end - start), self.silent[start:end]))
+
     def local(self, start: int, end: int) -> torch.Tensor:
         """Units ``[start, end)`` normalised by the sliding-window rule inside the span, whatever its length."""
         return torch.from_numpy(sliding_normalize(self.raw[start:end], self.window, self.silent[start:end]))
@@ -156,6 +164,24 @@ def recording_input(waveform: np.ndarray, feature_extractor: Any,
     per_second = MODEL_SAMPLING_RATE / frame_params(MODEL_SAMPLING_RATE)[1] if fbank else MODEL_SAMPLING_RATE
     return RecordingInput(raw, digital_silence(raw), bool(getattr(feature_extractor, "do_normalize", True)),
                           max(1, round(window_s * per_second)))
+
+
+def touches_digital_silence(waveform: np.ndarray, fbank: bool, num_units: int) -> np.ndarray:
+    """``[num_units]`` bool: model input units that read digital silence (a run of at least 400 exact zeros,
+    :func:`digital_silence`): the samples themselves, or the fbank frames whose 25-ms window reads any such sample.
+
+    Args:
+        waveform: ``[S]`` the recording at 16 kHz.
+        fbank: the model reads fbank frames (else samples).
+        num_units: length of the model input.
+    """
+    silent = digital_silence(np.asarray(waveform))
+    if not fbank:
+        return np.pad(silent, (0, max(0, num_units - len(silent))))[:num_units]
+    window, hop, _ = frame_params(MODEL_SAMPLING_RATE)
+    counts = np.concatenate([[0], np.cumsum(silent, dtype=np.int64)])
+    starts = np.minimum(np.arange(num_units) * hop, len(waveform))
+    return counts[np.minimum(starts + window, len(waveform))] - counts[starts] > 0
 
 
 def span_audio(waveform: np.ndarray, start: int, end: int, fbank: bool) -> np.ndarray:

@@ -20,6 +20,7 @@ recording).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +32,9 @@ from ..data.audio import frame_params
 from ..data.features import extract_features
 from ..decoding import evaluating
 from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
-from .local_norm import ModelInput, input_span
+from .local_norm import ModelInput, RecordingInput, input_span, touches_digital_silence
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
+from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost, speech_regions
 
 
 @dataclass(frozen=True)
@@ -151,3 +153,141 @@ def chunked_ctc_log_probs(
             pieces.extend(row[c.keep_from : c.keep_to] for c, row in zip(batch, log_probs, strict=True))
     return torch.cat(pieces)
 
+
+
+def slice_input(inputs: ModelInput, start: int, end: int) -> ModelInput:
+    """Units ``[start, end)`` of a recording's model input as a recording of their own (a :class:`RecordingInput`
+    sliced, unnormalised, or a tensor sliced)."""
+    if isinstance(inputs, RecordingInput):
+        return dataclasses.replace(inputs, raw=inputs.raw[start:end], silent=inputs.silent[start:end])
+    return inputs[start:end]
+
+
+def utterance_input(inputs: ModelInput, start: int, end: int) -> torch.Tensor:
+    """Units ``[start, end)`` normalised as one utterance (:meth:`RecordingInput.utterance`), or a tensor sliced."""
+    return inputs.utterance(start, end) if isinstance(inputs, RecordingInput) else inputs[start:end]
+
+
+def speech_spans(model: Any, num_units: int, waveform: np.ndarray, min_pause_s: float = DEFAULT_MIN_PAUSE_S,
+                 speech_pad_s: float = DEFAULT_SPEECH_PAD_S,
+                 pause_db: float = DEFAULT_PAUSE_DB) -> tuple[list[tuple[int, int]], list[int]]:
+    """The speech regions of a recording as model input units, and the word boundaries between them.
+
+    Region ``[a, b)`` of output frames (:func:`~adaptspeech.inference.pauses.speech_regions`) is input units
+    ``[a u, b u)`` (the last region up to ``num_units``) less the units at either end that touch digital silence
+    (:func:`~adaptspeech.inference.local_norm.touches_digital_silence`: ``prepare``'s utterances hold none); a region
+    of nothing else is dropped.
+
+    Args:
+        model: an adaptspeech model (its frame rate and front end).
+        num_units: length of the recording's model input.
+        waveform: ``[S]`` the recording at 16 kHz.
+        min_pause_s, speech_pad_s, pause_db: the pause rule's settings (:mod:`~adaptspeech.inference.pauses`).
+
+    Returns:
+        ``(spans [(start_unit, end_unit), ...] in order, boundaries [output frame, ...])``.
+    """
+    if min_pause_s <= 0 or speech_pad_s < 0:
+        raise ValueError(f"min_pause_s must be positive and speech_pad_s not negative, got {min_pause_s} and "
+                         f"{speech_pad_s}")
+    ratio = inputs_to_logits_ratio(model)
+    per_frame = input_units_per_frame(model)
+    seconds_per_frame = ratio / MODEL_SAMPLING_RATE
+    num_frames = -(-num_units // per_frame)
+    regions, boundaries = speech_regions(energy_cost(waveform, ratio, num_frames),
+                                         max(1, round(min_pause_s / seconds_per_frame)),
+                                         round(speech_pad_s / seconds_per_frame), pause_db)
+    touching = touches_digital_silence(waveform, model.main_input_name == "input_features", num_units)
+    spans = []
+    for a, b in regions:
+        low, high = a * per_frame, num_units if b == num_frames else min(b * per_frame, num_units)
+        sound = np.flatnonzero(~touching[low:high])
+        if len(sound):
+            spans.append((low + int(sound[0]), low + int(sound[-1]) + 1))
+    return spans, boundaries
+
+
+IMPOSSIBLE_LOG_PROB = -1e4
+"""Log-probability of the labels a frame outside speech cannot emit (finite, so that beam searches stay finite)."""
+
+
+@torch.no_grad()
+def paused_ctc_log_probs(
+    model: Any,
+    inputs: ModelInput,
+    waveform: np.ndarray,
+    chunk_length_s: float = DEFAULT_CHUNK_LENGTH_S,
+    stride_length_s: float = DEFAULT_STRIDE_LENGTH_S,
+    batch_size: int = 4,
+    lang_ids: torch.Tensor | None = None,
+    word_delimiter_id: int | None = None,
+    min_pause_s: float = DEFAULT_MIN_PAUSE_S,
+    speech_pad_s: float = DEFAULT_SPEECH_PAD_S,
+    pause_db: float = DEFAULT_PAUSE_DB,
+) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """CTC log-probabilities ``[T, V]`` of one recording, decoded one speech region at a time
+    (:mod:`~adaptspeech.inference.pauses`).
+
+    A recording no longer than ``chunk_length_s`` is one encoder call, exactly as :func:`chunked_ctc_log_probs`
+    (and unchunked) decoding; so is one without a pause. In a longer one each speech region is a recording of its own:
+
+    - its input units are the region's frames ``[a u, b u)`` less the units at either end that touch digital silence
+      (a frame whose window reads a run of exact zeros: ``prepare``'s utterances hold none, and the model reads them
+      as nothing it was trained on);
+    - normalised over the region's own audio (:meth:`RecordingInput.utterance`, as ``prepare`` normalises an
+      utterance), one encoder call when it is no longer than ``chunk_length_s``, else chunked with ``stride_length_s``
+      inside it;
+    - its log-probabilities fill frames ``floor(start / u) ..`` of the recording's grid (a region starting inside
+      an output frame is read from that frame on).
+
+    Frames outside every region are blank (log-probability 0; every other label ``IMPOSSIBLE_LOG_PROB``), and the
+    middle frame of each pause between two regions emits ``word_delimiter_id`` (where the tokenizer has one): a pause
+    ends a word, as the utterances' texts would be joined with a space. Times, LM decoding and timestamps read the
+    recording's one frame grid.
+
+    Args:
+        model: an adaptspeech model with a CTC head.
+        inputs: the recording's model input (see :func:`chunked_ctc_log_probs`).
+        waveform: ``[S]`` the recording at 16 kHz (its frame energies find the pauses).
+        chunk_length_s, stride_length_s, batch_size, lang_ids: as :func:`chunked_ctc_log_probs`.
+        word_delimiter_id: the tokenizer's word delimiter (``|``), or ``None``: pauses stay blank.
+        min_pause_s: shortest pause that separates two regions, in seconds.
+        speech_pad_s: seconds of pause kept on each side of a region.
+        pause_db: decibels below the speech level under which a frame is a pause frame.
+
+    Returns:
+        ``([T, V] log-probabilities, regions [(first_frame, end_frame), ...])``: the frames each encoder call filled.
+    """
+    if getattr(model, "ctc_head", None) is None:
+        raise ValueError("paused_ctc_log_probs needs a model with a CTC head")
+    per_frame = input_units_per_frame(model)
+    seconds_per_frame = inputs_to_logits_ratio(model) / MODEL_SAMPLING_RATE
+    num_frames = int(model._get_feat_extract_output_lengths(len(inputs)))  # the unchunked model's frames
+    spans: list[tuple[int, int]] = []
+    boundaries: list[int] = []
+    if num_frames * seconds_per_frame > chunk_length_s + 1e-9:
+        spans, boundaries = speech_spans(model, len(inputs), waveform, min_pause_s, speech_pad_s, pause_db)
+    if not spans or spans == [(0, len(inputs))]:
+        log_probs = chunked_ctc_log_probs(model, inputs, chunk_length_s, stride_length_s, batch_size, lang_ids)
+        return log_probs, [(0, len(log_probs))]
+    out: torch.Tensor | None = None
+    filled: list[tuple[int, int]] = []
+    for start, end in spans:
+        if (end - start) / per_frame * seconds_per_frame <= chunk_length_s + 1e-9:
+            piece = utterance_input(inputs, start, end)
+        else:
+            piece = slice_input(inputs, start, end)
+        part = chunked_ctc_log_probs(model, piece, chunk_length_s, stride_length_s, batch_size, lang_ids)
+        if out is None:
+            out = torch.full((num_frames, part.shape[-1]), IMPOSSIBLE_LOG_PROB)
+            out[:, model.config.pad_token_id] = 0.0
+        first = start // per_frame
+        part = part[: num_frames - first]
+        out[first : first + len(part)] = part
+        filled.append((first, first + len(part)))
+    assert out is not None
+    if word_delimiter_id is not None:
+        for frame in boundaries:
+            out[frame] = IMPOSSIBLE_LOG_PROB
+            out[frame, word_delimiter_id] = 0.0
+    return out, filled

@@ -23,6 +23,11 @@ CTC chunk's is (:mod:`~adaptspeech.inference.local_norm`).
   pass over the recording, in bounded memory), so cuts fall where CTC emits nothing.
 - Segments do not overlap; their texts are joined with one space. Where the zone holds no pause, the cut falls at
   the quietest frame and can split a word.
+
+**At pauses** (``split_by="pauses"``, the default of ``transcribe``): the recording's speech regions come first, as
+CTC decoding finds them (:func:`~adaptspeech.inference.long_form.speech_spans`: cut at every pause of at least
+``min_pause_s``, digital silence at their ends left out); a region of at most ``M`` frames is one segment, normalised
+as one utterance, and a longer one is cut inside by the rule above. Pauses between regions are not decoded.
 """
 
 from __future__ import annotations
@@ -35,25 +40,26 @@ import numpy as np
 import torch
 
 from ..decoding import transcribe_batch
-from . import CUT_COSTS, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
+from . import CUT_COSTS, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
 from .local_norm import ModelInput, input_span
-from .long_form import chunked_ctc_log_probs, input_units_per_frame
+from .long_form import chunked_ctc_log_probs, input_units_per_frame, speech_spans, utterance_input
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
+from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S, energy_cost
 
 DEFAULT_SMOOTHING_S = 0.2
 """Width of the moving average over the cut cost."""
-_ENERGY_FLOOR = 1e-10
-"""Power floor (-100 dB) so that digital silence has a finite log power."""
 
 
 @dataclass(frozen=True)
 class Segment:
-    """One decoder call: model input units ``[start, end)``, output frames ``[first_frame, last_frame)``."""
+    """One decoder call: model input units ``[start, end)``, output frames ``[first_frame, last_frame)``;
+    ``utterance``: a whole speech region, normalised as one utterance (else by the sliding-window rule)."""
 
     start: int
     end: int
     first_frame: int
     last_frame: int
+    utterance: bool = False
 
 
 def plan_cuts(cost: np.ndarray, max_frames: int, search_frames: int, smoothing_frames: int = 1) -> list[int]:
@@ -93,16 +99,6 @@ def _moving_average(values: np.ndarray, width: int) -> np.ndarray:
     return np.convolve(padded, np.ones(width) / width, mode="valid")
 
 
-def energy_cost(waveform: np.ndarray, samples_per_frame: int, num_frames: int) -> np.ndarray:
-    """``[num_frames]`` log power (dB) of the samples ``[t x samples_per_frame, (t + 1) x samples_per_frame)`` of
-    each output frame (zero-padded past the end of ``waveform`` ``[S]``)."""
-    samples = np.zeros(num_frames * samples_per_frame, dtype=np.float64)
-    used = min(len(waveform), len(samples))
-    samples[:used] = waveform[:used]
-    power = np.square(samples).reshape(num_frames, samples_per_frame).mean(-1)
-    return 10.0 * np.log10(np.maximum(power, _ENERGY_FLOOR))
-
-
 def blank_cost(log_probs: torch.Tensor, blank_id: int, num_frames: int) -> np.ndarray:
     """``[num_frames]`` ``-log P(blank)`` from CTC log-probabilities ``[T, V]`` (the last frame repeated, or frames
     dropped, where the model's frame count differs from the input grid's)."""
@@ -121,6 +117,9 @@ def plan_segments(
     search_length_s: float = DEFAULT_SEARCH_LENGTH_S,
     smoothing_s: float = DEFAULT_SMOOTHING_S,
     lang_ids: torch.Tensor | None = None,
+    split_by: str = "chunks",
+    min_pause_s: float = DEFAULT_MIN_PAUSE_S,
+    speech_pad_s: float = DEFAULT_SPEECH_PAD_S,
 ) -> list[Segment]:
     """The segments of one recording (see the module docstring).
 
@@ -134,7 +133,12 @@ def plan_segments(
         search_length_s: seconds before a segment's longest end searched for the cut.
         smoothing_s: width of the moving average over the cut cost.
         lang_ids: ``[1]`` language index, for the CTC pass of ``"ctc_blank"`` (models routing several languages).
+        split_by: ``"chunks"`` (segments tile the recording) or ``"pauses"`` (speech regions first, see the module
+            docstring).
+        min_pause_s, speech_pad_s: the pause rule's settings (``split_by="pauses"``).
     """
+    if split_by not in LONG_FORM_SPLITS:
+        raise ValueError(f"split_by {split_by!r}; allowed values: {', '.join(LONG_FORM_SPLITS)}")
     if cut_by not in CUT_COSTS:
         raise ValueError(f"cut_by {cut_by!r}; allowed values: {', '.join(CUT_COSTS)}")
     if search_length_s <= 0:
@@ -159,8 +163,21 @@ def plan_segments(
         cost = energy_cost(waveform, ratio, num_frames)
     search_frames = min(max_frames, max(1, round(search_length_s / seconds_per_frame)))
     smoothing_frames = max(1, round(smoothing_s / seconds_per_frame))
-    bounds = [0, *plan_cuts(cost, max_frames, search_frames, smoothing_frames), num_frames]
-    return [Segment(a * per_frame, min(b * per_frame, num_units), a, b) for a, b in itertools.pairwise(bounds)]
+    if split_by == "chunks":
+        bounds = [0, *plan_cuts(cost, max_frames, search_frames, smoothing_frames), num_frames]
+        return [Segment(a * per_frame, min(b * per_frame, num_units), a, b) for a, b in itertools.pairwise(bounds)]
+    spans, _ = speech_spans(model, num_units, waveform, min_pause_s, speech_pad_s)
+    segments = []
+    for start, end in spans:
+        first, last = start // per_frame, -(-end // per_frame)
+        if last - first <= max_frames:
+            segments.append(Segment(start, end, first, last, utterance=True))
+            continue
+        cuts = [first + c for c in plan_cuts(cost[first:last], max_frames, search_frames, smoothing_frames)]
+        units = [start, *[c * per_frame for c in cuts], end]
+        frames = [first, *cuts, last]
+        segments += [Segment(units[i], units[i + 1], frames[i], frames[i + 1]) for i in range(len(cuts) + 1)]
+    return segments or [Segment(0, num_units, 0, num_frames)]
 
 
 @torch.no_grad()
@@ -185,7 +202,8 @@ def decode_segments(
     """
     ids = []
     for segment in segments:
-        batch = {model.main_input_name: input_span(inputs, segment.start, segment.end)[None].to(model.device)}
+        span = (utterance_input if segment.utterance else input_span)(inputs, segment.start, segment.end)
+        batch = {model.main_input_name: span[None].to(model.device)}
         if lang_ids is not None:
             batch["lang_ids"] = lang_ids.to(model.device)
         ids.append(transcribe_batch(model, batch, method, **options)[0])

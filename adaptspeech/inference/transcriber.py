@@ -1,13 +1,21 @@
 """The Python API behind ``adaptspeech transcribe``: recordings of any length -> text (+ timestamps), any decoder.
 
 CTC decoders (``ctc_greedy``, ``ctc_beam``, and an n-gram LM through pyctcdecode) read the recording's CTC
-log-probabilities computed chunk by chunk (:mod:`adaptspeech.inference.long_form`), so memory stays bounded however
-long the recording; a recording no longer than ``chunk_length_s`` is one encoder call, exactly as unchunked. Every
-encoder call's input is normalised over its own audio (:mod:`adaptspeech.inference.local_norm`: a sliding window of
-``norm_window_s`` inside the chunk or segment, digital silence left out; the whole recording, when it is one call,
-exactly as ``prepare`` normalises an utterance). The attention and joint decoders cut a recording longer than
-``chunk_length_s`` into consecutive segments at pauses (:mod:`adaptspeech.inference.segmenting`), decode each alone
-and join the texts; the segments and their times are in ``Transcription.extra["segments"]``.
+log-probabilities on one frame grid, so memory stays bounded however long the recording; a recording no longer than
+``chunk_length_s`` is one encoder call, exactly as unchunked. A longer one is split by ``split_by``:
+
+- ``"pauses"`` (default): one speech region at a time, cut at pauses, each normalised as an utterance; pauses are
+  blank frames and a word boundary (:func:`~adaptspeech.inference.long_form.paused_ctc_log_probs`); speech without a
+  pause longer than ``chunk_length_s`` is chunked inside its region;
+- ``"chunks"``: overlapping chunks stitched frame by frame (transformers' pipeline stride rule,
+  :func:`~adaptspeech.inference.long_form.chunked_ctc_log_probs`), each chunk's input normalised over its own audio
+  (:mod:`adaptspeech.inference.local_norm`: a sliding window of ``norm_window_s``, digital silence left out).
+
+The long-form CER check of docs/inference.md compares both with decoding the utterances one by one. The attention
+and joint decoders cut a recording longer than ``chunk_length_s`` into consecutive segments at pauses
+(:mod:`adaptspeech.inference.segmenting`; with ``split_by="pauses"`` the speech regions first), decode each alone
+and join the texts; the segments and their times are in
+``Transcription.extra["segments"]`` (the CTC speech regions in ``extra["speech"]``).
 """
 
 from __future__ import annotations
@@ -21,11 +29,12 @@ import torch
 
 from ..decoding import ctc_greedy_decode, ctc_prefix_beam_search, evaluating
 from ..heads import CTC_DECODERS
-from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
+from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
 from .local_norm import DEFAULT_NORM_WINDOW_S, ModelInput, recording_input
-from .long_form import chunked_ctc_log_probs
+from .long_form import chunked_ctc_log_probs, paused_ctc_log_probs
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
-from .segmenting import decode_segments, plan_segments
+from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
+from .segmenting import Segment, decode_segments, plan_segments
 from .timestamps import ctc_timestamps
 
 
@@ -54,6 +63,9 @@ def transcribe(
     cut_by: str = "energy",
     search_length_s: float = DEFAULT_SEARCH_LENGTH_S,
     norm_window_s: float = DEFAULT_NORM_WINDOW_S,
+    split_by: str = "pauses",
+    min_pause_s: float = DEFAULT_MIN_PAUSE_S,
+    speech_pad_s: float = DEFAULT_SPEECH_PAD_S,
     **options: Any,
 ) -> list[Transcription]:
     """Transcribe 16 kHz mono waveforms one by one.
@@ -71,14 +83,22 @@ def transcribe(
         chunk_batch_size: chunks per encoder call.
         cut_by, search_length_s: where attention / joint decoding cuts a long recording (``"energy"`` or
             ``"ctc_blank"``; see :mod:`~adaptspeech.inference.segmenting`).
-        norm_window_s: seconds of the sliding normalisation window of a recording longer than one encoder call.
+        norm_window_s: seconds of the sliding normalisation window of a chunk (``split_by="chunks"``, and speech
+            without a pause longer than ``chunk_length_s``).
+        split_by: how a recording longer than ``chunk_length_s`` is split: ``"pauses"`` or ``"chunks"`` (see the
+            module docstring, and :mod:`~adaptspeech.inference.segmenting` for attention / joint decoding).
+        min_pause_s: shortest pause between two speech regions (``split_by="pauses"``).
+        speech_pad_s: seconds of pause kept on each side of a speech region (``split_by="pauses"``).
         **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
     """
     if timestamps is not None and method != "ctc_greedy" and lm_decoder is None:
         raise ValueError(f"timestamps need the best CTC path (method ctc_greedy or an LM), not method {method!r}")
     if lm_decoder is not None and timestamps == "char":
         raise ValueError("the LM decoder gives word timestamps only; use timestamps='word'")
+    if split_by not in LONG_FORM_SPLITS:
+        raise ValueError(f"split_by {split_by!r}; allowed values: {', '.join(LONG_FORM_SPLITS)}")
     tokenizer = processor.tokenizer
+    delimiter = getattr(tokenizer, "word_delimiter_token_id", None)
     seconds_per_frame = inputs_to_logits_ratio(model) / MODEL_SAMPLING_RATE
     results = []
     with evaluating(model):
@@ -86,38 +106,49 @@ def transcribe(
             seconds = len(waveform) / MODEL_SAMPLING_RATE
             inputs = recording_input(waveform, processor.feature_extractor, norm_window_s)
             if method not in CTC_DECODERS and lm_decoder is None:
-                results.append(_decode_segmented(model, inputs, waveform, tokenizer, method, chunk_length_s, cut_by,
-                                                 search_length_s, lang_ids, options))
+                segments = plan_segments(model, inputs, waveform, chunk_length_s, cut_by, search_length_s,
+                                         lang_ids=lang_ids, split_by=split_by, min_pause_s=min_pause_s,
+                                         speech_pad_s=speech_pad_s)
+                results.append(_decode_segmented(model, inputs, segments, waveform, tokenizer, method, lang_ids,
+                                                 options))
                 continue
-            log_probs = chunked_ctc_log_probs(model, inputs, chunk_length_s, stride_length_s, chunk_batch_size,
-                                              lang_ids)
+            extra: dict[str, Any] = {}
+            if split_by == "pauses":
+                log_probs, regions = paused_ctc_log_probs(
+                    model, inputs, waveform, chunk_length_s, stride_length_s, chunk_batch_size, lang_ids, delimiter,
+                    min_pause_s, speech_pad_s)
+                extra["speech"] = [{"start": round(a * seconds_per_frame, 6),
+                                    "end": round(min(b * seconds_per_frame, seconds), 6)} for a, b in regions]
+            else:
+                log_probs = chunked_ctc_log_probs(model, inputs, chunk_length_s, stride_length_s, chunk_batch_size,
+                                                  lang_ids)
             if lm_decoder is not None:
                 text, words = lm_decoder.decode(log_probs, seconds_per_frame=seconds_per_frame, **options)
-                results.append(Transcription(text, words if timestamps else None, seconds))
+                results.append(Transcription(text, words if timestamps else None, seconds, extra))
             elif method == "ctc_beam":
                 ids = ctc_prefix_beam_search(log_probs[None], blank_id=model.config.pad_token_id, **options)[0]
-                results.append(Transcription(_text(tokenizer, ids[0].tokens if ids else []), seconds=seconds))
+                results.append(Transcription(_text(tokenizer, ids[0].tokens if ids else []), seconds=seconds,
+                                             extra=extra))
             else:
                 ids = ctc_greedy_decode(log_probs[None], blank_id=model.config.pad_token_id)[0]
                 chunks = None
                 if timestamps is not None:
                     chunks = ctc_timestamps(log_probs.argmax(-1).tolist(), tokenizer, seconds_per_frame, timestamps)
-                results.append(Transcription(_text(tokenizer, ids), chunks, seconds))
+                results.append(Transcription(_text(tokenizer, ids), chunks, seconds, extra))
     return results
 
 
 def _text(tokenizer: Any, ids: list[int]) -> str:
-    """Label ids (already CTC-collapsed) -> text, as ``transcribe_dataset`` writes it."""
-    return tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True)
+    """Label ids (already CTC-collapsed) -> text, as ``transcribe_dataset`` writes it, runs of spaces made one (two
+    word delimiters around a blank, as at a pause's forced word boundary, decode to two spaces)."""
+    return " ".join(tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True).split())
 
 
-def _decode_segmented(model: Any, inputs: ModelInput, waveform: np.ndarray, tokenizer: Any, method: str,
-                      chunk_length_s: float, cut_by: str, search_length_s: float, lang_ids: torch.Tensor | None,
-                      options: dict[str, Any]) -> Transcription:
-    """Attention / joint decoding of one recording, segment by segment (one segment, the whole input, when it is
-    no longer than ``chunk_length_s``); the texts joined with a space, ``extra["segments"]`` the per-segment
-    ``{"text", "start", "end"}`` (seconds)."""
-    segments = plan_segments(model, inputs, waveform, chunk_length_s, cut_by, search_length_s, lang_ids=lang_ids)
+def _decode_segmented(model: Any, inputs: ModelInput, segments: list[Segment], waveform: np.ndarray, tokenizer: Any,
+                      method: str, lang_ids: torch.Tensor | None, options: dict[str, Any]) -> Transcription:
+    """Attention / joint decoding of one recording, segment by segment (:func:`plan_segments`: one segment, the whole
+    input, when it is no longer than ``chunk_length_s``); the texts joined with a space, ``extra["segments"]`` the
+    per-segment ``{"text", "start", "end"}`` (seconds)."""
     ids = decode_segments(model, inputs, segments, method, lang_ids, **options)
     seconds_per_frame = inputs_to_logits_ratio(model) / MODEL_SAMPLING_RATE
     seconds = len(waveform) / MODEL_SAMPLING_RATE

@@ -109,7 +109,7 @@ def test_a_recording_of_utterances_splits_at_the_pauses_in_bounded_segments(join
 
     model.encode = spy
     result = transcribe(model, processor, [wave], method="joint", chunk_length_s=CHUNK_S, search_length_s=SEARCH_S,
-                        beam_size=2)[0]
+                        split_by="chunks", beam_size=2)[0]
     assert [len(x) for x in seen] == [s.end - s.start for s in segments]  # never more than the chunk length
     model.encode = encode
     texts = []

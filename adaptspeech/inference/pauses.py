@@ -1,0 +1,122 @@
+"""Pauses in a long recording, from the energy of its output frames: where CTC decoding cuts it into utterances.
+
+A model trained on utterances of a few seconds reads a long recording best one utterance at a time, as a voice
+activity detector feeds a recogniser: each stretch of speech normalised over its own audio (as ``prepare`` normalises
+a training utterance) and decoded alone, so that the encoder never attends across two utterances nor reads long
+silences it never saw in training (the long-form CER check in docs/inference.md measures each effect).
+
+**Pause rule.** ``e_t`` is the log power in dB of output frame ``t``'s samples (:func:`energy_cost`). Frames of
+digital silence (``e_t <= -95`` dB: runs of exact zeros) are pause frames and are left out of the levels below. The
+speech level ``R`` is the 90th percentile of the other frames' ``e_t``, the floor ``F`` their 2nd percentile; a frame
+is a pause frame when
+
+    e_t < max(R - pause_db, min(F + 3 dB, R - 10 dB))
+
+(``R - pause_db`` on clean audio; ``F + 3`` dB where noise lifts the pauses above it, but never within 10 dB of the
+speech level, so that a recording of even loudness has no pause frames). A *pause* is a run of at least
+``min_pause_s`` of pause frames. With the defaults (30 dB, 0.25 s) the pauses inside the demo's synthetic utterances
+(at most 0.2 s below the threshold) are not pauses and the 0.3 s gaps between them are.
+
+**Speech regions** are the stretches between pauses (a pause touching either end of the recording trims it), each
+widened by ``speech_pad_s`` on both sides (as silero-vad's ``speech_pad_ms``; default 0), never past the middle of a
+pause so that regions do not overlap. The middle frame ``(first + end - 1) // 2`` of every pause between two regions is where
+one utterance ends and the next begins: a word boundary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_MIN_PAUSE_S = 0.25
+"""Shortest pause (seconds below the threshold) that ends an utterance."""
+DEFAULT_PAUSE_DB = 30.0
+"""Decibels below the speech level under which a frame is a pause frame (clean audio)."""
+DEFAULT_SPEECH_PAD_S = 0.0
+"""Seconds of the neighbouring pauses kept on each side of a speech region. 0, chosen on the demo's dev utterances
+(``scripts/bench_long_form_cer.py --split dev --speech-pad 0 0.05 0.1``): with pauses of digital silence the pad does
+not matter (it is trimmed), with pauses of -60 dB noise every 0.05 s of it costs 2 to 4 CER points, since the demo's
+synthetic clips hold no silence at all; the threshold, 30 dB below the speech level, already keeps soft onsets."""
+DIGITAL_SILENCE_DB = -95.0
+"""Frames at or below this log power are digital silence (``energy_cost`` floors exact zeros at -100 dB)."""
+FLOOR_MARGIN_DB = 3.0
+"""Decibels above the floor (2nd percentile) under which a frame is a pause frame (noisy audio)."""
+SPEECH_MARGIN_DB = 10.0
+"""A pause frame lies at least this far below the speech level, whatever the floor."""
+_ENERGY_FLOOR = 1e-10
+"""Power floor (-100 dB) so that digital silence has a finite log power."""
+_SPEECH_PERCENTILE = 90.0
+_FLOOR_PERCENTILE = 2.0
+
+
+def energy_cost(waveform: np.ndarray, samples_per_frame: int, num_frames: int) -> np.ndarray:
+    """``[num_frames]`` log power (dB) of the samples ``[t x samples_per_frame, (t + 1) x samples_per_frame)`` of
+    each output frame (zero-padded past the end of ``waveform`` ``[S]``)."""
+    samples = np.zeros(num_frames * samples_per_frame, dtype=np.float64)
+    used = min(len(waveform), len(samples))
+    samples[:used] = waveform[:used]
+    power = np.square(samples).reshape(num_frames, samples_per_frame).mean(-1)
+    return 10.0 * np.log10(np.maximum(power, _ENERGY_FLOOR))
+
+
+def pause_threshold(energy_db: np.ndarray, pause_db: float = DEFAULT_PAUSE_DB) -> float:
+    """``max(R - pause_db, min(F + 3, R - 10))`` dB of the module docstring's rule for frame energies ``[T]``
+    (``-inf`` when every frame is digital silence: only digital silence is then a pause)."""
+    sounding = energy_db[energy_db > DIGITAL_SILENCE_DB]
+    if len(sounding) == 0:
+        return -np.inf
+    speech = float(np.percentile(sounding, _SPEECH_PERCENTILE))
+    floor = float(np.percentile(sounding, _FLOOR_PERCENTILE))
+    return max(speech - pause_db, min(floor + FLOOR_MARGIN_DB, speech - SPEECH_MARGIN_DB))
+
+
+def find_pauses(energy_db: np.ndarray, min_pause_frames: int,
+                pause_db: float = DEFAULT_PAUSE_DB) -> list[tuple[int, int]]:
+    """Pauses ``[(first, end), ...]`` (frames ``[first, end)``, in order; those touching either end included) of a
+    recording's frame energies ``[T]``.
+
+    Args:
+        energy_db: ``[T]`` log power per output frame (dB).
+        min_pause_frames: shortest run of pause frames that is a pause (at least 1).
+        pause_db: decibels below the speech level (see :func:`pause_threshold`).
+    """
+    if min_pause_frames < 1:
+        raise ValueError(f"a pause of {min_pause_frames} frames: must be at least one frame")
+    energy_db = np.asarray(energy_db, dtype=np.float64)
+    quiet = (energy_db <= DIGITAL_SILENCE_DB) | (energy_db < pause_threshold(energy_db, pause_db))
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], quiet.astype(np.int8), [0]])))
+    runs = zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True)
+    return [(a, b) for a, b in runs if b - a >= min_pause_frames]
+
+
+def speech_regions(energy_db: np.ndarray, min_pause_frames: int, pad_frames: int = 0,
+                   pause_db: float = DEFAULT_PAUSE_DB) -> tuple[list[tuple[int, int]], list[int]]:
+    """The speech regions of a recording and the word boundaries between them (module docstring).
+
+    Args:
+        energy_db: ``[T]`` log power per output frame (dB).
+        min_pause_frames: shortest pause, in frames.
+        pad_frames: frames added on each side of a region (within half of the neighbouring pause).
+        pause_db: decibels below the speech level.
+
+    Returns:
+        ``(regions [(first, end), ...] frames in order, boundaries [frame, ...])``: ``[]`` regions when every frame
+        is a pause frame; one boundary per pause lying between two regions.
+    """
+    if pad_frames < 0:
+        raise ValueError(f"a speech pad of {pad_frames} frames: must not be negative")
+    total = len(energy_db)
+    pauses = find_pauses(energy_db, min_pause_frames, pause_db)
+    starts = [0] + [b for _, b in pauses]
+    ends = [a for a, _ in pauses] + [total]
+    middles = [(a + b - 1) // 2 for a, b in pauses]
+    regions: list[tuple[int, int]] = []
+    boundaries: list[int] = []
+    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        if end <= start:  # a pause touching the recording's start or end
+            continue
+        low = middles[i - 1] + 1 if regions else 0  # a pause touching the start has no region before it
+        high = middles[i] if i < len(pauses) and pauses[i][1] < total else total
+        if regions:
+            boundaries.append(middles[i - 1])
+        regions.append((max(low, start - pad_frames), min(high, end + pad_frames)))
+    return regions, boundaries
