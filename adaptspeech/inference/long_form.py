@@ -34,7 +34,14 @@ from ..decoding import evaluating
 from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
 from .local_norm import ModelInput, RecordingInput, input_span, touches_digital_silence
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
-from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost, speech_regions
+from .pauses import (
+    DEFAULT_MIN_PAUSE_S,
+    DEFAULT_PAUSE_DB,
+    DEFAULT_SPEECH_PAD_S,
+    MIN_SPEECH_S,
+    energy_cost,
+    speech_regions,
+)
 
 
 @dataclass(frozen=True)
@@ -176,7 +183,7 @@ def speech_spans(model: Any, num_units: int, waveform: np.ndarray, min_pause_s: 
     Region ``[a, b)`` of output frames (:func:`~adaptspeech.inference.pauses.speech_regions`) is input units
     ``[a u, b u)`` (the last region up to ``num_units``) less the units at either end that touch digital silence
     (:func:`~adaptspeech.inference.local_norm.touches_digital_silence`: ``prepare``'s utterances hold none); a region
-    of nothing else is dropped.
+    then shorter than ``MIN_SPEECH_S``, or too short for the front end to give one frame, is dropped.
 
     Args:
         model: an adaptspeech model (its frame rate and front end).
@@ -197,13 +204,19 @@ def speech_spans(model: Any, num_units: int, waveform: np.ndarray, min_pause_s: 
     regions, boundaries = speech_regions(energy_cost(waveform, ratio, num_frames),
                                          max(1, round(min_pause_s / seconds_per_frame)),
                                          round(speech_pad_s / seconds_per_frame), pause_db)
-    touching = touches_digital_silence(waveform, model.main_input_name == "input_features", num_units)
+    fbank = model.main_input_name == "input_features"
+    touching = touches_digital_silence(waveform, fbank, num_units)
+    seconds_per_unit = (frame_params(MODEL_SAMPLING_RATE)[1] if fbank else 1) / MODEL_SAMPLING_RATE
     spans = []
     for a, b in regions:
         low, high = a * per_frame, num_units if b == num_frames else min(b * per_frame, num_units)
         sound = np.flatnonzero(~touching[low:high])
-        if len(sound):
-            spans.append((low + int(sound[0]), low + int(sound[-1]) + 1))
+        if len(sound) == 0:
+            continue
+        start, end = low + int(sound[0]), low + int(sound[-1]) + 1
+        long_enough = (end - start) * seconds_per_unit >= MIN_SPEECH_S
+        if long_enough and int(model._get_feat_extract_output_lengths(end - start)) > 0:
+            spans.append((start, end))
     return spans, boundaries
 
 

@@ -19,8 +19,10 @@ speech level, so that a recording of even loudness has no pause frames). A *paus
 
 **Speech regions** are the stretches between pauses (a pause touching either end of the recording trims it), each
 widened by ``speech_pad_s`` on both sides (as silero-vad's ``speech_pad_ms``; default 0), never past the middle of a
-pause so that regions do not overlap. The middle frame ``(first + end - 1) // 2`` of every pause between two regions is where
-one utterance ends and the next begins: a word boundary.
+pause so that regions do not overlap. The middle frame ``(first + end - 1) // 2`` of every pause between two regions is
+where one utterance ends and the next begins: a word boundary. A region shorter than ``MIN_SPEECH_S`` once digital
+silence is trimmed (a click between two pauses) is not decoded
+(:func:`~adaptspeech.inference.long_form.speech_spans`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ DEFAULT_MIN_PAUSE_S = 0.25
 """Shortest pause (seconds below the threshold) that ends an utterance."""
 DEFAULT_PAUSE_DB = 30.0
 """Decibels below the speech level under which a frame is a pause frame (clean audio)."""
+MIN_SPEECH_S = 0.1
+"""A speech region shorter than this (a click between two pauses) is not decoded: its frames stay blank (silero-vad's
+``min_speech_duration_ms`` is 250 ms; 0.1 s keeps a short word)."""
 DEFAULT_SPEECH_PAD_S = 0.0
 """Seconds of the neighbouring pauses kept on each side of a speech region. 0, chosen on the demo's dev utterances
 (``scripts/bench_long_form_cer.py --split dev --speech-pad 0 0.05 0.1``): with pauses of digital silence the pad does

@@ -19,7 +19,7 @@ from adaptspeech.cli import main
 from adaptspeech.inference.local_norm import recording_input, touches_digital_silence
 from adaptspeech.inference.long_form import IMPOSSIBLE_LOG_PROB, chunked_ctc_log_probs, paused_ctc_log_probs
 from adaptspeech.inference.model_mixin import inputs_to_logits_ratio
-from adaptspeech.inference.pauses import find_pauses, pause_threshold, speech_regions
+from adaptspeech.inference.pauses import MIN_SPEECH_S, find_pauses, pause_threshold, speech_regions
 from adaptspeech.inference.transcriber import transcribe
 
 FRAME = 640  # samples per output frame of the fbank front end
@@ -150,6 +150,26 @@ def test_short_or_pauseless_recordings_decode_as_chunks(ctc_folder: Path) -> Non
         paused, regions = paused_ctc_log_probs(model, inputs, wave, chunk_length_s=chunk, stride_length_s=0.5)
         torch.testing.assert_close(paused, chunked_ctc_log_probs(model, inputs, chunk, 0.5), atol=0, rtol=0)
         assert regions == [(0, len(paused))]
+
+
+@pytest.mark.parametrize("backbone", ["fbank_conformer", "wav2vec2"])
+def test_a_click_between_two_pauses_is_not_decoded(backbone: str, tmp_path: Path) -> None:
+    """A burst shorter than ``MIN_SPEECH_S`` between two pauses is no speech region (10 samples once crashed
+    wav2vec2's feature encoder: no frame from a 10-sample input); one of 0.15 s is decoded as its own utterance."""
+    folder = model_folder(tmp_path, backbone=backbone)
+    model = AdaptSpeechForCTC.from_pretrained(folder).eval()
+    processor = AutoProcessor.from_pretrained(folder)
+    rng = np.random.default_rng(0)
+    gap = np.zeros(8000, dtype=np.float32)
+    found = {}
+    for samples in (10, 300, int(1.5 * MIN_SPEECH_S * 16000)):
+        burst = (0.3 * rng.standard_normal(samples)).astype(np.float32)
+        wave = np.concatenate([audio(1.0, seed=1), gap, burst, gap, audio(1.0, seed=2)])
+        result = transcribe(model, processor, [wave], chunk_length_s=1.5, stride_length_s=0.3)[0]
+        found[samples] = [(r["start"], r["end"]) for r in result.extra["speech"]]
+    assert [len(spans) for spans in found.values()] == [2, 2, 3]
+    start, end = found[2400][1]
+    assert start == pytest.approx(1.5, abs=0.05) and end - start == pytest.approx(0.15, abs=0.05)
 
 
 def test_transcribe_joins_the_utterances_texts_and_the_command_takes_split_by(ctc_folder: Path, tmp_path: Path,
