@@ -103,29 +103,48 @@ def point_row(point: CurvePoint, num_samples: int) -> dict[str, Any]:
     }
 
 
+def paired_difference(system: CurvePoint, baseline: CurvePoint, num_samples: int) -> dict[str, Any]:
+    """``system``'s test CER minus ``baseline``'s at one budget, with the paired bootstrap 95% interval over the test
+    utterances and the share of resamples where ``system`` is not better."""
+    result = paired_bootstrap(system.edits, baseline.edits, system.ref_units, num_samples=num_samples)
+    return {
+        "budget": system.budget,
+        "minutes": system.minutes,
+        "cer_delta": result.delta,
+        "ci_low": result.low,
+        "ci_high": result.high,
+        "p_not_better": result.p_not_better,
+    }
+
+
 def simadapter_vs_adapter(
     points: Sequence[CurvePoint], num_samples: int, fusion: Mapping[str, Mapping[str, Any]], sources: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """Per budget with both: SimAdapter's CER minus the adapter alone's, paired bootstrap 95% interval over the test
-    utterances, and SimAdapter's mean fusion weights (``fusion``: budget -> heatmap record)."""
+    """Per budget with both: SimAdapter's CER minus the adapter alone's (:func:`paired_difference`), and SimAdapter's
+    mean fusion weights (``fusion``: budget -> heatmap record)."""
     by_key = {(p.budget, p.method): p for p in points}
     out = []
     for budget in dict.fromkeys(p.budget for p in points):
         sim, alone = by_key.get((budget, "simadapter")), by_key.get((budget, "adapter"))
         if sim is None or alone is None:
             continue
-        result = paired_bootstrap(sim.edits, alone.edits, sim.ref_units, num_samples=num_samples)
-        entry = {
-            "budget": budget,
-            "minutes": sim.minutes,
-            "cer_delta": result.delta,
-            "ci_low": result.low,
-            "ci_high": result.high,
-            "p_not_better": result.p_not_better,
-        }
+        entry = paired_difference(sim, alone, num_samples)
         if budget in fusion:
             entry["fusion_weights"] = mean_fusion_weights(fusion[budget], sources)
         out.append(entry)
+    return out
+
+
+def adapters_vs_finetune(points: Sequence[CurvePoint], num_samples: int) -> list[dict[str, Any]]:
+    """Per budget and adapter method (the adapter alone, SimAdapter): its CER minus full fine-tuning's
+    (:func:`paired_difference`; negative = the adapters are better), with ``"method"`` naming the adapter method."""
+    by_key = {(p.budget, p.method): p for p in points}
+    out = []
+    for budget in dict.fromkeys(p.budget for p in points):
+        finetune = by_key.get((budget, "finetune"))
+        for method in ("adapter", "simadapter"):
+            if finetune is not None and (budget, method) in by_key:
+                out.append({"method": method, **paired_difference(by_key[(budget, method)], finetune, num_samples)})
     return out
 
 
@@ -139,8 +158,10 @@ def curve_markdown(
     grid_runs: Sequence[Mapping[str, Any]],
     title: str,
     sources: Sequence[str],
+    versus_finetune: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """``curve_results.md``: the CER table, SimAdapter minus the adapter alone per budget, every grid run's dev CER."""
+    """``curve_results.md``: the CER table, SimAdapter minus the adapter alone per budget, the adapter methods minus
+    full fine-tuning per budget, every grid run's dev CER."""
     lines = [
         f"### {title}",
         "",
@@ -174,6 +195,19 @@ def curve_markdown(
                 f"[{100 * c['ci_low']:+.2f}, {100 * c['ci_high']:+.2f}] | {100 * c['p_not_better']:.0f}% "
                 f"| {mean} | {over} |"
             )
+    if versus_finetune:
+        lines += [
+            "",
+            "### Adapters minus full fine-tuning (test CER points, paired bootstrap; negative = adapters better)",
+            "",
+            "| budget | minutes | method | minus full fine-tuning, 95% CI | not better in |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for c in versus_finetune:
+            lines.append(
+                f"| {c['budget']} | {c['minutes']:.2f} | {METHOD_LABELS[c['method']]} | {100 * c['cer_delta']:+.2f} "
+                f"[{100 * c['ci_low']:+.2f}, {100 * c['ci_high']:+.2f}] | {100 * c['p_not_better']:.0f}% |"
+            )
     if grid_runs:
         lines += [
             "",
@@ -187,7 +221,12 @@ def curve_markdown(
                 f"| {g['budget']} | {METHOD_LABELS[g['method']]} | {g['setting']} | {g['steps']} "
                 f"| {_pct(g['dev_cer'])} | {g['train_seconds']:.0f} | {'yes' if g['chosen'] else ''} |"
             )
-    lines += ["", f"Sources: {', '.join(sources)}.", ""]
+    lines += ["", f"Sources: {', '.join(sources)}."]
+    if grid_runs:
+        train = sum(g["train_seconds"] for g in grid_runs)
+        lines.append(f"Training time summed over the {len(grid_runs)} grid runs: {train / 60:.1f} min (runs resumed or "
+                     "reused across calls count once; evaluation not included).")  # fmt: skip
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -212,30 +251,35 @@ def plan_markdown(budgets: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[s
 
 def plot_transfer_curve(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str) -> Path:
     """CER (%) against minutes of target training audio on a log x axis, one line per method, with the 95%
-    bootstrap band over test utterances; the zero-shot base is one value, drawn across every budget."""
+    bootstrap band over test utterances; the zero-shot base is one value, drawn across every budget.
+
+    Two panels: every method, then the methods that start from the pretrained base (all but from scratch) on their
+    own y range, where their differences (tenths of a point) are visible."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for method, label in METHOD_LABELS.items():
-        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["minutes"])
-        if not points:
-            continue
-        x = np.array([r["minutes"] for r in points])
-        cer = 100 * np.array([r["cer"] for r in points])
-        low = 100 * np.array([r["cer_low"] for r in points])
-        high = 100 * np.array([r["cer_high"] for r in points])
-        style = {"linestyle": "--", "marker": None} if method == "zero_shot" else {"marker": "o"}
-        (line,) = ax.plot(x, cer, label=label, **style)
-        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     budgets = sorted({(r["minutes"], r["budget"]) for r in rows})
-    ax.set_xscale("log")
-    ax.set_xticks([m for m, _ in budgets])
-    ax.set_xticklabels([f"{b}\n({m:.3g} min)" for m, b in budgets], fontsize=8)
-    ax.minorticks_off()
-    ax.set_xlabel("target training audio (nested subsets)")
-    ax.set_ylabel("test CER % (95% bootstrap band)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    for ax, methods in ((axes[0], list(METHOD_LABELS)), (axes[1], [m for m in METHOD_LABELS if m != "scratch"])):
+        for colour, method in enumerate(METHOD_LABELS):  # the same colour per method in both panels
+            points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["minutes"])
+            if not points or method not in methods:
+                continue
+            x = np.array([r["minutes"] for r in points])
+            cer = 100 * np.array([r["cer"] for r in points])
+            low = 100 * np.array([r["cer_low"] for r in points])
+            high = 100 * np.array([r["cer_high"] for r in points])
+            style = {"linestyle": "--", "marker": None} if method == "zero_shot" else {"marker": "o"}
+            ax.plot(x, cer, label=METHOD_LABELS[method], color=f"C{colour}", **style)
+            ax.fill_between(x, low, high, color=f"C{colour}", alpha=0.18, linewidth=0)
+        ax.set_xscale("log")
+        ax.set_xticks([m for m, _ in budgets])
+        ax.set_xticklabels([f"{b}\n({m:.3g} min)" for m, b in budgets], fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel("target training audio (nested subsets)")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("test CER % (95% bootstrap band)")
+    axes[0].set_title(title, fontsize=10)
+    axes[1].set_title("the methods that start from the base (from scratch left out)", fontsize=10)
+    axes[0].legend(fontsize=8)
     return _save(fig, plt, path)
 
 
@@ -259,9 +303,17 @@ def write_curve_results(
     """
     rows = [point_row(p, num_samples) for p in points]
     comparisons = simadapter_vs_adapter(points, num_samples, fusion, sources)
+    versus_finetune = adapters_vs_finetune(points, num_samples)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "curve_results.md").write_text(curve_markdown(rows, comparisons, grid_runs, title, sources))
-    result = {"rows": rows, "simadapter_vs_adapter": comparisons, "grid_runs": list(grid_runs), **extra}
+    markdown = curve_markdown(rows, comparisons, grid_runs, title, sources, versus_finetune)
+    (folder / "curve_results.md").write_text(markdown)
+    result = {
+        "rows": rows,
+        "simadapter_vs_adapter": comparisons,
+        "adapters_vs_finetune": versus_finetune,
+        "grid_runs": list(grid_runs),
+        **extra,
+    }
     (folder / "curve_results.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
     if rows:
         plot_transfer_curve(rows, folder / "transfer_curve.png", title)

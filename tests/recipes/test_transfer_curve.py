@@ -120,11 +120,29 @@ def test_simadapter_minus_adapter_and_fusion_weights(curve):
         assert sum(weights["over_sources"].values()) == pytest.approx(1.0)
 
 
+def test_adapters_minus_full_fine_tuning_per_budget(curve):
+    out, result = curve
+    by_key = {(r["budget"], r["method"]): r for r in result["rows"]}
+    versus = result["adapters_vs_finetune"]
+    assert [(c["budget"], c["method"]) for c in versus] == [(b, m) for b in BUDGETS for m in ("adapter", "simadapter")]
+    for c in versus:
+        delta = by_key[(c["budget"], c["method"])]["cer"] - by_key[(c["budget"], "finetune")]["cer"]
+        assert c["cer_delta"] == pytest.approx(delta)
+        assert c["ci_low"] <= c["cer_delta"] <= c["ci_high"] and 0 <= c["p_not_better"] <= 1
+    md = (out / "curve" / "curve_results.md").read_text()
+    first = versus[0]
+    assert "Adapters minus full fine-tuning" in md
+    row = f"| {first['budget']} | {first['minutes']:.2f} | target adapter alone | {100 * first['cer_delta']:+.2f} "
+    assert row in md
+
+
 def test_table_and_plot_are_written(curve):
-    out, _ = curve
+    out, result = curve
     folder = out / "curve"
     md = (folder / "curve_results.md").read_text()
     assert "SimAdapter minus target adapter alone" in md and "| 0.3min |" in md and "Every grid run" in md
+    train = sum(g["train_seconds"] for g in result["grid_runs"])
+    assert f"Training time summed over the {len(result['grid_runs'])} grid runs: {train / 60:.1f} min" in md
     png = (folder / "transfer_curve.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     import matplotlib.image
