@@ -180,6 +180,8 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             norm_window_s=args.norm_window, split_by=args.split_by, min_pause_s=args.min_pause,
             speech_pad_s=args.speech_pad, **options,
         )[0]
+        if "skipped" in result.extra:
+            print(f"{PROG}: warning: {path}: no text: {result.extra['skipped']}", file=sys.stderr)
         if args.timestamps is None:
             print(f"{path}\t{result.text}", flush=True)
         else:

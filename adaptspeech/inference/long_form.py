@@ -224,6 +224,16 @@ IMPOSSIBLE_LOG_PROB = -1e4
 """Log-probability of the labels a frame outside speech cannot emit (finite, so that beam searches stay finite)."""
 
 
+def _blank(num_frames: int, model: Any, lang_ids: torch.Tensor | None) -> torch.Tensor:
+    """``[num_frames, V]`` log-probabilities of frames outside speech: blank 0, every other label impossible; ``V`` is
+    the output size of the CTC head ``lang_ids`` selects (a language head may have a vocabulary of its own)."""
+    head = model.ctc_head
+    width = head.output_layer(head.select(model._row_languages(lang_ids))).out_features
+    out = torch.full((num_frames, width), IMPOSSIBLE_LOG_PROB)
+    out[:, model.config.pad_token_id] = 0.0
+    return out
+
+
 @torch.no_grad()
 def paused_ctc_log_probs(
     model: Any,
@@ -256,7 +266,8 @@ def paused_ctc_log_probs(
     Frames outside every region are blank (log-probability 0; every other label ``IMPOSSIBLE_LOG_PROB``), and the
     middle frame of each pause between two regions emits ``word_delimiter_id`` (where the tokenizer has one): a pause
     ends a word, as the utterances' texts would be joined with a space. Times, LM decoding and timestamps read the
-    recording's one frame grid.
+    recording's one frame grid. A recording where no region is left (digital silence, a click shorter than
+    ``MIN_SPEECH_S``) is blank throughout, with no region.
 
     Args:
         model: an adaptspeech model with a CTC head.
@@ -276,11 +287,13 @@ def paused_ctc_log_probs(
     per_frame = input_units_per_frame(model)
     seconds_per_frame = inputs_to_logits_ratio(model) / MODEL_SAMPLING_RATE
     num_frames = int(model._get_feat_extract_output_lengths(len(inputs)))  # the unchunked model's frames
-    spans: list[tuple[int, int]] = []
-    boundaries: list[int] = []
-    if num_frames * seconds_per_frame > chunk_length_s + 1e-9:
-        spans, boundaries = speech_spans(model, len(inputs), waveform, min_pause_s, speech_pad_s, pause_db)
-    if not spans or spans == [(0, len(inputs))]:
+    if num_frames * seconds_per_frame <= chunk_length_s + 1e-9:
+        log_probs = chunked_ctc_log_probs(model, inputs, chunk_length_s, stride_length_s, batch_size, lang_ids)
+        return log_probs, [(0, len(log_probs))]
+    spans, boundaries = speech_spans(model, len(inputs), waveform, min_pause_s, speech_pad_s, pause_db)
+    if not spans:  # every region was digital silence or shorter than MIN_SPEECH_S: nothing to decode
+        return _blank(num_frames, model, lang_ids), []
+    if spans == [(0, len(inputs))]:  # no pause: the stride rule over the whole recording
         log_probs = chunked_ctc_log_probs(model, inputs, chunk_length_s, stride_length_s, batch_size, lang_ids)
         return log_probs, [(0, len(log_probs))]
     out: torch.Tensor | None = None

@@ -134,7 +134,7 @@ def plan_segments(
         smoothing_s: width of the moving average over the cut cost.
         lang_ids: ``[1]`` language index, for the CTC pass of ``"ctc_blank"`` (models routing several languages).
         split_by: ``"chunks"`` (segments tile the recording) or ``"pauses"`` (speech regions first, see the module
-            docstring).
+            docstring; a recording longer than ``chunk_length_s`` with no speech region gets no segment).
         min_pause_s, speech_pad_s: the pause rule's settings (``split_by="pauses"``).
     """
     if split_by not in LONG_FORM_SPLITS:
@@ -177,7 +177,7 @@ def plan_segments(
         units = [start, *[c * per_frame for c in cuts], end]
         frames = [first, *cuts, last]
         segments += [Segment(units[i], units[i + 1], frames[i], frames[i + 1]) for i in range(len(cuts) + 1)]
-    return segments or [Segment(0, num_units, 0, num_frames)]
+    return segments  # none when no region holds speech (digital silence, clicks): nothing to decode
 
 
 @torch.no_grad()

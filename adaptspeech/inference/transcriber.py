@@ -15,7 +15,9 @@ The long-form CER check of docs/inference.md compares both with decoding the utt
 and joint decoders cut a recording longer than ``chunk_length_s`` into consecutive segments at pauses
 (:mod:`adaptspeech.inference.segmenting`; with ``split_by="pauses"`` the speech regions first), decode each alone
 and join the texts; the segments and their times are in
-``Transcription.extra["segments"]`` (the CTC speech regions in ``extra["speech"]``).
+``Transcription.extra["segments"]`` (the CTC speech regions in ``extra["speech"]``). A recording with nothing to
+decode (no samples, digital silence only, too short for one output frame: :func:`nothing_to_decode`) gets the empty
+text and ``extra["skipped"]`` saying why, the other recordings are transcribed as usual.
 """
 
 from __future__ import annotations
@@ -105,6 +107,10 @@ def transcribe(
         for waveform in waveforms:
             seconds = len(waveform) / MODEL_SAMPLING_RATE
             inputs = recording_input(waveform, processor.feature_extractor, norm_window_s)
+            reason = nothing_to_decode(model, waveform, len(inputs))
+            if reason is not None:
+                results.append(Transcription("", [] if timestamps else None, seconds, {"skipped": reason}))
+                continue
             if method not in CTC_DECODERS and lm_decoder is None:
                 segments = plan_segments(model, inputs, waveform, chunk_length_s, cut_by, search_length_s,
                                          lang_ids=lang_ids, split_by=split_by, min_pause_s=min_pause_s,
@@ -136,6 +142,27 @@ def transcribe(
                     chunks = ctc_timestamps(log_probs.argmax(-1).tolist(), tokenizer, seconds_per_frame, timestamps)
                 results.append(Transcription(_text(tokenizer, ids), chunks, seconds, extra))
     return results
+
+
+def nothing_to_decode(model: Any, waveform: np.ndarray, num_units: int) -> str | None:
+    """Why a recording gives no text without running the model, or ``None`` when it has something to decode.
+
+    A recording with no samples, one of nothing but digital silence (exact zeros: no speech, and nothing like
+    ``prepare``'s utterances), and one too short for the front end to give one output frame (wav2vec2's feature
+    encoder needs 400 samples) have no text; running the model on them would give a guess or a crash.
+
+    Args:
+        model: an adaptspeech model (its front end's output length).
+        waveform: ``[S]`` the recording.
+        num_units: its model input length (samples, or fbank frames).
+    """
+    if len(waveform) == 0:
+        return "no samples"
+    if not np.any(waveform):
+        return "digital silence only"
+    if int(model._get_feat_extract_output_lengths(num_units)) <= 0:
+        return f"too short for one output frame ({len(waveform)} samples)"
+    return None
 
 
 def _text(tokenizer: Any, ids: list[int]) -> str:
