@@ -236,6 +236,10 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
             ``(hidden [B, T, D], frame_mask [B, T] bool, hidden_states or None, fusion weights per layer)``.
         """
         spec = self.config.backbone_spec
+        if int(self._get_feat_extract_output_lengths(inputs.shape[1])) <= 0:
+            unit = "samples" if self.main_input_name == "input_values" else "feature frames"
+            raise ValueError(f"{self.main_input_name} of {inputs.shape[1]} {unit} is too short for one output frame of "
+                             "this model: drop the clip or pad it")
         rows = self._row_languages(lang_ids)  # or e.g. a PeftModel's `adapter_names` around this model
         padding = None
         if attention_mask is not None:

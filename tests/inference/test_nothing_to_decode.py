@@ -95,3 +95,21 @@ def test_the_command_warns_and_goes_on_to_the_next_file(tmp_path: Path, capsys) 
     assert [line.split("\t")[0] for line in lines] == files
     assert lines[1] == f"{files[1]}\t" and lines[0].split("\t")[1] and lines[2].split("\t")[1]
     assert f"warning: {files[1]}: no text: too short for one output frame (10 samples)" in err
+
+
+def test_a_forward_pass_on_a_frameless_input_is_refused_in_one_line(tmp_path: Path) -> None:
+    """transformers' pipeline calls the model itself: a clip too short for one output frame gets a line naming the
+    input and its length, not GroupNorm's ``Expected more than 1 value per channel``."""
+    from transformers import pipeline
+
+    folder = model_folder(tmp_path, backbone="wav2vec2")
+    model = AdaptSpeechForCTC.from_pretrained(folder).eval()
+    with pytest.raises(ValueError, match="input_values of 10 samples is too short for one output frame"):
+        model(input_values=torch.randn(1, 10))
+    shortest = next(n for n in range(1, 1000) if int(model._get_feat_extract_output_lengths(n)) > 0)
+    assert model(input_values=torch.randn(1, shortest)).logits.shape[1] == 1
+    with pytest.raises(ValueError, match=f"input_values of {shortest - 1} samples is too short"):
+        model(input_values=torch.randn(1, shortest - 1))
+    asr = pipeline("automatic-speech-recognition", model=str(folder), device="cpu")
+    with pytest.raises(ValueError, match="input_values of 10 samples is too short for one output frame"):
+        asr({"raw": audio(1.0, seed=1)[:10], "sampling_rate": 16000})
