@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +255,25 @@ def _lm_decoder(
     beam = int(options.pop("beam_size", 32))
     return LMDecoder(decoder, beam_width=beam, hotwords=_split_list(args.hotwords) or None,
                      hotword_weight=args.hotword_weight), options
+
+
+@contextlib.contextmanager
+def library_progress_bars(enabled: bool) -> Iterator[None]:
+    """``--no-progress`` (or a recipe's ``progress: false``) also hides the bars ``datasets`` (filter, map) and
+    ``transformers`` (weight loading) draw; their previous state is restored afterwards."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    if enabled:
+        yield
+        return
+    had_datasets, had_hf = datasets.is_progress_bar_enabled(), hf_logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if had_datasets:
+            datasets.enable_progress_bars()
+        if had_hf:
+            hf_logging.enable_progress_bar()

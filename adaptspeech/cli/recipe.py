@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import CommandError, _split_list
+from .common import CommandError, _split_list, library_progress_bars
 
 # ---- recipe / demo -------------------------------------------------------------------------------------------
 
@@ -124,7 +124,8 @@ def _run_recipe_folder(recipe_dir: str | Path, args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(recipe_dir, overrides, args, only)
     recipe = load_recipe(recipe_dir, overrides)
-    run_recipe(recipe, only=only)
+    with library_progress_bars(enabled=bool(recipe.get("progress", True))):
+        run_recipe(recipe, only=only)
     out = Path(recipe["output_dir"])
     print((out / "results.md").read_text())
     written = [
@@ -148,7 +149,9 @@ def _curve(recipe_dir: str | Path, overrides: list[str], args: argparse.Namespac
         raise CommandError("--curve: give the target budgets, e.g. --curve 1min,3min,10min,30min")
     recipe_overrides, curve_overrides = split_curve_overrides(overrides)
     settings = load_curve_settings(recipe_dir, curve_overrides, budgets, _split_list(args.curve_methods) or None)
-    result = run_curve(load_recipe(recipe_dir, recipe_overrides), settings, plan_only=args.curve_plan)
+    recipe = load_recipe(recipe_dir, recipe_overrides)
+    with library_progress_bars(enabled=bool(recipe.get("progress", True))):
+        result = run_curve(recipe, settings, plan_only=args.curve_plan)
     if args.curve_plan:
         from ..recipes.curve_report import plan_markdown
 

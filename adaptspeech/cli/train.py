@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-from .common import PROG, CommandError, _positive_int, _process_rank
+from .common import PROG, CommandError, _positive_int, _process_rank, library_progress_bars
 
 # ---- train ---------------------------------------------------------------------------------------------------
 
@@ -72,7 +70,7 @@ def _run_train(args: argparse.Namespace) -> int:
     rank = _process_rank()
     if resume and rank == 0:
         print(f"resuming from {resume}", flush=True)
-    with _library_progress_bars(enabled=not args.no_progress):
+    with library_progress_bars(enabled=not args.no_progress):
         result = run_stage(spec, resume=resume, progress=not args.no_progress)
     if args.rank_weights:
         from safetensors.torch import save_file
@@ -90,25 +88,3 @@ def _run_train(args: argparse.Namespace) -> int:
             line += f"; {split} CER {100 * overall['cer']:.2f}% WER {100 * overall['wer']:.2f}%"
         print(f"{line} -> {result.model_dir}")
     return 0
-
-
-@contextlib.contextmanager
-def _library_progress_bars(enabled: bool) -> Iterator[None]:
-    """``--no-progress`` also hides the bars ``datasets`` (filter, map) and ``transformers`` (weight loading) draw;
-    their previous state is restored afterwards."""
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    if enabled:
-        yield
-        return
-    had_datasets, had_hf = datasets.is_progress_bar_enabled(), hf_logging.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if had_datasets:
-            datasets.enable_progress_bars()
-        if had_hf:
-            hf_logging.enable_progress_bar()

@@ -467,7 +467,10 @@ def run_study_cli(recipe_dir: str | os.PathLike, args: Any) -> int:
     only = [k.strip() for k in (args.only or "").split(",") if k.strip()] or None
     overrides = list(args.overrides) + (["progress=false"] if args.no_progress else [])
     study = load_study(recipe_dir, overrides)
-    run_study(study, only=only)
+    from ..cli.common import library_progress_bars
+
+    with library_progress_bars(enabled=bool(study.get("progress", True))):
+        run_study(study, only=only)
     out = Path(study["output_dir"])
     print((out / "results.md").read_text())
     print(f"wrote {out / 'results.md'}, results.json, summary.png, training_curves.png and attention_maps/")

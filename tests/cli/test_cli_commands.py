@@ -244,6 +244,32 @@ def test_demo_runs_the_synthetic_recipe_with_overrides(fake_run_recipe, tmp_path
     assert "| SimAdapter | 12.34 |" in out and str(tmp_path / "demo" / "fusion_heatmap.png") in out
 
 
+@pytest.mark.parametrize("flag", [["--no-progress"], ["progress=false"]])
+def test_a_recipe_without_progress_hides_the_library_bars_and_restores_them(flag, monkeypatch, tmp_path, capsys):
+    """``progress: false`` hid our bars only: datasets' map / filter bars still filled the demo's log."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    seen: dict = {}
+
+    def run_recipe(recipe, only=None):
+        seen.update(datasets=datasets.is_progress_bar_enabled(), hf=hf_logging.is_progress_bar_enabled())
+        out = Path(recipe["output_dir"])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.md").write_text("| system | CER % |\n")
+
+    monkeypatch.setattr("adaptspeech.recipes.simadapter.run_recipe", run_recipe)
+    datasets.enable_progress_bars()
+    hf_logging.enable_progress_bar()
+    code, _, err = run_main(["demo", f"output_dir={tmp_path / 'demo'}", *flag], capsys)
+    assert code == 0, err
+    assert seen == {"datasets": False, "hf": False}
+    assert datasets.is_progress_bar_enabled() and hf_logging.is_progress_bar_enabled()
+    code, _, err = run_main(["demo", f"output_dir={tmp_path / 'demo'}"], capsys)
+    assert code == 0, err
+    assert seen == {"datasets": True, "hf": True}
+
+
 def test_demo_only_lm_re_evaluates_with_the_lm(fake_run_recipe, tmp_path, capsys):
     code, _, err = run_main(["demo", f"output_dir={tmp_path / 'demo'}", "--only", "lm", "--no-progress"], capsys)
     assert code == 0, err
