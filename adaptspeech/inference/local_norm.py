@@ -115,6 +115,13 @@ class RecordingInput:
     silent: np.ndarray
     normalize: bool
     window: int
+    waveform: np.ndarray | None = None
+    """``[S]`` the recording's samples (fbank only): :meth:`utterance` re-reads an utterance that digital silence
+    delimits from its own samples."""
+    extractor: Any = None
+    """The feature extractor with ``do_normalize`` off (with ``waveform``)."""
+    waveform_silent: np.ndarray | None = None
+    """``[S]`` digital silence of ``waveform`` (:func:`digital_silence`)."""
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -131,11 +138,45 @@ class RecordingInput:
 
     def utterance(self, start: int, end: int) -> torch.Tensor:
         """Units ``[start, end)`` normalised as one utterance: statistics over all of them (digital silence left
-        out), as ``prepare`` normalises an utterance without digital silence."""
+        out), as ``prepare`` normalises an utterance without digital silence.
+
+        An fbank span with digital silence next to it (within one window and hop of either end: clips joined by
+        zeros, muted stretches) is computed again from its own samples, from the end of that silence to the start of
+        the next (:meth:`utterance_samples`): the recording's 10-ms grid would drop up to 35 ms of the utterance at
+        each end and read it at another phase than ``prepare`` did (cs: 1.2 of the 1.5 CER points long-form decoding
+        lost on 30 joined test utterances, docs/inference.md). The result may then differ from ``end - start`` by a
+        unit or two."""
         start, end = max(start, 0), min(end, len(self.raw))
+        samples = self.utterance_samples(start, end)
+        if samples is not None:
+            assert self.waveform is not None
+            _, raw = extract_features(self.waveform[samples[0] : samples[1]], self.extractor)
+            if len(raw) > 0:
+                return torch.from_numpy(normalize_utterance(raw, axis=0) if self.normalize else raw)
         if not self.normalize:
             return torch.from_numpy(np.ascontiguousarray(self.raw[start:end]))
         return torch.from_numpy(sliding_normalize(self.raw[start:end], max(1, end - start), self.silent[start:end]))
+
+    def utterance_samples(self, start: int, end: int) -> tuple[int, int] | None:
+        """``(first, end)`` samples of fbank units ``[start, end)`` with each edge moved to the digital silence
+        within one window and hop of it (the silence's end on the left, its start on the right), or ``None`` when
+        neither edge has such silence (or no ``waveform``): an edge without it keeps the grid's sample."""
+        if self.waveform is None or self.waveform_silent is None or self.raw.ndim != 2:
+            return None
+        win, hop, _ = frame_params(MODEL_SAMPLING_RATE)
+        total, reach = len(self.waveform), win + hop
+        first, last = start * hop, min(total, (end - 1) * hop + win)
+        low = max(0, first - reach)
+        left = np.flatnonzero(self.waveform_silent[low : min(total, first + reach)])
+        high = max(0, last - reach)
+        right = np.flatnonzero(self.waveform_silent[high : min(total, last + reach)])
+        if len(left) == 0 and len(right) == 0:
+            return None
+        if len(left):
+            first = low + int(left[-1]) + 1
+        if len(right):
+            last = high + int(right[0])
+        return (first, last) if last - first >= win else None
 
     def local(self, start: int, end: int) -> torch.Tensor:
         """Units ``[start, end)`` normalised by the sliding-window rule inside the span, whatever its length."""
@@ -162,8 +203,10 @@ def recording_input(waveform: np.ndarray, feature_extractor: Any,
     raw_extractor.do_normalize = False
     _, raw = extract_features(waveform, raw_extractor)
     per_second = MODEL_SAMPLING_RATE / frame_params(MODEL_SAMPLING_RATE)[1] if fbank else MODEL_SAMPLING_RATE
+    samples = np.asarray(waveform, dtype=np.float32) if fbank else None
     return RecordingInput(raw, digital_silence(raw), bool(getattr(feature_extractor, "do_normalize", True)),
-                          max(1, round(window_s * per_second)))
+                          max(1, round(window_s * per_second)), samples, raw_extractor if fbank else None,
+                          digital_silence(samples) if samples is not None else None)
 
 
 def touches_digital_silence(waveform: np.ndarray, fbank: bool, num_units: int) -> np.ndarray:

@@ -166,7 +166,8 @@ def slice_input(inputs: ModelInput, start: int, end: int) -> ModelInput:
     """Units ``[start, end)`` of a recording's model input as a recording of their own (a :class:`RecordingInput`
     sliced, unnormalised, or a tensor sliced)."""
     if isinstance(inputs, RecordingInput):
-        return dataclasses.replace(inputs, raw=inputs.raw[start:end], silent=inputs.silent[start:end])
+        return dataclasses.replace(inputs, raw=inputs.raw[start:end], silent=inputs.silent[start:end], waveform=None,
+                                   extractor=None, waveform_silent=None)  # its samples would not match the units
     return inputs[start:end]
 
 

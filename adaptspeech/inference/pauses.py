@@ -18,11 +18,14 @@ speech level, so that a recording of even loudness has no pause frames). A *paus
 (at most 0.2 s below the threshold) are not pauses and the 0.3 s gaps between them are.
 
 **Speech regions** are the stretches between pauses (a pause touching either end of the recording trims it), each
-widened by ``speech_pad_s`` on both sides (as silero-vad's ``speech_pad_ms``; default 0), never past the middle of a
-pause so that regions do not overlap. The middle frame ``(first + end - 1) // 2`` of every pause between two regions is
-where one utterance ends and the next begins: a word boundary. A region shorter than ``MIN_SPEECH_S`` once digital
-silence is trimmed (a click between two pauses) is not decoded
-(:func:`~adaptspeech.inference.long_form.speech_spans`).
+grown over the pause frames next to it that still sound (:func:`edge_threshold`, the second threshold of a
+two-threshold VAD): up to the pause's digital silence where it has some (concatenated or edited audio: whatever sounds
+between an utterance and the zeros is that utterance's soft onset or fade-out), otherwise over frames above the noise
+floor ``F + 3`` dB (room noise: the onset rises out of it); then widened by ``speech_pad_s`` on both sides (as
+silero-vad's ``speech_pad_ms``; default 0); never past the middle of a pause, so that regions do not overlap. The
+middle frame ``(first + end - 1) // 2`` of every pause between two regions is where one utterance ends and the next
+begins: a word boundary. A region shorter than ``MIN_SPEECH_S`` once digital silence is trimmed (a click between two
+pauses) is not decoded (:func:`~adaptspeech.inference.long_form.speech_spans`).
 """
 
 from __future__ import annotations
@@ -93,6 +96,32 @@ def find_pauses(energy_db: np.ndarray, min_pause_frames: int,
     return [(a, b) for a, b in runs if b - a >= min_pause_frames]
 
 
+def edge_threshold(energy_db: np.ndarray) -> float:
+    """``F + 3`` dB (``F``: the 2nd percentile of the frames that are not digital silence; ``-inf`` when none are):
+    a region grows over pause frames above it (module docstring). Below the pause threshold whenever the recording
+    has pauses above its floor, so growing never reaches into the noise of a pause."""
+    sounding = energy_db[energy_db > DIGITAL_SILENCE_DB]
+    if len(sounding) == 0:
+        return -np.inf
+    return float(np.percentile(sounding, _FLOOR_PERCENTILE)) + FLOOR_MARGIN_DB
+
+
+def _grow(energy_db: np.ndarray, edge: int, limit: int, step: int, threshold: float) -> int:
+    """The frame where a region's edge ``edge`` (its first frame, ``step=-1``, or one past its last, ``step=1``)
+    stops growing into the pause towards ``limit``: when the pause holds digital silence, over every frame up to the
+    first all-zero one (at the -100 dB floor: a fade's last samples can lie below -95 dB; the units that touch the
+    zeros are trimmed later, :func:`~adaptspeech.inference.long_form.speech_spans`), else over frames above
+    ``threshold``."""
+    frames = range(edge, limit) if step > 0 else range(edge - 1, limit - 1, -1)
+    silent = any(energy_db[t] <= DIGITAL_SILENCE_DB for t in frames)
+    zero = 10.0 * np.log10(_ENERGY_FLOOR) + 1e-6  # a fade's last samples lie below -95 dB but are not zeros
+    for t in frames:
+        sounding = energy_db[t] > zero if silent else energy_db[t] > threshold
+        if not sounding:
+            return t if step > 0 else t + 1
+    return limit
+
+
 def speech_regions(energy_db: np.ndarray, min_pause_frames: int, pad_frames: int = 0,
                    pause_db: float = DEFAULT_PAUSE_DB) -> tuple[list[tuple[int, int]], list[int]]:
     """The speech regions of a recording and the word boundaries between them (module docstring).
@@ -100,7 +129,7 @@ def speech_regions(energy_db: np.ndarray, min_pause_frames: int, pad_frames: int
     Args:
         energy_db: ``[T]`` log power per output frame (dB).
         min_pause_frames: shortest pause, in frames.
-        pad_frames: frames added on each side of a region (within half of the neighbouring pause).
+        pad_frames: frames added on each side of a region once grown (within half of the neighbouring pause).
         pause_db: decibels below the speech level.
 
     Returns:
@@ -109,11 +138,13 @@ def speech_regions(energy_db: np.ndarray, min_pause_frames: int, pad_frames: int
     """
     if pad_frames < 0:
         raise ValueError(f"a speech pad of {pad_frames} frames: must not be negative")
+    energy_db = np.asarray(energy_db, dtype=np.float64)
     total = len(energy_db)
     pauses = find_pauses(energy_db, min_pause_frames, pause_db)
     starts = [0] + [b for _, b in pauses]
     ends = [a for a, _ in pauses] + [total]
     middles = [(a + b - 1) // 2 for a, b in pauses]
+    grow_above = edge_threshold(np.asarray(energy_db, dtype=np.float64))
     regions: list[tuple[int, int]] = []
     boundaries: list[int] = []
     for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
@@ -123,5 +154,7 @@ def speech_regions(energy_db: np.ndarray, min_pause_frames: int, pad_frames: int
         high = middles[i] if i < len(pauses) and pauses[i][1] < total else total
         if regions:
             boundaries.append(middles[i - 1])
+        start = _grow(energy_db, start, low, -1, grow_above)
+        end = _grow(energy_db, end, high, 1, grow_above)
         regions.append((max(low, start - pad_frames), min(high, end + pad_frames)))
     return regions, boundaries
