@@ -143,7 +143,7 @@ class RecordingInput:
         An fbank span with digital silence next to it (within one window and hop of either end: clips joined by
         zeros, muted stretches) is computed again from its own samples, from the end of that silence to the start of
         the next (:meth:`utterance_samples`): the recording's 10-ms grid would drop up to 35 ms of the utterance at
-        each end and read it at another phase than ``prepare`` did (cs: 1.2 of the 1.5 CER points long-form decoding
+        each end and read it at another phase than ``prepare`` did (cs: 0.8 of the 1.5 CER points long-form decoding
         lost on 30 joined test utterances, docs/inference.md). The result may then differ from ``end - start`` by a
         unit or two."""
         start, end = max(start, 0), min(end, len(self.raw))
