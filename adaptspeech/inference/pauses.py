@@ -52,6 +52,8 @@ SPEECH_MARGIN_DB = 10.0
 """A pause frame lies at least this far below the speech level, whatever the floor."""
 _ENERGY_FLOOR = 1e-10
 """Power floor (-100 dB) so that digital silence has a finite log power."""
+_ZERO_DB = 10.0 * np.log10(_ENERGY_FLOOR) + 1e-6
+"""Frames at or below this are all zeros (a fade's last samples can lie below ``DIGITAL_SILENCE_DB`` but are not)."""
 _SPEECH_PERCENTILE = 90.0
 _FLOOR_PERCENTILE = 2.0
 
@@ -66,14 +68,22 @@ def energy_cost(waveform: np.ndarray, samples_per_frame: int, num_frames: int) -
     return 10.0 * np.log10(np.maximum(power, _ENERGY_FLOOR))
 
 
+def _levels(energy_db: np.ndarray) -> tuple[float, float] | None:
+    """``(R, F)``: the speech level and the floor (90th and 2nd percentiles) of the frames ``[T]`` that are not
+    digital silence, or ``None`` when every frame is."""
+    sounding = energy_db[energy_db > DIGITAL_SILENCE_DB]
+    if len(sounding) == 0:
+        return None
+    return float(np.percentile(sounding, _SPEECH_PERCENTILE)), float(np.percentile(sounding, _FLOOR_PERCENTILE))
+
+
 def pause_threshold(energy_db: np.ndarray, pause_db: float = DEFAULT_PAUSE_DB) -> float:
     """``max(R - pause_db, min(F + 3, R - 10))`` dB of the module docstring's rule for frame energies ``[T]``
     (``-inf`` when every frame is digital silence: only digital silence is then a pause)."""
-    sounding = energy_db[energy_db > DIGITAL_SILENCE_DB]
-    if len(sounding) == 0:
+    levels = _levels(energy_db)
+    if levels is None:
         return -np.inf
-    speech = float(np.percentile(sounding, _SPEECH_PERCENTILE))
-    floor = float(np.percentile(sounding, _FLOOR_PERCENTILE))
+    speech, floor = levels
     return max(speech - pause_db, min(floor + FLOOR_MARGIN_DB, speech - SPEECH_MARGIN_DB))
 
 
@@ -97,13 +107,11 @@ def find_pauses(energy_db: np.ndarray, min_pause_frames: int,
 
 
 def edge_threshold(energy_db: np.ndarray) -> float:
-    """``F + 3`` dB (``F``: the 2nd percentile of the frames that are not digital silence; ``-inf`` when none are):
-    a region grows over pause frames above it (module docstring). Below the pause threshold whenever the recording
-    has pauses above its floor, so growing never reaches into the noise of a pause."""
-    sounding = energy_db[energy_db > DIGITAL_SILENCE_DB]
-    if len(sounding) == 0:
-        return -np.inf
-    return float(np.percentile(sounding, _FLOOR_PERCENTILE)) + FLOOR_MARGIN_DB
+    """``F + 3`` dB for frame energies ``[T]`` (``-inf`` when every frame is digital silence): in a pause without
+    digital silence a region grows over the frames above it, so that it takes a soft onset rising out of room noise
+    but not the noise itself (module docstring)."""
+    levels = _levels(energy_db)
+    return -np.inf if levels is None else levels[1] + FLOOR_MARGIN_DB
 
 
 def _grow(energy_db: np.ndarray, edge: int, limit: int, step: int, threshold: float) -> int:
@@ -114,9 +122,8 @@ def _grow(energy_db: np.ndarray, edge: int, limit: int, step: int, threshold: fl
     ``threshold``."""
     frames = range(edge, limit) if step > 0 else range(edge - 1, limit - 1, -1)
     silent = any(energy_db[t] <= DIGITAL_SILENCE_DB for t in frames)
-    zero = 10.0 * np.log10(_ENERGY_FLOOR) + 1e-6  # a fade's last samples lie below -95 dB but are not zeros
     for t in frames:
-        sounding = energy_db[t] > zero if silent else energy_db[t] > threshold
+        sounding = energy_db[t] > _ZERO_DB if silent else energy_db[t] > threshold
         if not sounding:
             return t if step > 0 else t + 1
     return limit
