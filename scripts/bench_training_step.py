@@ -12,6 +12,12 @@ the 7-layer convolutional feature encoder), each in its own Python process so th
 - ``lora``: per-language LoRA (``add_language_adapter(lang, adapter_type="lora", lora_r=8)``; the default target
   modules ``q_proj`` / ``v_proj``), the backbone frozen.
 
+The peer users pick today, on request (``--configs ...,mms``): transformers' ``Wav2Vec2ForCTC`` with MMS adapters
+(``adapter_attn_dim=64``, the bottleneck of ``adapter``), prepared as transformers'
+``run_speech_recognition_ctc_adapter.py`` and the MMS adapter blog prepare it: ``init_adapter_layers()``,
+``freeze_base_model()``, then every tensor of ``_get_adapters()`` (the adapters and the CTC head) trainable
+(``mms``); ``mms_frozen_front_end`` also calls ``freeze_feature_encoder()``, which that script does not.
+
 A step is forward + CTC loss + backward + ``torch.optim.AdamW`` step + ``zero_grad`` on one batch of random audio
 (``--batch`` x ``--seconds``) with random labels (10 characters per second). The time is the median of ``--steps``
 steps after ``--warmup`` steps, as wall time and as the process's CPU time (all threads; on a machine shared with
@@ -44,6 +50,10 @@ from pathlib import Path
 from typing import Any
 
 CONFIGS = ("full", "adapter", "fusion", "lora")
+#: transformers' own MMS adapter training, the peer of ``adapter`` (see the module docstring)
+PEERS = ("mms", "mms_frozen_front_end")
+#: the bottleneck of ``adapter`` and the ``adapter_attn_dim`` of the peers: equal adapter size
+ADAPTER_BOTTLENECK = 64
 SOURCES = ("ru", "cy", "it", "eu", "pt")
 TARGET = "ro"
 MIB = 2**20
@@ -80,12 +90,36 @@ def _reset_peak() -> bool:
     return True
 
 
+def build_peer(kind: str, layers: int) -> Any:
+    """transformers' ``Wav2Vec2ForCTC`` with MMS adapters of ``ADAPTER_BOTTLENECK`` in every layer, prepared for
+    adapter training as ``run_speech_recognition_ctc_adapter.py`` does (``mms_frozen_front_end``: plus
+    ``freeze_feature_encoder()``)."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+
+    torch.manual_seed(0)
+    config = Wav2Vec2Config(
+        **{**XLSR_300M, "num_hidden_layers": layers}, vocab_size=40, adapter_attn_dim=ADAPTER_BOTTLENECK
+    )
+    model = Wav2Vec2ForCTC(config)
+    model.init_adapter_layers()
+    model.freeze_base_model()
+    for param in model._get_adapters().values():
+        param.requires_grad = True
+    if kind == "mms_frozen_front_end":
+        model.freeze_feature_encoder()
+    return model
+
+
 def build_model(kind: str, layers: int) -> Any:
-    """The model of configuration ``kind`` with its trainable groups set (fp32 weights on the CPU)."""
+    """The model of configuration ``kind`` with its trainable groups set (fp32 weights, on the current default
+    device: the CPU unless built under ``with torch.device(...)``)."""
     import torch
 
     from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
 
+    if kind in PEERS:
+        return build_peer(kind, layers)
     torch.manual_seed(0)
     config = AdaptSpeechConfig(
         backbone_type="wav2vec2", backbone_config={**XLSR_300M, "num_hidden_layers": layers}, vocab_size=40
@@ -94,7 +128,7 @@ def build_model(kind: str, layers: int) -> Any:
     if kind == "full":
         model.set_trainable(backbone=True, head=True, feature_encoder=False)
     elif kind == "adapter":
-        model.add_language_adapter(TARGET, bottleneck=64)
+        model.add_language_adapter(TARGET, bottleneck=ADAPTER_BOTTLENECK)
         model.set_active_languages([TARGET])
         model.set_trainable(adapters=[TARGET])
     elif kind == "fusion":
@@ -108,7 +142,7 @@ def build_model(kind: str, layers: int) -> Any:
         model.set_active_languages([TARGET])
         model.set_trainable(adapters=[TARGET])
     else:
-        raise ValueError(f"unknown configuration {kind!r}; allowed: {', '.join(CONFIGS)}")
+        raise ValueError(f"unknown configuration {kind!r}; allowed: {', '.join(CONFIGS + PEERS)}")
     return model
 
 
@@ -123,7 +157,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
     rss_baseline = (_status_kib("VmRSS") or 0) * 1024
     start = time.perf_counter()
-    model = build_model(kind, args.layers).to(device)
+    with device:  # built where it trains: a CUDA model is initialised on the GPU, not copied there
+        model = build_model(kind, args.layers)
     if args.freeze_feature_encoder:
         # transformers' Wav2Vec2FeatureEncoder keeps its own `_requires_grad` flag (True unless frozen through
         # freeze_feature_encoder): while it is True, training mode marks the waveform as requiring grad, so autograd
@@ -135,7 +170,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     model.train()
     build_seconds = time.perf_counter() - start
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=bool(getattr(args, "fused", False)))
     generator = torch.Generator().manual_seed(0)
     samples = int(args.seconds * 16000)
     inputs = torch.randn(args.batch, samples, generator=generator).to(device)
@@ -176,6 +211,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         "total": sum(p.numel() for p in model.parameters()),
         "step_seconds": times,
         "median_seconds": statistics.median(times),
+        "audio_seconds_per_second": args.batch * args.seconds / statistics.median(times),
         "cpu_step_seconds": cpu_times,
         "median_cpu_seconds": statistics.median(cpu_times),
         "load_average": [load_before, os.getloadavg()[0] if hasattr(os, "getloadavg") else None],
@@ -262,7 +298,10 @@ def main() -> int:
         help="call model.freeze_feature_encoder() in every configuration (full fine-tuning does already): no "
         "autograd through the convolutional front end",
     )
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"among {', '.join(CONFIGS)}")
+    parser.add_argument("--fused", action="store_true", help="torch.optim.AdamW(fused=True) (CUDA)")
+    parser.add_argument(
+        "--configs", default=",".join(CONFIGS), help=f"among {', '.join(CONFIGS + PEERS)} (the last two: the peer)"
+    )
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures here")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -275,9 +314,9 @@ def main() -> int:
         return 0
 
     configs = [c for c in args.configs.split(",") if c]
-    unknown = sorted(set(configs) - set(CONFIGS))
+    unknown = sorted(set(configs) - set(CONFIGS + PEERS))
     if unknown:
-        parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS)}")
+        parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS + PEERS)}")
     cuda = args.device.startswith("cuda")
     print(
         f"XLS-R 300M shape ({args.layers} layers), batch {args.batch} x {args.seconds:g} s, {args.dtype}, "
@@ -296,7 +335,7 @@ def main() -> int:
         for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
             if getattr(args, option) is not None:
                 command += [f"--{option}", str(getattr(args, option))]
-        for flag in ("checkpointing", "freeze_feature_encoder"):
+        for flag in ("checkpointing", "freeze_feature_encoder", "fused"):
             if getattr(args, flag):
                 command.append(f"--{flag.replace('_', '-')}")
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
