@@ -12,6 +12,14 @@ What the stock pipeline needs and adaptspeech provides elsewhere: a feature extr
   for every other model. For an adaptspeech attention model it decodes ``generate()``'s label sequences without the
   CTC tokenizer's merging of repeated characters (the tokenizer saved with adaptspeech models is a
   ``Wav2Vec2CTCTokenizer``, whose default decoding would turn "hello" into "helo").
+  For every adaptspeech model it reads audio the way ``adaptspeech transcribe`` does, without ffmpeg or
+  torchaudio: a file path (or the file's bytes) is decoded with soundfile, mixed to mono and resampled with soxr
+  (:func:`~adaptspeech.data.load_audio`), an array at another rate (``{"raw": array, "sampling_rate": 8000}``) is
+  resampled with soxr. An input with nothing to decode (no samples, non-finite samples, digital silence or a
+  peak below ``prepare``'s silence threshold, fewer samples than one output frame needs:
+  :func:`~adaptspeech.inference.transcriber.nothing_to_decode`, the rule of ``transcribe`` and ``prepare``) gives
+  ``{"text": "", "skipped": reason}`` (``"chunks": []`` with timestamps) and a warning on the
+  ``adaptspeech.pipeline`` logger, without reaching the model; the other inputs of the call are decoded as alone.
 
 Which path a folder takes: the pipeline tries its model classes in turn; :func:`register_pipeline` puts
 :class:`AttentionFolderLoader` first, so a folder whose head has an attention decoder (``head="las"`` or
@@ -26,8 +34,11 @@ chunking, timestamps and an n-gram LM apply). For CTC decoding of a ``ctc_las`` 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import AutoConfig, FeatureExtractionMixin
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
@@ -37,7 +48,11 @@ from transformers.pipelines.automatic_speech_recognition import AutomaticSpeechR
 from .generation import AdaptSpeechGenerationMixin
 from .modeling import AdaptSpeechPreTrainedModel
 
+logger = logging.getLogger(__name__)
+
 TASK = "automatic-speech-recognition"
+SKIPPED = "skipped"
+"""The key of a result with nothing to decode (its value says why); also carried by the preprocessed items."""
 _STOCK_IMPL = f"{AutomaticSpeechRecognitionPipeline.__module__}.{AutomaticSpeechRecognitionPipeline.__name__}"
 """How transformers names the task's class in its table (a dotted path, imported when a pipeline is built)."""
 
@@ -70,6 +85,81 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         if self.type == "seq2seq" and isinstance(self.model, AdaptSpeechGenerationMixin) and self.tokenizer is not None:
             self.tokenizer = _LabelSequenceTokenizer(self.tokenizer)
 
+    def preprocess(self, inputs: Any, chunk_length_s: float = 0, stride_length_s: Any = None) -> Iterator[dict]:
+        """transformers' preprocessing; for an adaptspeech model the audio is read with adaptspeech's reader first
+        and an input with nothing to decode is replaced by a placeholder marked with the reason (see the module
+        docstring)."""
+        if not isinstance(self.model, AdaptSpeechPreTrainedModel):
+            yield from super().preprocess(inputs, chunk_length_s=chunk_length_s, stride_length_s=stride_length_s)
+            return
+        from .inference.transcriber import nothing_to_decode, shortest_input
+
+        name = f"{inputs}: " if isinstance(inputs, str) else ""
+        inputs, waveform, reason = self._read_audio(inputs)
+        if waveform is not None and reason is None:
+            reason = nothing_to_decode(self.model, waveform)
+        if reason is not None:
+            logger.warning("%sno text: %s", name, reason)
+            rate = self.feature_extractor.sampling_rate
+            inputs = {"raw": np.zeros(shortest_input(self.model), np.float32), "sampling_rate": rate}
+        for item in super().preprocess(inputs, chunk_length_s=chunk_length_s, stride_length_s=stride_length_s):
+            yield {**item, SKIPPED: reason or ""}
+
+    def _read_audio(self, inputs: Any) -> tuple[Any, np.ndarray | None, str | None]:
+        """``(inputs for transformers' preprocessing, the mono waveform at the model's rate or None, a reason for no
+        text or None)``: a local file path or encoded bytes decoded by :func:`~adaptspeech.data.load_audio`, an array
+        (or ``{"raw" | "array": array, "sampling_rate": rate}``) mixed to mono and resampled with soxr; anything else
+        (a URL, torchcodec's decoder) is left to transformers."""
+        from .data.audio import EMPTY, NAN, BadClipError, load_audio
+
+        rate = int(self.feature_extractor.sampling_rate)
+        if isinstance(inputs, (str, bytes)):
+            if isinstance(inputs, str) and inputs.startswith(("http://", "https://")):
+                return inputs, None, None
+            data = inputs if isinstance(inputs, bytes) else None
+            try:
+                waveform = load_audio("<bytes>" if data is not None else inputs, rate, data=data,
+                                      silence_threshold=0.0)
+            except BadClipError as err:
+                if err.reason == EMPTY:
+                    return inputs, None, "no samples"
+                if err.reason == NAN:
+                    return inputs, None, "non-finite samples (NaN or infinity)"
+                raise
+            return {"raw": waveform, "sampling_rate": rate}, waveform, None
+        if isinstance(inputs, dict) and "sampling_rate" in inputs and ("raw" in inputs or "array" in inputs):
+            inputs = dict(inputs)
+            array = inputs.pop("raw") if "raw" in inputs else inputs.pop("array")
+            inputs.pop("path", None)
+            waveform = _mono(array)
+            if waveform is None:
+                return {"raw": array, **inputs}, None, None  # transformers names the layout it refuses
+            in_rate = int(inputs.pop("sampling_rate"))
+            if in_rate != rate and waveform.size and np.isfinite(waveform).all():
+                import soxr
+
+                stride = inputs.get("stride")
+                if stride is not None:
+                    inputs["stride"] = tuple(round(s * rate / in_rate) for s in stride)
+                waveform = soxr.resample(waveform, in_rate, rate, quality="HQ").astype(np.float32)
+            return {"raw": waveform, "sampling_rate": rate, **inputs}, waveform, None
+        if isinstance(inputs, (np.ndarray, torch.Tensor)):
+            waveform = _mono(inputs)
+            return (inputs, None, None) if waveform is None else (waveform, waveform, None)
+        return inputs, None, None
+
+    def postprocess(self, model_outputs: list[dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """transformers' postprocessing; an input with nothing to decode gets ``{"text": "", "skipped": reason}``."""
+        reasons = [output.pop(SKIPPED, "") for output in model_outputs]
+        result = super().postprocess(model_outputs, *args, **kwargs)
+        reason = next((r for r in reasons if r), None)
+        if reason:
+            result["text"] = ""
+            if "chunks" in result:
+                result["chunks"] = []
+            result[SKIPPED] = reason
+        return result
+
     def _forward(self, model_inputs: dict[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """transformers' forward; for an adaptspeech CTC model, padded output frames of a batch read as blanks (the
         stock pipeline decodes them as text when it batches utterances of different lengths) and the n-gram decoder
@@ -95,6 +185,17 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
                 values = torch.where(padded[..., None], frame, values)
         out[key] = values
         return out
+
+
+def _mono(array: Any) -> np.ndarray | None:
+    """A float32 ``[S]`` waveform from ``[S]`` or ``[channels, S]`` (1 or 2 channels, averaged), as transformers'
+    pipeline reads arrays; ``None`` for another layout."""
+    array = np.asarray(array.detach().cpu().numpy() if isinstance(array, torch.Tensor) else array, dtype=np.float32)
+    if array.ndim == 1:
+        return array
+    if array.ndim == 2 and array.shape[0] in (1, 2):
+        return array.mean(axis=0)
+    return None
 
 
 _HUB_KEYS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "force_download", "proxies")

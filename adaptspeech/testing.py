@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -89,3 +92,36 @@ def tiny_inputs(
         inputs[key][-1, int(length * 0.7) :] = 0.0
     inputs["attention_mask"] = mask
     return inputs
+
+
+def save_tiny_model(
+    folder: str | os.PathLike[str],
+    backbone_type: str = "fbank_conformer",
+    head: str = "ctc",
+    languages: Sequence[str] = ("ro", "cs"),
+    texts: Sequence[str] = ("abc def", "ghi jkl"),
+    seed: int = 0,
+) -> Path:
+    """Write a random tiny model and its processor into ``folder``, laid out as ``adaptspeech train`` writes a model
+    folder (``config.json``, the weights, the tokenizer and feature extractor): for examples and tests that need a
+    model folder, not a trained model (its text is a guess). Returns the folder.
+
+    Args:
+        folder: where to write (created).
+        backbone_type: ``fbank_conformer`` (log-mel input, 16 mel bins) or ``wav2vec2`` / ``wav2vec2_conformer``
+            (waveform input).
+        head: ``ctc``, ``las`` or ``ctc_las``.
+        languages: languages with an adapter (none active).
+        texts: the text whose characters make the vocabulary.
+        seed: the seed of the random weights.
+    """
+    from .data.text import build_processor, build_vocab
+    from .heads import get_head
+
+    vocab = build_vocab(list(texts))
+    feature_type = "fbank" if backbone_type == "fbank_conformer" else "waveform"
+    build_processor(vocab, folder, feature_type=feature_type, n_mels=TINY_BACKBONES["fbank_conformer"]["num_mel_bins"])
+    config = tiny_config(backbone_type, vocab_size=len(vocab), adapter_languages=list(languages), head=head)
+    torch.manual_seed(seed)
+    get_head(head).model_class(config).eval().save_pretrained(folder)
+    return Path(folder)

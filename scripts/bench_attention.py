@@ -66,7 +66,7 @@ from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import (
     Wav2Vec2ConformerSelfAttention,
 )
 
-from adaptspeech.attention import ATTENTION, AttentionConfig
+from adaptspeech.attention import ATTENTION, AttentionConfig, settings_for_kind
 from adaptspeech.attention.positional import RelativePositionTable
 
 BASELINES = ("hf_sdpa", "hf_eager")
@@ -174,9 +174,8 @@ def build(
     settings = dict(SETTINGS[label])
     if str(settings["kind"]).startswith("sparse_"):
         settings["sparse_block_size"] = sparse_block_size or sparse_block(frames)
-    config = AttentionConfig(
-        hidden_size=width, num_heads=heads, synthesizer_max_len=frames, query_block_size=block_size, **settings
-    )
+    shared = {"hidden_size": width, "num_heads": heads, "synthesizer_max_len": frames, "query_block_size": block_size}
+    config = AttentionConfig(**settings_for_kind(str(settings["kind"]), {**shared, **settings}))
     ours = ATTENTION.get(config.kind)(config)
     if isinstance(getattr(ours, "positions", None), RelativePositionTable):
         # the cached sinusoid table (kept across calls) is built now, as a warm-up pass would, so a single measured

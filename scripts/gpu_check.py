@@ -765,6 +765,7 @@ def demo_section(ctx: Context, timeout: float) -> Section:
     command = [sys.executable, "-m", "adaptspeech.cli", "demo", "--no-progress", *demo_overrides(ctx, out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    ctx.out.mkdir(parents=True, exist_ok=True)
     log = ctx.out / "demo.log"
     start = time.perf_counter()
     with log.open("w") as handle:

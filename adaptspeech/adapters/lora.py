@@ -83,19 +83,20 @@ def _lora_layers(model: Any) -> list[tuple[int, str, LoraLayer]]:
     return found
 
 
-def _target_names(model: Any, language: str, target_modules: list[str]) -> list[str]:
-    """Full names (inside ``model.backbone``) of the projections to wrap; raises if none matches."""
+def _target_names(model: Any, language: str, target_modules: list[str]) -> dict[int, list[str]]:
+    """Adapter layer index -> names (inside that encoder layer) of the projections to wrap; raises if none
+    matches."""
     wanted = set(target_modules)
-    targets: list[str] = []
+    targets: dict[int, list[str]] = {}
     linear_names: set[str] = set()
-    for layer_name, layer in _encoder_layers(model).values():
+    for i, (_, layer) in _encoder_layers(model).items():
         for sub_name, sub in layer.named_modules():
             if not sub_name or _is_adapter_internal(sub_name) or not isinstance(sub, (nn.Linear, LoraLayer)):
                 continue
             short = sub_name.rsplit(".", 1)[-1]
             linear_names.add(short)
             if short in wanted:
-                targets.append(f"{layer_name}.{sub_name}")
+                targets.setdefault(i, []).append(sub_name)
     if not targets:
         raise ValueError(
             f"LoRA adapter for {language!r}: lora_target_modules {sorted(wanted)} match no nn.Linear in "
@@ -174,19 +175,19 @@ def add_lora_language(model: Any, language: str, adapter_config: Any) -> None:
     """
     if any(language in layer.lora_A for _, _, layer in _lora_layers(model)):
         raise ValueError(f"the model already has a LoRA adapter named {language!r}")
-    lora_config = LoraConfig(
-        r=adapter_config.lora_r,
-        lora_alpha=adapter_config.lora_alpha,
-        lora_dropout=adapter_config.lora_dropout,
-        target_modules=_target_names(model, language, list(adapter_config.lora_target_modules)),
-        bias="none",
-    )
+    targets = _target_names(model, language, list(adapter_config.lora_target_modules))
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    backbone = model.backbone
-    had_peft_config = hasattr(backbone, "peft_config")
-    inject_adapter_in_model(lora_config, backbone, adapter_name=language)
-    if not had_peft_config and hasattr(backbone, "peft_config"):
-        del backbone.peft_config  # the adaptspeech config is the source of truth
+    layers = _encoder_layers(model)
+    for i, names in targets.items():
+        # injected layer by layer into the (unwrapped) encoder layer: peft skips every module inside one of its
+        # own tuner layers, such as the speech_adapter layer that get_peft_model puts around each encoder layer
+        lora_config = LoraConfig(r=adapter_config.lora_r, lora_alpha=adapter_config.lora_alpha,
+                                 lora_dropout=adapter_config.lora_dropout, target_modules=names, bias="none")
+        layer = layers[i][1]
+        had_peft_config = hasattr(layer, "peft_config")
+        inject_adapter_in_model(lora_config, layer, adapter_name=language)
+        if not had_peft_config and hasattr(layer, "peft_config"):
+            del layer.peft_config  # the adaptspeech config is the source of truth
     for param, flag in flags:  # injection froze everything but the new adapter
         param.requires_grad = flag
     for _, _, layer in _lora_layers(model):

@@ -302,6 +302,13 @@ class LanguageAdapterMixin:
     ) -> None:
         """Set ``requires_grad`` exactly: only the named groups train.
 
+        What is made trainable must run in forward, or it would never get a gradient: with no adapter active (and
+        the fusion off) the trainable adapters become the active ones (routed per utterance by ``lang_ids`` when
+        there are several), as the stage runner does; ``fusion=True`` switches on an inactive fusion in that case.
+        Trainable adapters outside the active languages (or outside the fusion's languages while the fusion is
+        active), ``fusion=True`` on a model without a fusion or with its fusion switched off while other adapters
+        are active, are refused with one line naming them, before any flag changes.
+
         Args:
             adapters: languages whose adapters train.
             fusion: train the SimAdapter layers.
@@ -310,7 +317,8 @@ class LanguageAdapterMixin:
             feature_encoder: train the convolutional front end (defaults to ``backbone``).
             heads: languages whose own CTC heads (``config.language_heads``) train.
         """
-        adapters = set(self._check_languages(adapters, "set_trainable"))
+        adapters_given = self._check_languages(adapters, "set_trainable")
+        adapters = set(adapters_given)
         heads = set(heads)
         no_head = sorted(heads - set(self.config.language_heads))
         if no_head:
@@ -318,6 +326,7 @@ class LanguageAdapterMixin:
                 f"set_trainable: no CTC head of their own for {no_head}; languages with one: "
                 f"{sorted(self.config.language_heads)}"
             )
+        self._activate_trainable([lang for lang in dict.fromkeys(adapters_given) if lang in adapters], fusion)
         for group, params in self._named_groups().items():
             if group == "backbone":
                 flag = backbone
@@ -334,6 +343,37 @@ class LanguageAdapterMixin:
         train_front_end = backbone if feature_encoder is None else bool(feature_encoder)
         self.config.backbone_spec.set_feature_encoder_trainable(self.backbone, train_front_end)
         self.train(self.training)  # frozen normalisation statistics follow the new flags
+
+    def _activate_trainable(self, adapters: list[str], fusion: bool) -> None:
+        """Make the adapters (and fusion) about to be made trainable run in forward, or refuse (see
+        :meth:`set_trainable`)."""
+        config = self.config
+        nothing_active = not config.active_languages and not config.fusion_active
+        if fusion:
+            if config.fusion is None:
+                raise ValueError("set_trainable(fusion=True): the model has no fusion; call add_fusion(languages) "
+                                 "first")
+            if not config.fusion_active and not nothing_active:
+                raise ValueError(
+                    "set_trainable(fusion=True): the fusion would not train: it is switched off (active languages "
+                    f"{list(config.active_languages)}); call set_fusion_active(True) first"
+                )
+            if not config.fusion_active:
+                self.set_fusion_active(True)
+        if config.fusion_active:
+            reached, what = list(config.fusion["languages"]), "the fusion's languages"
+            hint = "fuse them (add_fusion) or switch the fusion off (set_active_languages)"
+        else:
+            if adapters and nothing_active:
+                self.set_active_languages(adapters)
+            reached, what = list(config.active_languages), "the active languages"
+            hint = f"call set_active_languages({[*reached, *[a for a in adapters if a not in reached]]}) first"
+        idle = [lang for lang in adapters if lang not in reached]
+        if idle:
+            raise ValueError(
+                f"set_trainable: adapters {idle} would not train: they are not among {what} {reached}; {hint}, or "
+                "leave them out of adapters"
+            )
 
     def freeze_base_model(self) -> None:
         """MMS name: freeze the backbone (adapters, fusion and head keep their flags)."""

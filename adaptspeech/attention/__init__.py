@@ -24,7 +24,7 @@ from . import (  # noqa: F401  (importing registers the kinds)
     synthesizer_dense_shared,
 )
 from .base import EncoderAttention
-from .config import SYNTHESIZER_INITS, AttentionConfig
+from .config import KIND_SETTINGS, SYNTHESIZER_INITS, AttentionConfig, settings_for_kind
 from .ldsa import LocalDenseSynthesizerAttention
 from .lsh import (
     LSHAttention,
@@ -46,6 +46,7 @@ from .synthesizer_dense_shared import SharedDenseSynthesizerAttention
 __all__ = [
     "ATTENTION",
     "DEFAULT_KIND",
+    "KIND_SETTINGS",
     "SYNTHESIZER_INITS",
     "AttentionConfig",
     "DenseSynthesizerAttention",
@@ -68,5 +69,6 @@ __all__ = [
     "XBOXQNFAttention",
     "hf_call_class",
     "padding_mask_from_hf",
+    "settings_for_kind",
     "swap_encoder_attention",
 ]

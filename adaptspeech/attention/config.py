@@ -21,6 +21,34 @@ SYNTHESIZER_INITS = ("random", "fixed_patterns")
 LSH_KINDS = ("lsh_sign_alsh", "lsh_xbox", "lsh_xbox_qnf", "lsh_simple", "lsh_simple_alsh")
 
 
+_SYNTHESIZERS = ("synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random")
+
+#: settings that only some kinds read -> those kinds; a value other than the default on another kind is refused.
+KIND_SETTINGS: dict[str, tuple[str, ...]] = {
+    "max_relative_positions": ("rel_pos",),
+    "memory_efficient_threshold": ("rel_pos",),
+    "query_block_size": ("rel_pos",),
+    "context_width": ("ldsa",),
+    "synthesizer_hidden": ("synthesizer_dense", "synthesizer_dense_shared"),
+    "synthesizer_max_len": _SYNTHESIZERS,
+    "sparse_block_size": ("sparse_strided", "sparse_fixed"),
+    "sparse_summary": ("sparse_fixed",),
+    "lsh_num_keys": LSH_KINDS,
+    "lsh_seed": LSH_KINDS,
+    "sign_alsh_u": ("lsh_sign_alsh",),
+    "sign_alsh_m": ("lsh_sign_alsh",),
+}
+
+
+def settings_for_kind(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without the kind-specific ones that ``kind`` does not read (:data:`KIND_SETTINGS`, and
+    ``hybrid``, ``synthesizer_init``, ``synthesizer_freeze``, ``memory_efficient``): one set of settings shared by
+    several kinds, e.g. in a comparison, made acceptable to each."""
+    owners = {**KIND_SETTINGS, "hybrid": ("ldsa",), "synthesizer_init": ("synthesizer_random",),
+              "synthesizer_freeze": ("synthesizer_random",), "memory_efficient": ("rel_pos",)}
+    return {name: value for name, value in settings.items() if name not in owners or kind in owners[name]}
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -209,15 +237,7 @@ class AttentionConfig:
         ):
             raise ValueError(f"attention.sign_alsh_u must be a number in (0, 1), got {self.sign_alsh_u!r}")
         defaults = {f.name: f.default for f in fields(self)}
-        owners = {
-            "sparse_block_size": ("sparse_strided", "sparse_fixed"),
-            "sparse_summary": ("sparse_fixed",),
-            "lsh_num_keys": LSH_KINDS,
-            "lsh_seed": LSH_KINDS,
-            "sign_alsh_u": ("lsh_sign_alsh",),
-            "sign_alsh_m": ("lsh_sign_alsh",),
-        }
-        for name, kinds in owners.items():
+        for name, kinds in KIND_SETTINGS.items():
             if getattr(self, name) != defaults[name] and self.kind not in kinds:
                 raise ValueError(
                     f"attention.{name}={getattr(self, name)!r} applies only to kind(s) {', '.join(kinds)}, not "

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .common import DECODING_CHOICES, PROG, CommandError
 from .evaluate import _add_evaluate
@@ -50,9 +51,19 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 )
 """Each adds one subcommand."""
 
+_NEGATIVE_NUMBER = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
+"""An argument starting like this is a value (a negative number, or a list or range that starts with one)."""
+
 
 class _Parser(argparse.ArgumentParser):
-    """``ArgumentParser`` whose usage errors are one line (``PROG: error: ...``, exit status 2)."""
+    """``ArgumentParser`` whose usage errors are one line (``PROG: error: ...``, exit status 2), and which takes
+    any argument that starts like a negative number (``-1e9``, ``-5,1e9``, ``-.5``, ``-inf``) for a value, not for
+    an option: argparse's own pattern knows only ``-5`` and ``-0.5`` and answered "expected one argument" to
+    ``--beta -1e9``. (No adaptspeech option looks like a negative number; subcommand parsers are of this class.)"""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see `{self.prog} --help`)\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,15 +37,32 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _finite_float(text: str) -> float:
+    """A float that is neither nan nor infinite (an LM weight of nan left pyctcdecode without a single beam)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
 def _output_file(text: str) -> str:
-    """An output file path that can be written: not a folder, no file where a parent folder must be. Checked when
-    the command starts, so that a long evaluation is not lost to a bad ``--output`` at its end."""
+    """An output file path that can be written: not a folder, no file where a parent folder must be, a folder this
+    process may write into (the nearest existing one: missing folders are created). Checked when the command
+    starts, so that a long evaluation is not lost to a bad ``--output`` at its end."""
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name (e.g. {path / 'results.json'})")
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: cannot overwrite it (permission denied)")
+    folder = next(parent for parent in path.absolute().parents if parent.exists())
+    if not path.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text}: cannot write into {folder} (permission denied)")
     return text
 
 
@@ -224,12 +242,15 @@ def _check_vocabulary(model: Any, processor: Any, where: str) -> None:
 def _add_lm_options(parser: argparse.ArgumentParser) -> None:
     """``--lm DIR --alpha A --beta B --hotwords W,W``: CTC beam search with an n-gram LM (pyctcdecode + KenLM)."""
     parser.add_argument("--lm", default=None, metavar="DIR",
-                        help="decode with the n-gram LM of `adaptspeech lm build` (CTC beam search through "
-                        "pyctcdecode; --beam-size sets its beam width, default 32)")
-    parser.add_argument("--alpha", type=float, default=None, help="LM weight (default 0.5; `adaptspeech lm tune`)")
-    parser.add_argument("--beta", type=float, default=None, help="word insertion bonus (default 1.0)")
+                        help="decode with an n-gram LM (CTC beam search through pyctcdecode; --beam-size sets its "
+                        "beam width, default 32): an `adaptspeech lm build` folder, or a model folder into which "
+                        "`adaptspeech lm tune --save` saved one (then its tuned --alpha / --beta are the defaults)")
+    parser.add_argument("--alpha", type=_finite_float, default=None,
+                        help="LM weight (default: the tuned one of a saved LM, else 0.5; `adaptspeech lm tune`)")
+    parser.add_argument("--beta", type=_finite_float, default=None,
+                        help="word insertion bonus (default: the tuned one of a saved LM, else 1.0)")
     parser.add_argument("--hotwords", default=None, help="comma-separated words to favour (may be outside the LM)")
-    parser.add_argument("--hotword-weight", type=float, default=10.0, help="weight of --hotwords (default 10)")
+    parser.add_argument("--hotword-weight", type=_finite_float, default=10.0, help="weight of --hotwords (default 10)")
 
 
 def _lm_decoder(
@@ -244,12 +265,10 @@ def _lm_decoder(
         return None, options
     if method not in ("ctc_greedy", "ctc_beam") or getattr(model, "ctc_head", None) is None:
         raise CommandError(f"--lm decodes the CTC output: it needs a CTC head and --method ctc_beam, not {method}")
-    from ..lm.decoder import DEFAULT_ALPHA, DEFAULT_BETA, LMDecoder, build_decoder
+    from ..lm.decoder import LMDecoder, build_decoder
 
-    alpha = DEFAULT_ALPHA if args.alpha is None else args.alpha
-    beta = DEFAULT_BETA if args.beta is None else args.beta
-    try:
-        decoder = build_decoder(processor.tokenizer, lm, alpha=alpha, beta=beta)
+    try:  # weights left out: the tuned ones of an LM saved by `lm tune --save`, else the defaults
+        decoder = build_decoder(processor.tokenizer, lm, alpha=args.alpha, beta=args.beta)
     except ImportError as err:
         raise CommandError(f"--lm needs pyctcdecode and kenlm ({err}); install them as run.sh does") from None
     beam = int(options.pop("beam_size", 32))

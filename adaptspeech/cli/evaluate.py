@@ -80,7 +80,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     overall = result["overall"]
     print(
         f"overall\tCER {100 * overall['cer']:.2f}%\tWER {100 * overall['wer']:.2f}%\t"
-        f"{overall['num_utterances']} utt ({method})"
+        f"{overall['num_utterances']} utt ({result['method']})"
     )
     if args.output:
         print(f"wrote {write_error_rates_json(result, args.output)}")

@@ -4,16 +4,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 from pathlib import Path
 
-from .common import CommandError, _add_device_option, _check_vocabulary, _load_model, _positive_int, _resolve_device
+from .common import (
+    CommandError,
+    _add_device_option,
+    _check_vocabulary,
+    _load_model,
+    _output_file,
+    _positive_int,
+    _resolve_device,
+)
 
 
 def _floats(text: str) -> list[float]:
+    """``"0,0.5,-1e9"`` -> ``[0.0, 0.5, -1e9]``: at least one number, every one finite (an empty grid ended in an
+    IndexError after the encoder had run, a nan weight in pyctcdecode's "max() arg is an empty sequence")."""
     try:
-        return [float(part) for part in text.split(",") if part.strip()]
+        values = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not all(math.isfinite(value) for value in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
+    return values
 
 
 def _add_lm(subparsers: argparse._SubParsersAction) -> None:
@@ -32,19 +49,22 @@ def _add_lm(subparsers: argparse._SubParsersAction) -> None:
     tune = actions.add_parser(
         "tune", help="grid-search alpha / beta on a prepared split (lowest WER)",
         description="Runs the encoder once on the split, decodes with every (alpha, beta), prints the table best "
-        "first; with --save writes the best into the model folder as a processor with the LM (then transformers' "
-        "pipeline and `adaptspeech transcribe --lm` use it).",
+        "first; with --save writes the LM with the best weights into the model folder as a processor with the LM: "
+        "transformers' pipeline then applies it, and `adaptspeech transcribe --lm MODEL` / `evaluate --lm MODEL` "
+        "decode with it at the tuned weights (unless --alpha / --beta are given).",
     )
     tune.add_argument("--model", required=True, metavar="DIR")
     tune.add_argument("--data", required=True, metavar="PREPARED_DIR")
     tune.add_argument("--split", default="dev")
-    tune.add_argument("--lm", required=True, metavar="DIR", help="`adaptspeech lm build` output")
+    tune.add_argument("--lm", required=True, metavar="DIR",
+                      help="`adaptspeech lm build` output (or a model folder with a saved LM)")
     tune.add_argument("--alphas", type=_floats, default=[0.0, 0.25, 0.5, 0.75, 1.0])
     tune.add_argument("--betas", type=_floats, default=[0.0, 1.0, 2.0])
     tune.add_argument("--beam-size", type=_positive_int, default=32)
     tune.add_argument("--max-rows", type=_positive_int, default=None)
     tune.add_argument("--save", action="store_true", help="save the best weights with the LM into --model")
-    tune.add_argument("--output", default=None, metavar="tune.json")
+    tune.add_argument("--output", type=_output_file, default=None, metavar="tune.json",
+                      help="write the grid as JSON (best first)")
     _add_device_option(tune)
     tune.set_defaults(func=_run_tune)
 
@@ -58,6 +78,16 @@ def _run_build(args: argparse.Namespace) -> int:
 
 
 def _run_tune(args: argparse.Namespace) -> int:
+    from ..training.run_lock import OutputDirLock
+
+    save = args.save and Path(args.model).is_dir()  # (a folder that is not there: _load_model says so)
+    if save and not os.access(args.model, os.W_OK | os.X_OK):  # checked before the encoder and the grid run
+        raise CommandError(f"--save: cannot write into {args.model} (permission denied); nothing was run")
+    with OutputDirLock(args.model, enabled=save, what="--model"):  # one --save into a model folder at a time
+        return _tune(args)
+
+
+def _tune(args: argparse.Namespace) -> int:
     from ..lm.decoder import LMDecoder, build_decoder, save_processor_with_lm
     from ..lm.tune import dev_log_probs, grid_search
     from ..training.stage import load_prepared
@@ -74,9 +104,9 @@ def _run_tune(args: argparse.Namespace) -> int:
     _check_vocabulary(model, processor, args.model)
     if getattr(model, "ctc_head", None) is None:
         raise CommandError(f"--model {args.model}: the LM decodes CTC output and this model has no CTC head")
+    decoder = LMDecoder(build_decoder(processor.tokenizer, args.lm), beam_width=args.beam_size)
     model.to(device)
     log_probs = dev_log_probs(model, data, processor)
-    decoder = LMDecoder(build_decoder(processor.tokenizer, args.lm), beam_width=args.beam_size)
     results = grid_search(decoder, log_probs, list(data["text"]), args.alphas, args.betas)
     print("alpha\tbeta\tWER %\tCER %")
     for row in results:
@@ -84,9 +114,16 @@ def _run_tune(args: argparse.Namespace) -> int:
     best = results[0]
     print(f"best: alpha {best['alpha']:g}, beta {best['beta']:g} ({len(data)} utterances of {args.split})")
     if args.output:
-        Path(args.output).write_text(json.dumps({"best": best, "grid": results}, indent=1), encoding="utf-8")
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps({"best": best, "grid": results}, indent=1), encoding="utf-8")
     if args.save:
         decoder.set_weights(best["alpha"], best["beta"])
-        save_processor_with_lm(processor, decoder.decoder, args.model)
+        try:
+            save_processor_with_lm(processor, decoder.decoder, args.model)
+        except OSError as err:
+            raise CommandError(
+                f"saving the LM into {args.model} failed ({err.strerror or err}); {args.model} was left as it was"
+            ) from None
         print(f"saved the LM with these weights into {args.model}")
     return 0

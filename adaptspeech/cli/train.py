@@ -23,14 +23,22 @@ def _add_train(subparsers: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--config", required=True, metavar="STAGE.yaml", help="the stage spec")
     train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides, e.g. training.max_steps=200")
-    train.add_argument(
+    start = train.add_mutually_exclusive_group()
+    start.add_argument(
         "--resume",
         nargs="?",
         const=True,
         default=False,
         metavar="CHECKPOINT",
         help="resume from the last complete checkpoint in OUTPUT_DIR/checkpoints, or from CHECKPOINT "
-        "(optimizer, scheduler, sampler and RNG state included)",
+        "(optimizer, scheduler, sampler and RNG state included); refused when the settings differ from those of the "
+        "run that wrote it (beyond the step budget, logging, saving and evaluation)",
+    )
+    start.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in an OUTPUT_DIR that holds another run, removing that run's checkpoints, model/ and "
+        "records first (without it such an OUTPUT_DIR is refused: nothing is replaced silently)",
     )
     train.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads per process")
     train.add_argument(
@@ -71,7 +79,7 @@ def _run_train(args: argparse.Namespace) -> int:
     if resume and rank == 0:
         print(f"resuming from {resume}", flush=True)
     with library_progress_bars(enabled=not args.no_progress):
-        result = run_stage(spec, resume=resume, progress=not args.no_progress)
+        result = run_stage(spec, resume=resume, progress=not args.no_progress, overwrite=args.overwrite)
     if args.rank_weights:
         from safetensors.torch import save_file
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import stat
 import sys
 from typing import Any
 
@@ -40,17 +43,21 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "transcribe",
         help="transcribe audio files (wav, flac, mp3, ogg) of any length with any head and decoder",
         description="Decode audio files with a model saved by `adaptspeech train` and the processor saved beside it; "
-        "prints PATH<TAB>TEXT per file (one JSON object per file with --timestamps). Audio is decoded with soundfile, "
-        "mixed to mono and resampled with soxr. CTC decoding of a recording longer than --chunk-length runs the "
-        "encoder on one speech region at a time, cut at pauses (--split-by pauses, --min-pause), or on overlapping "
-        "chunks (--split-by chunks, --stride-length), so a long recording takes bounded memory. A file that cannot "
-        "be read (missing, a folder, empty, undecodable, silent) is reported on stderr in one line and the others are "
-        "still transcribed; the exit "
+        "prints PATH<TAB>TEXT per file (one JSON object per file with --timestamps); a backslash, tab, newline or "
+        "carriage return in PATH or TEXT is written as \\\\, \\t, \\n or \\r, so that each file is one line of two "
+        "fields. AUDIO '-' (or /dev/stdin, or another pipe) reads the audio from standard input. Audio is decoded "
+        "with soundfile, mixed to mono and resampled with soxr. CTC decoding of a recording longer than "
+        "--chunk-length runs the encoder on one speech region at a time, cut at pauses (--split-by pauses, "
+        "--min-pause), or on overlapping chunks (--split-by chunks, --stride-length), so a long recording takes "
+        "bounded memory. A file that cannot be read (missing, a folder, empty, undecodable, non-finite, silent) or "
+        "has nothing to decode (fewer samples than one output frame needs: the clips `prepare` calls too short) is "
+        "reported on stderr in one line and gets no output line, and the others are still transcribed; the exit "
         "status is then 1. Attention and joint decoding cut a recording longer than --chunk-length into segments at "
         "pauses (--cut-by, --search-length) and decode them one by one.",
     )
     transcribe.add_argument("--model", required=True, metavar="DIR", help="a model folder saved by `adaptspeech train`")
-    transcribe.add_argument("audio", nargs="+", metavar="AUDIO", help="audio files")
+    transcribe.add_argument("audio", nargs="+", metavar="AUDIO",
+                            help="audio files; '-' (or /dev/stdin) reads one from standard input")
     transcribe.add_argument(
         "--language",
         default=None,
@@ -103,6 +110,40 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     _add_lm_options(transcribe)
     _add_device_option(transcribe)
     transcribe.set_defaults(func=_run_transcribe)
+
+
+STDIN_NAMES = ("-", "/dev/stdin")
+"""AUDIO names that read standard input."""
+
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def escape_field(text: str) -> str:
+    """``text`` as one field of a ``PATH<TAB>TEXT`` line: backslash, tab, newline and carriage return written as
+    ``\\\\``, ``\\t``, ``\\n``, ``\\r`` (:func:`unescape_field` reverses it)."""
+    return str(text).translate(_ESCAPES)
+
+
+def unescape_field(field: str) -> str:
+    """The text of a field written by :func:`escape_field`."""
+    return re.sub(r"\\([\\tnr])", lambda m: {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}[m.group(1)], field)
+
+
+def _stream_bytes(path: str) -> bytes | None:
+    """The bytes of an AUDIO that is a stream rather than a file (``-``: standard input; a pipe or socket, such as
+    ``/dev/stdin`` under ``cat x.wav |``; ``/dev/stdin`` on a terminal), read once; ``None`` for a file, which
+    :func:`~adaptspeech.data.load_audio` opens itself (soundfile cannot seek in a pipe). Other character devices
+    (``/dev/zero``) are left to it: they have no end."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and path in STDIN_NAMES):
+        with open(path, "rb") as stream:
+            return stream.read()
+    return None
 
 
 def _non_negative_float(text: str) -> float:
@@ -164,13 +205,17 @@ def _run_transcribe(args: argparse.Namespace) -> int:
                            "--cut-by energy")
     if lm_decoder is not None and args.timestamps == "char":
         raise CommandError("--timestamps char: the LM decoder gives word times only; use --timestamps word")
+    stdin = [path for path in args.audio if path in STDIN_NAMES]
+    if len(stdin) > 1:
+        raise CommandError(f"AUDIO {' and '.join(map(repr, stdin))}: standard input can be read once; give it once")
     model.to(device)
     failures = 0
     for path in tqdm(args.audio, desc="transcribing", disable=args.no_progress or len(args.audio) < 2, leave=False):
         try:
-            waveform = load_audio(path, int(processor.feature_extractor.sampling_rate))
+            waveform = load_audio(path, int(processor.feature_extractor.sampling_rate), data=_stream_bytes(path))
         except BadClipError as err:
-            print(f"{PROG}: error: {' '.join(str(err).split())}", file=sys.stderr)
+            print(f"{PROG}: error: {escape_field(path)}: {' '.join(str(err)[len(err.path) + 2:].split())}",
+                  file=sys.stderr)
             failures += 1
             continue
         result = transcribe(
@@ -181,9 +226,11 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             speech_pad_s=args.speech_pad, **options,
         )[0]
         if "skipped" in result.extra:
-            print(f"{PROG}: warning: {path}: no text: {result.extra['skipped']}", file=sys.stderr)
+            print(f"{PROG}: error: {escape_field(path)}: no text: {result.extra['skipped']}", file=sys.stderr)
+            failures += 1
+            continue
         if args.timestamps is None:
-            print(f"{path}\t{result.text}", flush=True)
+            print(f"{escape_field(path)}\t{escape_field(result.text)}", flush=True)
         else:
             print(json.dumps({"path": str(path), "text": result.text, "seconds": round(result.seconds, 3),
                               "chunks": result.chunks}, ensure_ascii=False), flush=True)

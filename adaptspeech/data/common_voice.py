@@ -110,10 +110,13 @@ def read_tsv(path: str | os.PathLike[str]) -> dict[str, list[str]]:
     try:
         return _read_tsv(path)
     except UnicodeDecodeError:
-        raise ValueError(f"{path}:{_first_non_utf8_line(path)}: not UTF-8 text (Common Voice TSVs are UTF-8)") from None
+        raise ValueError(f"{path}:{first_non_utf8_line(path)}: not UTF-8 text (Common Voice TSVs are UTF-8)") from None
 
 
-def _first_non_utf8_line(path: Path) -> int:
+def first_non_utf8_line(path: str | os.PathLike[str]) -> int:
+    """The number (from 1) of the first line of ``path`` that is not UTF-8 (1 when every line is), for the
+    ``FILE:LINE: not UTF-8 text`` messages of the commands that read text files."""
+    path = Path(path)
     with path.open("rb") as handle:
         for line_no, line in enumerate(handle, start=1):
             try:

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from .common_voice import CV_COLUMNS, parse_languages
 from .espeak import PITCH_RANGE, RATE_RANGE, EspeakSynthesizer, espeak_languages, voice_variants
+from .output_folder import owned_folder
 from .text import normalize_text
 
 logger = logging.getLogger(__name__)
@@ -488,6 +489,13 @@ def build_synthetic_corpus(
         progress (`bool`, defaults to `True`): show a tqdm progress bar.
         **settings: any other field of :class:`SyntheticConfig` (voices, noise_snr_db, sample_rate, ...).
 
+    While it writes, ``out_dir/.owner_pid`` holds this process's id: a second build into the same folder is refused
+    (it would remove the first one's half-written clips), one left by a build that died is taken over
+    (:func:`~adaptspeech.data.output_folder.owned_folder`).
+
+    Raises:
+        FileExistsError: another live process is writing ``out_dir``.
+
     Returns:
         A summary: ``clips_total``, ``clips_written``, ``clips_kept`` (already on disk), ``synthesis_seconds``,
         ``clips_per_second`` (clips written per wall-clock second of synthesis), ``seconds`` (the whole call),
@@ -511,7 +519,15 @@ def build_synthetic_corpus(
             f"build_synthetic_corpus: unknown setting(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}"
         )
     config = SyntheticConfig(seed=seed, clips_per_language=clips_per_language, **settings)
-    out = Path(out_dir)
+    with owned_folder(out_dir) as out:  # another run writing it: refused (it would remove that run's *.part clips)
+        return _write_corpus(out, config, langs, num_workers, progress, started)
+
+
+def _write_corpus(
+    out: Path, config: SyntheticConfig, langs: list[str], num_workers: int, progress: bool, started: float
+) -> dict[str, Any]:
+    """The body of :func:`build_synthetic_corpus`, run while it holds ``out``."""
+    clips_per_language = config.clips_per_language
     all_languages = _check_resume(out, config, langs)
     out.mkdir(parents=True, exist_ok=True)
     train_voices, test_voices = config.voice_split()

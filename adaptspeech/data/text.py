@@ -155,9 +155,11 @@ def build_processor(
     n_mels: int = 80,
     target_lang: str | None = None,
 ) -> Wav2Vec2Processor:
-    """Save ``vocab`` as a ``Wav2Vec2CTCTokenizer`` plus a ``Wav2Vec2FeatureExtractor`` in ``out_dir``.
+    """Save ``vocab`` as a ``Wav2Vec2CTCTokenizer`` plus a feature extractor in ``out_dir``.
 
-    ``Wav2Vec2Processor.from_pretrained(out_dir)`` (or ``AutoProcessor``) loads the result. The feature
+    ``Wav2Vec2Processor.from_pretrained(out_dir)`` (or ``AutoProcessor``) loads the result: for ``"waveform"``
+    transformers' ``Wav2Vec2FeatureExtractor`` as it is, for ``"fbank"`` adaptspeech's
+    ``AdaptSpeechFeatureExtractor`` once ``adaptspeech`` is imported (the import registers the class). The feature
     extractor carries two extra attributes that transformers serialises: ``feature_type`` (``"waveform"``:
     zero-mean unit-variance samples as ``input_values``; ``"fbank"``: per-utterance normalised log-mel
     ``input_features`` ``[T, n_mels]``) and ``n_mels``.

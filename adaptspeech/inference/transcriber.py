@@ -16,8 +16,9 @@ and joint decoders cut a recording longer than ``chunk_length_s`` into consecuti
 (:mod:`adaptspeech.inference.segmenting`; with ``split_by="pauses"`` the speech regions first), decode each alone
 and join the texts; the segments and their times are in
 ``Transcription.extra["segments"]`` (the CTC speech regions in ``extra["speech"]``). A recording with nothing to
-decode (no samples, digital silence only, too short for one output frame: :func:`nothing_to_decode`) gets the empty
-text and ``extra["skipped"]`` saying why, the other recordings are transcribed as usual.
+decode (no samples, non-finite samples, digital silence or a peak below ``prepare``'s silence threshold, fewer samples
+than one output frame needs: :func:`nothing_to_decode`, the rule of ``prepare``) gets the empty text and
+``extra["skipped"]`` saying why, without a model call; the other recordings are transcribed as usual.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..data.audio import DEFAULT_SILENCE_THRESHOLD, num_frames
 from ..decoding import ctc_greedy_decode, ctc_prefix_beam_search, evaluating
 from ..heads import CTC_DECODERS
 from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
@@ -106,11 +108,11 @@ def transcribe(
     with evaluating(model):
         for waveform in waveforms:
             seconds = len(waveform) / MODEL_SAMPLING_RATE
-            inputs = recording_input(waveform, processor.feature_extractor, norm_window_s)
-            reason = nothing_to_decode(model, waveform, len(inputs))
+            reason = nothing_to_decode(model, waveform)
             if reason is not None:
                 results.append(Transcription("", [] if timestamps else None, seconds, {"skipped": reason}))
                 continue
+            inputs = recording_input(waveform, processor.feature_extractor, norm_window_s)
             if method not in CTC_DECODERS and lm_decoder is None:
                 segments = plan_segments(model, inputs, waveform, chunk_length_s, cut_by, search_length_s,
                                          lang_ids=lang_ids, split_by=split_by, min_pause_s=min_pause_s,
@@ -144,25 +146,46 @@ def transcribe(
     return results
 
 
-def nothing_to_decode(model: Any, waveform: np.ndarray, num_units: int) -> str | None:
+def nothing_to_decode(model: Any, waveform: np.ndarray,
+                      silence_threshold: float = DEFAULT_SILENCE_THRESHOLD) -> str | None:
     """Why a recording gives no text without running the model, or ``None`` when it has something to decode.
 
-    A recording with no samples, one of nothing but digital silence (exact zeros: no speech, and nothing like
-    ``prepare``'s utterances), and one too short for the front end to give one output frame (wav2vec2's feature
-    encoder needs 400 samples) have no text; running the model on them would give a guess or a crash.
+    The rule of ``adaptspeech prepare`` (which skips such clips as ``empty``, ``nan``, ``silent`` and ``too_short``):
+    a recording with no samples, with a non-finite sample, of nothing but digital silence (exact zeros) or whose peak
+    amplitude lies below the silence threshold, and one shorter than :func:`shortest_input` (one encoder frame
+    needs one encoder stride of samples, and wav2vec2's feature encoder its receptive field) has no text; running
+    the model on it would give a guess (the fbank front end pads a short clip to one frame) or a crash.
 
     Args:
-        model: an adaptspeech model (its front end's output length).
-        waveform: ``[S]`` the recording.
-        num_units: its model input length (samples, or fbank frames).
+        model: an adaptspeech model (its front end's stride and output length).
+        waveform: ``[S]`` the recording at 16 kHz.
+        silence_threshold: peak amplitude below which a recording is silent (``prepare``'s default, about -80 dBFS).
     """
-    if len(waveform) == 0:
+    waveform = np.asarray(waveform)
+    if waveform.size == 0:
         return "no samples"
-    if not np.any(waveform):
+    if not np.isfinite(waveform).all():
+        return "non-finite samples (NaN or infinity)"
+    peak = float(np.abs(waveform).max())
+    if peak == 0.0:
         return "digital silence only"
-    if int(model._get_feat_extract_output_lengths(num_units)) <= 0:
-        return f"too short for one output frame ({len(waveform)} samples)"
+    if peak < silence_threshold:
+        return f"silent (peak amplitude {peak:.2e} < {silence_threshold:.0e})"
+    shortest = shortest_input(model)
+    if len(waveform) < shortest:
+        return f"too short for one output frame ({len(waveform)} samples; the model needs at least {shortest})"
     return None
+
+
+def shortest_input(model: Any) -> int:
+    """The fewest 16-kHz samples a recording needs to be decoded: at least one encoder stride
+    (:func:`~adaptspeech.inference.model_mixin.inputs_to_logits_ratio`: 640 for fbank models, 320 for wav2vec2, as
+    ``prepare`` counts encoder frames) and one output frame from the front end (wav2vec2's 400-sample receptive
+    field)."""
+    fbank = model.main_input_name == "input_features"
+    stride = inputs_to_logits_ratio(model)
+    return next((n for n in range(stride, 100 * stride)
+                 if int(model._get_feat_extract_output_lengths(num_frames(n) if fbank else n)) >= 1), stride)
 
 
 def _text(tokenizer: Any, ids: list[int]) -> str:

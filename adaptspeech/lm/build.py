@@ -5,7 +5,8 @@ team): interpolated Kneser-Ney with back-off, one discount per order ``D_n = n1 
 unigrams, the same model as SRILM's ``ngram-count -ukndiscount -kn-modify-counts-at-end -gtNmin 0``. Sentences
 are the text's lines, read as UTF-8 bytes (kaldingram splits on spaces and tabs only, so any script works), each
 wrapped in ``<s> ... </s>``. Beside ``lm.arpa`` the folder gets ``unigrams.txt`` (the words, one a line), which
-pyctcdecode uses to tell in-vocabulary words from partial ones.
+pyctcdecode uses to tell in-vocabulary words from partial ones. A second ``build_arpa`` into an ``out_dir`` that
+another one is writing is refused (the ``adaptspeech.lock`` of :mod:`adaptspeech.training.run_lock`).
 """
 
 from __future__ import annotations
@@ -31,25 +32,45 @@ def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int =
         order: 2..5.
         progress: show kaldingram's progress bars (on stderr).
 
+    Raises:
+        FileNotFoundError: no ``text``.
+        ValueError: a bad order; text that is not UTF-8 (``FILE:LINE: not UTF-8 text``), has no words or is too
+            small for the discounts; another run is writing ``out_dir`` (``StageConfigError``).
+
     Returns:
         The path of ``lm.arpa``.
     """
     import kaldingram.train as kaldingram_train
+
+    from ..data.common_voice import first_non_utf8_line
+    from ..training.run_lock import OutputDirLock
 
     if not 2 <= order <= MAX_ORDER:
         raise ValueError(f"order={order}; allowed values: 2..{MAX_ORDER} (kaldingram's estimator)")
     path = Path(text)
     if not path.is_file():
         raise FileNotFoundError(f"--text {path}: no such file")
-    lines = [line.split() for line in path.read_text(encoding="utf-8").splitlines()]
-    lines = [words for words in lines if words]
+    try:
+        text_lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"{path}:{first_non_utf8_line(path)}: not UTF-8 text (convert the file to UTF-8, e.g. with iconv)"
+        ) from None
+    lines = [words for words in (line.split() for line in text_lines) if words]
     if not lines:
         raise ValueError(f"--text {path}: no words in it")
     bars = kaldingram_train.tqdm
     if not progress:  # kaldingram draws its bars unconditionally
         kaldingram_train.tqdm = functools.partial(bars, disable=True)
+    out = Path(out_dir)
+    created = not out.exists()
     try:
-        return _estimate(kaldingram_train.NgramCounts(order), lines, path, Path(out_dir))
+        with OutputDirLock(out, what="--out"):
+            return _estimate(kaldingram_train.NgramCounts(order), lines, path, out)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # made for the lock: leave no empty folder behind
+        raise
     finally:
         kaldingram_train.tqdm = bars
 
@@ -70,10 +91,16 @@ def _estimate(counts: Any, lines: list[list[str]], path: Path, out: Path) -> Pat
     counts.cal_bow()
     out.mkdir(parents=True, exist_ok=True)
     arpa = out / ARPA_NAME
-    partial = out / f".{ARPA_NAME}.partial"
-    with open(partial, "w", encoding="latin-1") as handle:
-        counts.print_as_arpa(fout=handle)
+    partial, unigrams_partial = out / f".{ARPA_NAME}.partial", out / f".{UNIGRAMS_NAME}.partial"
+    try:  # both files written beside, then renamed: a failure (a full disk) leaves an earlier LM whole
+        unigrams = Counter(word for words in lines for word in words)
+        unigrams_partial.write_text("".join(f"{w}\n" for w in sorted(unigrams)), encoding="utf-8")
+        with open(partial, "w", encoding="latin-1") as handle:
+            counts.print_as_arpa(fout=handle)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        unigrams_partial.unlink(missing_ok=True)
+        raise
     partial.replace(arpa)
-    unigrams = Counter(word for words in lines for word in words)
-    (out / UNIGRAMS_NAME).write_text("".join(f"{w}\n" for w in sorted(unigrams)), encoding="utf-8")
+    unigrams_partial.replace(out / UNIGRAMS_NAME)
     return arpa

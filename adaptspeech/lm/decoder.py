@@ -51,23 +51,137 @@ def ctc_labels(tokenizer: Any) -> list[str]:
     return labels
 
 
-def build_decoder(tokenizer: Any, lm_dir: str | os.PathLike | None, alpha: float = DEFAULT_ALPHA,
-                  beta: float = DEFAULT_BETA) -> Any:
-    """A ``pyctcdecode.BeamSearchDecoderCTC`` over ``tokenizer``'s labels with ``lm_dir/lm.arpa`` (None: no LM)."""
+LANGUAGE_MODEL_DIR = "language_model"
+"""Where a ``Wav2Vec2ProcessorWithLM`` keeps its LM inside a model folder (pyctcdecode's layout, with
+``alphabet.json`` beside it and ``attrs.json`` holding the weights inside)."""
+ALPHABET_NAME = "alphabet.json"
+ATTRS_NAME = "attrs.json"
+
+
+def check_arpa(path: str | os.PathLike) -> None:
+    """Refuse an ARPA file that is not complete: it must start with ``\\data\\`` and end with ``\\end\\``
+    (a copy cut short by a full disk lacks the end; KenLM would fail later with a less direct message). Reads only
+    the first and the last bytes.
+
+    Raises:
+        ValueError: naming the file and its size.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(4096).lstrip()
+        handle.seek(max(0, size - 64))
+        tail = handle.read().rstrip()
+    if not head.startswith(b"\\data\\"):
+        raise ValueError(f"{path}: not an ARPA file (it does not start with \\data\\; {size} bytes)")
+    if not tail.endswith(b"\\end\\"):
+        raise ValueError(
+            f"{path}: not a complete ARPA file (no \\end\\ line: cut short at {size} bytes); write it again "
+            "(`adaptspeech lm build`, or `adaptspeech lm tune --save` for a model folder's LM)"
+        )
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in ``path``; a cut-short or unreadable file is a ``ValueError`` naming it."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"{path}: unreadable ({err}); the LM saved there is incomplete: run `adaptspeech lm tune --save` again"
+        ) from None
+
+
+def _saved_weights(attrs_file: Path) -> dict[str, float]:
+    """``{"alpha", "beta"}`` of a saved LM's ``attrs.json`` (pyctcdecode writes them there)."""
+    attrs = _read_json(attrs_file)
+    if not isinstance(attrs, dict) or not all(isinstance(attrs.get(k), (int, float)) for k in ("alpha", "beta")):
+        raise ValueError(f"{attrs_file}: unreadable (no numeric alpha and beta in it)")
+    return {"alpha": float(attrs["alpha"]), "beta": float(attrs["beta"])}
+
+
+def _kenlm_file(lm_dir: Path) -> Path:
+    """The KenLM file of a saved ``language_model/`` folder: the one file besides ``attrs.json`` and
+    ``unigrams.txt`` (pyctcdecode keeps the name it was saved from: ``lm.arpa`` for adaptspeech's LMs)."""
+    if (lm_dir / ARPA_NAME).is_file():
+        return lm_dir / ARPA_NAME
+    others = sorted(p for p in lm_dir.iterdir() if p.suffix in (".arpa", ".bin", ".binary") and p.is_file())
+    if not others:
+        raise FileNotFoundError(f"{lm_dir / ARPA_NAME}: missing, so the LM saved in {lm_dir.parent} is incomplete; "
+                                "run `adaptspeech lm tune --save` again")
+    return others[0]
+
+
+def check_saved_lm(folder: str | os.PathLike) -> dict[str, float]:
+    """Check the LM that :func:`save_processor_with_lm` wrote into a model ``folder`` (``alphabet.json``,
+    ``language_model/`` with ``attrs.json``, ``unigrams.txt`` and a complete ``lm.arpa``); return its saved
+    weights ``{"alpha", "beta"}``.
+
+    Raises:
+        FileNotFoundError: a file of the LM is missing (naming it).
+        ValueError: a file is cut short or unreadable (naming it).
+    """
+    folder = Path(folder)
+    lm_dir = folder / LANGUAGE_MODEL_DIR
+    for name in (folder / ALPHABET_NAME, lm_dir / ATTRS_NAME, lm_dir / UNIGRAMS_NAME):
+        if not name.is_file():
+            raise FileNotFoundError(f"{name}: missing, so the LM saved in {folder} is incomplete; run "
+                                    "`adaptspeech lm tune --save` again")
+    _read_json(folder / ALPHABET_NAME)
+    weights = _saved_weights(lm_dir / ATTRS_NAME)
+    kenlm_file = _kenlm_file(lm_dir)
+    if kenlm_file.suffix == ".arpa":
+        check_arpa(kenlm_file)
+    return weights
+
+
+def locate_lm(lm: str | os.PathLike) -> tuple[Path, dict[str, float] | None]:
+    """``(the KenLM file, saved weights or None)`` for an ``--lm`` path: an ``adaptspeech lm build`` folder (no
+    saved weights), a model folder with the LM of ``adaptspeech lm tune --save``, or that LM's ``language_model/``
+    folder (both: the tuned weights of ``attrs.json``). ``unigrams.txt`` is beside the KenLM file. The files are
+    checked (see :func:`check_arpa`, :func:`check_saved_lm`).
+
+    Raises:
+        FileNotFoundError: none of these is there.
+        ValueError: a file of the LM is cut short or unreadable (naming it).
+    """
+    folder = Path(lm)
+    if (folder / LANGUAGE_MODEL_DIR).is_dir() or (folder / ALPHABET_NAME).is_file():
+        weights = check_saved_lm(folder)
+        return _kenlm_file(folder / LANGUAGE_MODEL_DIR), weights
+    if (folder / ATTRS_NAME).is_file():  # a saved LM's language_model/ folder
+        kenlm_file = _kenlm_file(folder)
+        if kenlm_file.suffix == ".arpa":
+            check_arpa(kenlm_file)
+        return kenlm_file, _saved_weights(folder / ATTRS_NAME)
+    if not (folder / ARPA_NAME).is_file():
+        raise FileNotFoundError(
+            f"--lm {folder}: no {ARPA_NAME} there, nor an LM saved into a model folder ({LANGUAGE_MODEL_DIR}/); "
+            "write one with `adaptspeech lm build` (or `adaptspeech lm tune --save` into the model folder)"
+        )
+    check_arpa(folder / ARPA_NAME)
+    return folder / ARPA_NAME, None
+
+
+def build_decoder(tokenizer: Any, lm_dir: str | os.PathLike | None, alpha: float | None = None,
+                  beta: float | None = None) -> Any:
+    """A ``pyctcdecode.BeamSearchDecoderCTC`` over ``tokenizer``'s labels with the LM at ``lm_dir`` (None: no LM;
+    see :func:`locate_lm` for the folders it may be). ``alpha`` / ``beta`` left out: the tuned weights saved with
+    the LM (``adaptspeech lm tune --save``), else :data:`DEFAULT_ALPHA` / :data:`DEFAULT_BETA`."""
     from pyctcdecode import build_ctcdecoder
 
-    kenlm_path = unigrams = None
+    kenlm_path = unigrams = saved = None
     if lm_dir is not None:
-        folder = Path(lm_dir)
-        kenlm_path = folder / ARPA_NAME
-        if not kenlm_path.is_file():
-            raise FileNotFoundError(f"--lm {folder}: no {ARPA_NAME} there (write one with `adaptspeech lm build`)")
-        unigram_file = folder / UNIGRAMS_NAME
+        kenlm_file, saved = locate_lm(lm_dir)
+        unigram_file = kenlm_file.parent / UNIGRAMS_NAME
         if unigram_file.is_file():
             unigrams = unigram_file.read_text(encoding="utf-8").split()
-        kenlm_path = str(kenlm_path)
-    return build_ctcdecoder(ctc_labels(tokenizer), kenlm_model_path=kenlm_path, unigrams=unigrams, alpha=alpha,
-                            beta=beta, unk_score_offset=unk_offset(alpha))
+        kenlm_path = str(kenlm_file)
+    alpha = alpha if alpha is not None else saved["alpha"] if saved else DEFAULT_ALPHA
+    beta = beta if beta is not None else saved["beta"] if saved else DEFAULT_BETA
+    return build_ctcdecoder(ctc_labels(tokenizer), kenlm_model_path=kenlm_path, unigrams=unigrams, alpha=float(alpha),
+                            beta=float(beta), unk_score_offset=unk_offset(alpha))
 
 
 class LMDecoder:
@@ -136,27 +250,70 @@ class LMDecoder:
         return " ".join(text.split())
 
 
+_STAGING = ".lm_save.partial"
+_ASIDE = ".lm_save.old"
+
+
 def save_processor_with_lm(processor: Any, decoder: Any, folder: str | os.PathLike) -> Path:
     """Write ``processor`` + ``decoder`` as an ``AdaptSpeechProcessorWithLM`` into ``folder`` (a model folder): its
     ``processor_config.json`` names the class, ``alphabet.json`` and ``language_model/`` hold the decoder, so
     ``pipeline("automatic-speech-recognition", model=folder)`` decodes with the LM (transformers needs ``kenlm`` and
-    ``pyctcdecode`` installed for that, and falls back to greedy CTC with a warning otherwise)."""
+    ``pyctcdecode`` installed for that, and falls back to greedy CTC with a warning otherwise).
+
+    The files are written beside, into the hidden ``folder/.lm_save.partial``, checked, and then renamed into place
+    (``processor_config.json``, which asks for the LM, last). A failure while writing (a full disk) leaves
+    ``folder`` as it was, an earlier LM included; the error is raised.
+    """
     from .processor import AdaptSpeechProcessorWithLM
 
     out = Path(folder)
-    for stale in ("alphabet.json", "language_model"):  # pyctcdecode refuses to overwrite its files
-        target = out / stale
-        if target.is_dir():
-            import shutil
-
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-    with_lm = AdaptSpeechProcessorWithLM(feature_extractor=processor.feature_extractor, tokenizer=processor.tokenizer,
-                                      decoder=decoder)
-    with_lm.save_pretrained(str(out))
-    _name_processor_in_feature_extractor(out / "processor_config.json")
+    staging = out / _STAGING
+    _remove(staging)  # left by a killed save
+    _remove(out / _ASIDE)
+    staging.mkdir()
+    try:
+        with_lm = AdaptSpeechProcessorWithLM(feature_extractor=processor.feature_extractor,
+                                          tokenizer=processor.tokenizer, decoder=decoder)
+        with_lm.save_pretrained(str(staging))
+        _name_processor_in_feature_extractor(staging / "processor_config.json")
+        check_saved_lm(staging)
+        _swap_in(staging, out)
+    finally:
+        _remove(staging)
     return out
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def _swap_in(staging: Path, out: Path) -> None:
+    """Rename every entry of ``staging`` into ``out`` (``processor_config.json``, which asks for the LM, last), the
+    ones they replace moved aside first and deleted at the end; on an error the replaced ones are put back."""
+    aside = out / _ASIDE
+    aside.mkdir()
+    names = sorted((p.name for p in staging.iterdir()), key=lambda name: (name == "processor_config.json", name))
+    done: list[tuple[str, bool]] = []  # (name, whether the one it replaces is in aside/)
+    try:
+        for name in names:
+            earlier = (out / name).exists()
+            if earlier:
+                os.replace(out / name, aside / name)
+            done.append((name, earlier))
+            os.replace(staging / name, out / name)
+    except BaseException:
+        for name, earlier in reversed(done):
+            _remove(out / name)
+            if earlier:
+                os.replace(aside / name, out / name)
+        aside.rmdir()
+        raise
+    _remove(aside)
 
 
 def _name_processor_in_feature_extractor(config_file: Path) -> None:
@@ -170,10 +327,12 @@ def _name_processor_in_feature_extractor(config_file: Path) -> None:
 
 
 def load_processor_decoder(folder: str | os.PathLike) -> Any | None:
-    """The pyctcdecode decoder saved in a model folder by :func:`save_processor_with_lm`, or None."""
+    """The pyctcdecode decoder saved in a model folder by :func:`save_processor_with_lm`, or None when the folder
+    holds no LM. A cut-short or unreadable file of the LM is refused naming it (see :func:`check_saved_lm`)."""
     path = Path(folder)
-    if not (path / "alphabet.json").is_file():
+    if not (path / ALPHABET_NAME).is_file() and not (path / LANGUAGE_MODEL_DIR).is_dir():
         return None
+    check_saved_lm(path)
     from pyctcdecode import BeamSearchDecoderCTC
 
     return BeamSearchDecoderCTC.load_from_dir(str(path))

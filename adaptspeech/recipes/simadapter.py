@@ -385,7 +385,7 @@ def train_recipe_stage(
     spec = stage_spec(recipe, stage, prepared)
     subset = f" ({stage.subset} each)" if stage.subset else ""
     _log(f"stage {stage.name}: training on {', '.join(stage.languages)}{subset}")
-    result = run_stage(spec, progress=progress)
+    result = run_stage(spec, progress=progress, overwrite=True)  # the recipe's own stage folder: a re-run retrains it
     summary = json.loads((Path(recipe["output_dir"]) / stage.name / "stage_summary.json").read_text())
     _log(f"stage {stage.name}: {result.train_seconds:.0f} s, dev CER {100 * result.eval['overall']['cer']:.2f}%")
     return summary, result.log_history

@@ -255,7 +255,7 @@ class CurveRunner:
             shutil.rmtree(folder / "checkpoints", ignore_errors=True)
             _log(f"{where}: {steps} steps on {budget.minutes:.2f} min ({budget.clips} clips)")
             started = time.perf_counter()
-            run_stage(spec, progress=self.progress)
+            run_stage(spec, progress=self.progress, overwrite=True)  # a grid run of other settings: retrained
             marker.write_text(json.dumps(record, indent=1) + "\n")
             self.trained[0] += steps
             self.trained[1] += time.perf_counter() - started

@@ -1,9 +1,10 @@
-"""Trainer callbacks: the guide-loss schedule and adapter-only checkpoints."""
+"""Trainer callbacks: the guide-loss schedule, adapter-only checkpoints and the stage spec of each checkpoint."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,35 @@ class AdapterCheckpointCallback(TrainerCallback):
                 f"step {state.global_step}: writing the adapter-only copy into {folder} failed "
                 f"({err.strerror or err}); its partial files were removed, the full checkpoint {folder} is complete "
                 "(resume with --resume)"
+            ) from err
+        return control
+
+
+class StageSpecCheckpointCallback(TrainerCallback):
+    """Write the stage spec of the run into each checkpoint (``checkpoint-N/stage_spec.json``): ``--resume`` compares
+    it with the resuming run's spec, so a checkpoint of another run (another folder's, or one left in this folder by
+    an earlier run) is not continued with other settings.
+
+    Args:
+        spec: the stage spec as plain data (:meth:`StageSpec.to_dict`).
+    """
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = dict(spec)
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
+        from .resume import STAGE_SPEC_FILE, save_stage_spec
+
+        if not state.is_world_process_zero:
+            return control
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        try:
+            save_stage_spec(folder, self.spec)
+        except OSError as err:
+            (folder / STAGE_SPEC_FILE).with_suffix(".json.tmp").unlink(missing_ok=True)
+            raise TrainingError(
+                f"step {state.global_step}: writing {folder / STAGE_SPEC_FILE} failed ({err.strerror or err}); the "
+                f"full checkpoint {folder} is complete (resume with --resume)"
             ) from err
         return control
 

@@ -58,14 +58,17 @@ def _accepts(alternatives: tuple[type, ...], value: Any) -> bool:
 
 
 def check_training_values(training: Mapping[str, Any]) -> None:
-    """Refuse ``training`` values whose type does not fit their ``TrainingArguments`` field.
+    """Refuse ``training`` values whose type does not fit their ``TrainingArguments`` field, then values out of
+    their range (:data:`~adaptspeech.training.spec_types.TRAINING_RANGES`: positive counts, finite rates).
 
-    Only fields typed with bool / int / float / str (or None) are checked; an int is a valid float.
+    Only fields typed with bool / int / float / str (or None) are type-checked; an int is a valid float.
 
     Raises:
         StageConfigError: naming the field, what it expects and the value.
     """
     from transformers import TrainingArguments
+
+    from .spec_types import TRAINING_RANGES, check_value
 
     fields = TrainingArguments.__dataclass_fields__
     for key, value in training.items():
@@ -73,6 +76,8 @@ def check_training_values(training: Mapping[str, Any]) -> None:
             continue
         alternatives = _simple_alternatives(fields[key].type)
         if alternatives is None or _accepts(alternatives, value):
+            if key in TRAINING_RANGES:
+                check_value(f"training.{key}", TRAINING_RANGES[key], value)
             continue
         expected = " or ".join(_SIMPLE_TYPES[a] for a in alternatives)
         raise StageConfigError(f"training.{key}: expected {expected}, got {value!r}")

@@ -5,9 +5,14 @@
   loading the tensors, so a checkpoint cut short by a full disk or a killed process is found in milliseconds;
 * :func:`last_checkpoint` returns the complete checkpoint of the highest step, skipping (and reporting) broken ones;
 * :func:`save_stage_spec` / :func:`changed_settings` keep the spec of the first start in ``OUTPUT_DIR/stage_spec.json``
-  and list what a resumed run changed. Only the step budget, logging, saving, evaluation and data-loader settings
+  (and the spec of the run that wrote it in each ``checkpoint-N/stage_spec.json``) and list what a resumed run
+  changed. Only the step budget, logging, saving, evaluation and data-loader settings and the folders
   (:data:`RESUMABLE_CHANGES`) may change on resume; anything else would continue one run with another run's
-  settings and give a model that neither configuration describes.
+  settings and give a model that neither configuration describes;
+* :func:`check_output_dir_free` refuses a fresh start into an ``output_dir`` that holds another run's results
+  (checkpoints, ``model/``, ``stage_summary.json``): the fresh start would replace its model and its spec, and the
+  Trainer's checkpoint rotation would delete its checkpoints. :func:`remove_earlier_run` clears them for
+  ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from .errors import StageConfigError
 
 STAGE_SPEC_FILE = "stage_spec.json"
 RESUMABLE_CHANGES: tuple[str, ...] = (
+    "output_dir",
+    "training.output_dir",
     "training.max_steps",
     "training.num_train_epochs",
     "training.logging_steps",
@@ -46,8 +53,10 @@ RESUMABLE_CHANGES: tuple[str, ...] = (
     "data.eval_split",
     "evaluation",
 )
-"""Settings (or whole sections) that a resumed run may change: they decide how long to train and what to log,
+"""Settings (or whole sections) that a resumed run may change: where the run is, how long to train and what to log,
 save and evaluate, not what the optimizer does."""
+RUN_FILES = ("model", ".model.partial", "stage_summary.json", "log_history.json", STAGE_SPEC_FILE)
+"""What a stage writes into ``output_dir`` beside its checkpoints (removed by :func:`remove_earlier_run`)."""
 
 _TORCH_ARCHIVES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "training_args.bin")
 
@@ -110,16 +119,7 @@ def last_checkpoint(folder: Path, report: Callable[[str], None] | None = None) -
     A checkpoint cut short (killed while saving, disk full, a truncated file) is skipped, so ``--resume`` picks the
     previous complete one; ``report`` receives one line per skipped checkpoint naming the file at fault.
     """
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-    if not folder.is_dir():
-        return None
-    steps = []
-    for path in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
-        suffix = path.name[len(PREFIX_CHECKPOINT_DIR) + 1 :]
-        if suffix.isdigit() and path.is_dir():
-            steps.append((int(suffix), path))
-    for _, path in sorted(steps, reverse=True):
+    for path in reversed(_checkpoint_folders(folder)):
         problem = checkpoint_problem(path)
         if problem is None:
             return str(path)
@@ -143,12 +143,15 @@ def _resumable(name: str) -> bool:
     return any(name == allowed or name.startswith(f"{allowed}.") for allowed in RESUMABLE_CHANGES)
 
 
-def changed_settings(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """``"setting: old -> new"`` for every setting that differs and may not change on resume."""
+def changed_settings(
+    before: Mapping[str, Any], after: Mapping[str, Any], include_resumable: bool = False
+) -> list[str]:
+    """``"setting: old -> new"`` for every setting that differs and may not change on resume (with
+    ``include_resumable``: every setting that differs)."""
     old, new = _flatten(json.loads(json.dumps(before))), _flatten(json.loads(json.dumps(after)))
     changes = []
     for name in sorted(set(old) | set(new)):
-        if old.get(name) != new.get(name) and not _resumable(name):
+        if old.get(name) != new.get(name) and (include_resumable or not _resumable(name)):
             show = lambda v: "(unset)" if v is None else json.dumps(v)  # noqa: E731
             changes.append(f"{name}: {show(old.get(name))} -> {show(new.get(name))}")
     return changes
@@ -162,22 +165,108 @@ def save_stage_spec(output_dir: Path, spec: Mapping[str, Any]) -> None:
     tmp.replace(path)
 
 
-def check_resumed_spec(output_dir: Path, spec: Mapping[str, Any]) -> None:
-    """Refuse to resume when the spec differs from the first start's in anything but :data:`RESUMABLE_CHANGES`.
+def _recorded_spec(path: Path, what: str) -> dict[str, Any] | None:
+    """The spec recorded in ``path`` (None: no record)."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        reason = err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8"
+        raise StageConfigError(f"--resume: {path} is not valid JSON ({reason}); it records {what}") from None
+
+
+def check_resumed_spec(output_dir: Path, spec: Mapping[str, Any], checkpoint: str | Path | None = None) -> None:
+    """Refuse to resume when the spec differs in anything but :data:`RESUMABLE_CHANGES` from the first start's
+    (``OUTPUT_DIR/stage_spec.json``) or from that of the run that wrote ``checkpoint`` (its ``stage_spec.json``): a
+    checkpoint of another run (another folder's, or one left by a run before this check) is not continued.
 
     Raises:
         StageConfigError: one line listing every changed setting with its old and new value.
     """
-    path = output_dir / STAGE_SPEC_FILE
-    if not path.is_file():
-        return  # a run started before stage_spec.json existed: nothing to compare with
+    records = [(output_dir / STAGE_SPEC_FILE, "the first start", "the stage spec changed since the first start")]
+    if checkpoint is not None:
+        records.append((Path(checkpoint) / STAGE_SPEC_FILE, "the run that wrote this checkpoint",
+                        f"{checkpoint} was written by a run of other settings"))
+    for path, what, problem in records:
+        before = _recorded_spec(path, what)
+        if before is None:
+            continue  # a run or a checkpoint from before these records: nothing to compare with
+        changes = changed_settings(before, spec)
+        if changes:
+            raise StageConfigError(
+                f"--resume: {problem} ({path}): {'; '.join(changes)}; restore these settings or train into a new "
+                "output_dir (only the step budget, logging, saving and evaluation may change)"
+            )
+
+
+def _checkpoint_folders(checkpoints: Path) -> list[Path]:
+    """The ``checkpoint-N`` folders in ``checkpoints``, by step."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    if not checkpoints.is_dir():
+        return []
+    found = []
+    for path in checkpoints.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+        suffix = path.name[len(PREFIX_CHECKPOINT_DIR) + 1 :]
+        if suffix.isdigit() and path.is_dir():
+            found.append((int(suffix), path))
+    return [path for _, path in sorted(found)]
+
+
+def earlier_results(output_dir: Path, checkpoints: Path) -> list[str]:
+    """What an earlier run left that a fresh start would replace or delete: its checkpoints, ``model/`` and
+    ``stage_summary.json`` (``stage_spec.json`` alone, of a run stopped before its first checkpoint, holds nothing
+    to lose)."""
+    found = [path.name for path in _checkpoint_folders(checkpoints)]
+    if (output_dir / "model").exists():
+        found.append("model/")
+    elif (output_dir / "stage_summary.json").is_file():
+        found.append("stage_summary.json")
+    return found
+
+
+def check_output_dir_free(output_dir: Path, checkpoints: Path, spec: Mapping[str, Any]) -> None:
+    """Refuse a fresh start into an ``output_dir`` that holds another run's results.
+
+    Raises:
+        StageConfigError: one line naming the earlier run (its stage name and results), how its settings differ from
+            this run's, and how to proceed: ``--resume``, ``--overwrite`` or another output_dir.
+    """
+    found = earlier_results(output_dir, checkpoints)
+    if not found:
+        return
     try:
-        before = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise StageConfigError(f"--resume: {path} is not valid JSON ({err.msg}); it records the first start") from None
-    changes = changed_settings(before, spec)
-    if changes:
-        raise StageConfigError(
-            f"--resume: the stage spec changed since the first start ({path}): {'; '.join(changes)}; restore these "
-            "settings or train into a new output_dir (only the step budget, logging, saving and evaluation may change)"
-        )
+        before = json.loads((output_dir / STAGE_SPEC_FILE).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        before = None
+    if before is None:
+        run, settings, resumable = f"a run without a readable {STAGE_SPEC_FILE}", "", False
+    else:
+        run = f"stage {before.get('name')!r}"
+        differences = changed_settings(before, spec, include_resumable=True)
+        settings = (f", whose settings differ from this one's: {'; '.join(differences)}" if differences
+                    else ", of the same settings")
+        resumable = not changed_settings(before, spec)
+    if resumable and any(name.startswith("checkpoint-") for name in found):
+        how = "Continue it with --resume, replace it with --overwrite, or pick another output_dir"
+    else:
+        how = "Replace it with --overwrite or pick another output_dir"
+    raise StageConfigError(f"output_dir {output_dir} holds another run: {run} ({', '.join(found)}){settings}. {how}")
+
+
+def remove_earlier_run(output_dir: Path, checkpoints: Path) -> list[str]:
+    """Remove what an earlier run left in ``output_dir`` (its checkpoints and :data:`RUN_FILES`); returns what was
+    there (:func:`earlier_results`). Other files in the folder are kept."""
+    import shutil
+
+    found = earlier_results(output_dir, checkpoints)
+    for path in _checkpoint_folders(checkpoints):
+        shutil.rmtree(path)
+    for name in RUN_FILES:
+        path = output_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    return found

@@ -5,7 +5,8 @@ second one is refused with one line naming the first. A lock left by a run that 
 exists on this host) is taken over. A lock from another host cannot be checked: it is refused, and the message says
 which file to delete once that run is known to be over.
 
-Under DDP only the main process (global rank 0) takes the lock; the other ranks share its run.
+Under DDP only the main process (global rank 0) takes the lock; the other ranks share its run. The same lock keeps
+two ``adaptspeech lm build`` runs out of one ``--out`` and two ``adaptspeech lm tune --save`` out of one model folder.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ class OutputDirLock:
     Args:
         output_dir: the run's output folder (created if missing).
         enabled: False makes the lock a no-op (the non-main processes of a distributed run).
+        what: how messages name the folder: the setting or option it comes from (``--out`` for ``lm build``).
     """
 
-    def __init__(self, output_dir: str | os.PathLike, enabled: bool = True) -> None:
+    def __init__(self, output_dir: str | os.PathLike, enabled: bool = True, what: str = "output_dir") -> None:
         self.path = Path(output_dir) / LOCK_FILE
         self.enabled = enabled
+        self.what = what
         self.held = False
 
     def _create(self) -> bool:
@@ -76,8 +79,8 @@ class OutputDirLock:
                 continue
             where = f"process {pid} on {host}" if host != socket.gethostname() else f"process {pid}"
             raise StageConfigError(
-                f"output_dir {self.path.parent} is in use by another run ({where}, started {holder.get('started')}); "
-                f"wait for it to finish or pick another output_dir (if that run is over, delete {self.path})"
+                f"{self.what} {self.path.parent} is in use by another run ({where}, started {holder.get('started')}); "
+                f"wait for it to finish or pick another {self.what} (if that run is over, delete {self.path})"
             )
         raise StageConfigError(f"could not take the lock {self.path}: other runs keep taking it")
 

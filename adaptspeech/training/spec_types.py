@@ -10,6 +10,12 @@ their dataclass, ``model.config`` against :class:`~adaptspeech.AdaptSpeechConfig
 ``model.config.backbone_config`` against the backbone's HF config class (keys and the type of each default value).
 The ``training`` section has its own check (:func:`adaptspeech.training.checks.check_training_values`).
 
+Beyond the type, a value must be in its range: every count that must be positive is positive (``training.max_steps``
+is a positive integer or -1, transformers' "train ``num_train_epochs``"; the batch sizes, the accumulation steps,
+the backbone's widths, heads and kernel sizes), every rate is a finite number in its interval
+(``training.learning_rate: .inf`` is refused, not trained into a NaN loss). The tables are :data:`TRAINING_RANGES`
+and, for ``model.config.backbone_config``, :func:`backbone_range` (from the key's name and default value).
+
 Language lists (``data.train_languages``, ``model.active_languages`` ...): a single code is read as a one-element
 list (``data.train_languages=ro`` is ``[ro]``, not ``[r, o]``); every code must look like an ISO 639 code: 2 or 3
 lower-case letters, optionally followed by subtags (``ro``, ``pt-BR``, ``zh-CN``, ``rm-sursilv``).
@@ -20,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import math
 import re
 import types
 import typing
@@ -55,6 +62,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
 BOOL = SettingType("true or false", lambda v: isinstance(v, bool))
 INT = SettingType("an integer", _is_int)
 POSITIVE_INT = SettingType("a positive integer", lambda v: _is_int(v) and v > 0)
@@ -65,6 +76,14 @@ STR = SettingType("a string", lambda v: isinstance(v, str))
 NON_EMPTY_STR = SettingType("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "")
 MAPPING = SettingType("a mapping of settings", lambda v: isinstance(v, Mapping), dict)
 ANY = SettingType("any value", lambda v: True)
+FINITE = SettingType("a finite number", _is_finite)
+FINITE_POSITIVE = SettingType("a finite number > 0", lambda v: _is_finite(v) and v > 0)
+FINITE_NON_NEGATIVE = SettingType("a finite number >= 0", lambda v: _is_finite(v) and v >= 0)
+PROBABILITY = SettingType("a number in [0, 1]", lambda v: _is_finite(v) and 0 <= v <= 1)
+BELOW_ONE = SettingType("a number in [0, 1)", lambda v: _is_finite(v) and 0 <= v < 1)
+POSITIVE_INTS = SettingType(
+    "a list of positive integers", lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) and x > 0 for x in v)
+)
 
 
 def optional(kind: SettingType) -> SettingType:
@@ -155,6 +174,42 @@ EVALUATION_TYPES: dict[str, SettingType] = {
     "batch_size": POSITIVE_INT,
     "options": optional(MAPPING),
 }
+
+_STEP_FRACTION = "(below 1: a fraction of the training steps)"
+TRAINING_RANGES: dict[str, SettingType] = {
+    "max_steps": SettingType(
+        "a positive integer (or -1: train training.num_train_epochs)", lambda v: _is_int(v) and (v > 0 or v == -1)
+    ),
+    "num_train_epochs": FINITE_POSITIVE,
+    "per_device_train_batch_size": POSITIVE_INT,
+    "per_device_eval_batch_size": POSITIVE_INT,
+    "gradient_accumulation_steps": POSITIVE_INT,
+    "eval_accumulation_steps": optional(POSITIVE_INT),
+    "learning_rate": FINITE_POSITIVE,
+    "weight_decay": FINITE_NON_NEGATIVE,
+    "adam_beta1": BELOW_ONE,
+    "adam_beta2": BELOW_ONE,
+    "adam_epsilon": FINITE_POSITIVE,
+    "max_grad_norm": SettingType("a finite number >= 0 (0: no clipping)", FINITE_NON_NEGATIVE.accepts),
+    "label_smoothing_factor": BELOW_ONE,
+    "warmup_steps": SettingType(f"a finite number >= 0 {_STEP_FRACTION}", FINITE_NON_NEGATIVE.accepts),
+    "warmup_ratio": PROBABILITY,
+    "logging_steps": SettingType(f"a finite number > 0 {_STEP_FRACTION}", FINITE_POSITIVE.accepts),
+    "save_steps": SettingType(f"a finite number > 0 {_STEP_FRACTION}", FINITE_POSITIVE.accepts),
+    "eval_steps": optional(SettingType(f"a finite number > 0 {_STEP_FRACTION}", FINITE_POSITIVE.accepts)),
+    "eval_delay": FINITE_NON_NEGATIVE,
+    "save_total_limit": SettingType(
+        "a positive integer or null (null: keep every checkpoint)", lambda v: v is None or (_is_int(v) and v > 0)
+    ),
+    "dataloader_num_workers": NON_NEGATIVE_INT,
+    "dataloader_prefetch_factor": optional(POSITIVE_INT),
+    "torch_empty_cache_steps": optional(POSITIVE_INT),
+    "neftune_noise_alpha": optional(FINITE_POSITIVE),
+}
+"""The range of the ``training`` settings (``TrainingArguments`` fields) that transformers does not check: with
+``max_steps: -5`` it trained by epochs, with ``gradient_accumulation_steps: 0`` it divided by zero, with
+``learning_rate: .inf`` it trained into a NaN loss. Checked after their type
+(:func:`adaptspeech.training.checks.check_training_values`)."""
 
 _HINTS = {
     "model.head": "the head is model.config.head (init: config / backbone) or the saved model's (init: pretrained)",
@@ -268,12 +323,40 @@ def _type_of_default(default: Any) -> SettingType:
     return ANY
 
 
+_POSITIVE_DIMENSION = re.compile(r"(_size|_dim|_kernel|_stride|_heads|_groups|_per_group|_embeddings|_positions|_length"
+                                 r"|_width|_bins|_base)$")
+
+
+def backbone_range(key: str, default: Any) -> SettingType | None:
+    """The range of a backbone config setting, from its name and the type of its default (None: not checked).
+
+    Widths, head counts, kernel sizes, strides and other dimensions (``hidden_size``, ``num_attention_heads``,
+    ``conv_depthwise_kernel_size``, ``conv_dim`` items ...) are positive; other counts (``num_hidden_layers``, the
+    SpecAugment mask counts) are >= 0; dropouts and probabilities are in [0, 1], ``*_eps`` > 0, every other float
+    finite. Token ids are not checked here (the stage sets them from the vocabulary).
+    """
+    if isinstance(default, bool) or key.endswith("_token_id"):
+        return None
+    if isinstance(default, int):
+        if _POSITIVE_DIMENSION.search(key):
+            return POSITIVE_INT
+        return NON_NEGATIVE_INT if default >= 0 else None
+    if isinstance(default, float):
+        if "dropout" in key or key.endswith("_prob") or key == "layerdrop":
+            return PROBABILITY
+        return FINITE_POSITIVE if key.endswith("_eps") else FINITE
+    if isinstance(default, (list, tuple)) and default and all(_is_int(x) and x > 0 for x in default):
+        return POSITIVE_INTS
+    return None
+
+
 def check_backbone_config(section: str, backbone_type: str, values: Any) -> None:
     """Check ``model.config.backbone_config`` against the backbone's HF config class.
 
     A key the class does not know (``hiden_size``) is refused naming the closest valid key; a value whose type does not
-    fit the class's default (``hidden_size: abc``) is refused naming the expected type. Keys whose default is null are
-    not type-checked.
+    fit the class's default (``hidden_size: abc``) is refused naming the expected type, a value out of its range
+    (``hidden_size: -4``, ``num_attention_heads: 0``, ``hidden_dropout: 1.5``) naming the range
+    (:func:`backbone_range`). Keys whose default is null are not checked.
     """
     from ..backbones import get_backbone_spec
 
@@ -288,6 +371,10 @@ def check_backbone_config(section: str, backbone_type: str, values: Any) -> None
         if key not in ("self", "kwargs") and not key.startswith("_")
     }
     check_section(section, values, table)
+    for key, value in values.items():
+        kind = backbone_range(key, known.get(key))
+        if kind is not None:
+            check_value(f"{section}.{key}", kind, value)
 
 
 def check_model_config(section: str, values: Any, init: str) -> None:

@@ -55,7 +55,7 @@ import torch
 from .. import yaml_loader as config_yaml
 from .errors import StageConfigError
 from .model_setup import check_vocabulary, load_adapters
-from .resume import checkpoint_problem, last_checkpoint
+from .resume import STAGE_SPEC_FILE, checkpoint_problem, last_checkpoint
 from .spec_types import (
     DATA_TYPES,
     EVALUATION_TYPES,
@@ -282,22 +282,35 @@ def _construct(model_spec: dict[str, Any], processor: Any) -> Any:
         if init == "backbone":
             return cls.from_backbone(model_spec["path"], mms_language=model_spec.get("mms_language"), **kwargs)
         from ..configuration import AdaptSpeechConfig
+        from .model_size import check_model_size
 
-        return cls(AdaptSpeechConfig(**kwargs))
+        config = AdaptSpeechConfig(**kwargs)
+        check_model_size(cls, config, kwargs.get("backbone_config"))  # counted on the meta device, before building
+        return cls(config)
+    except StageConfigError:
+        raise
     except (ValueError, KeyError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         raise StageConfigError(f"model.config: {message}") from err
 
 
-def _activate_trainable_adapters(model: Any, model_spec: dict[str, Any], trainable_adapters: list[str]) -> None:
+def _activate_trainable_adapters(
+    model: Any, model_spec: dict[str, Any], trainable_adapters: list[str], trainable_fusion: bool = False
+) -> None:
     """Make the trainable adapters the active ones (see the module docstring), or refuse a setting that leaves one
-    of them out of the forward pass."""
+    of them (or a trainable fusion) out of the forward pass."""
     active = model_spec.get("active_languages")
     if active is not None:
         try:
             model.set_active_languages(list(active))
         except KeyError as err:
             raise StageConfigError(f"model.active_languages: {err.args[0]}") from None
+        if trainable_fusion and model.config.fusion is not None:
+            raise StageConfigError(
+                f"model.trainable.fusion: the fusion would not train: model.active_languages {list(active)} switches "
+                "it off (active languages run their own adapters); remove model.active_languages or "
+                "model.trainable.fusion"
+            )
     elif trainable_adapters and not model.config.fusion_active:
         model.set_active_languages(list(trainable_adapters))
     if model.config.fusion_active:
@@ -350,16 +363,19 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
             f"model.trainable.heads: no language head for {no_head}; languages with one: "
             f"{sorted(model.config.language_heads)}"
         )
-    _activate_trainable_adapters(model, model_spec, adapters)
+    _activate_trainable_adapters(model, model_spec, adapters, bool(trainable.get("fusion", False)))
     check_vocabulary(model, processor.tokenizer)
-    model.set_trainable(
-        adapters=adapters,
-        fusion=trainable.get("fusion", False),
-        head=trainable.get("head", False),
-        backbone=trainable.get("backbone", False),
-        feature_encoder=trainable.get("feature_encoder"),
-        heads=heads,
-    )
+    try:
+        model.set_trainable(
+            adapters=adapters,
+            fusion=trainable.get("fusion", False),
+            head=trainable.get("head", False),
+            backbone=trainable.get("backbone", False),
+            feature_encoder=trainable.get("feature_encoder"),
+            heads=heads,
+        )
+    except ValueError as err:  # what the checks above do not already name (e.g. a fusion the model lacks)
+        raise StageConfigError(f"model.trainable: {err}") from None
     return model
 
 
@@ -440,40 +456,70 @@ def _resolve_resume(resume: bool | str, checkpoints: Path) -> str | None:
     return last_checkpoint(checkpoints, report=lambda line: print(f"adaptspeech: {line}", file=sys.stderr))
 
 
-def run_stage(spec: StageSpec | dict[str, Any], resume: bool | str = False, progress: bool = True) -> StageResult:
+def run_stage(
+    spec: StageSpec | dict[str, Any], resume: bool | str = False, progress: bool = True, overwrite: bool = False
+) -> StageResult:
     """Train one stage; returns where the model went, the training time and the dev evaluation.
 
     The run holds ``OUTPUT_DIR/adaptspeech.lock`` (a second run into the same folder is refused), records its spec in
-    ``OUTPUT_DIR/stage_spec.json`` at a fresh start, and refuses to resume with changed settings.
+    ``OUTPUT_DIR/stage_spec.json`` at a fresh start and in every checkpoint, and refuses to resume with settings
+    other than those of the first start or of the run that wrote the checkpoint. A fresh start into an
+    ``output_dir`` that holds another run's results (checkpoints, ``model/``) is refused unless ``overwrite``.
 
     Args:
         spec: the stage spec (a dict is validated with :meth:`StageSpec.from_dict`).
-        resume: True resumes from the last complete checkpoint in ``output_dir``; a path resumes from that checkpoint.
+        resume: True resumes from the last complete checkpoint in ``output_dir`` (none: a fresh start); a path resumes
+            from that checkpoint.
+        overwrite: a fresh start removes the results of an earlier run in ``output_dir`` first (its checkpoints,
+            ``model/``, ``stage_summary.json``, ``log_history.json``, ``stage_spec.json``). A recipe passes it for
+            the stage folders it owns.
     """
-    from .resume import check_resumed_spec, save_stage_spec
+    from .resume import check_output_dir_free, check_resumed_spec
     from .run_lock import OutputDirLock
 
     if isinstance(spec, dict):
         spec = StageSpec.from_dict(spec)
+    if resume and overwrite:
+        raise StageConfigError("resume and overwrite exclude each other (resume continues what overwrite removes)")
     output_dir = Path(spec.output_dir)
     checkpoints = Path(spec.training.get("output_dir") or output_dir / "checkpoints")
     main = _is_main_process()
     with OutputDirLock(output_dir, enabled=main):
         resume_from = _resolve_resume(resume, checkpoints)
         if resume_from is not None:
-            check_resumed_spec(output_dir, spec.to_dict())
-        elif main:
-            output_dir.mkdir(parents=True, exist_ok=True)
-            save_stage_spec(output_dir, spec.to_dict())
-        return _train(spec, resume_from, progress)
+            check_resumed_spec(output_dir, spec.to_dict(), checkpoint=resume_from)
+        elif not overwrite:
+            check_output_dir_free(output_dir, checkpoints, spec.to_dict())
+        return _train(spec, resume_from, progress, overwrite)
 
 
-def _train(spec: StageSpec, resume_from: str | None, progress: bool) -> StageResult:
+def _record_start(spec: StageSpec, resume_from: str | None, overwrite: bool, checkpoints: Path) -> None:
+    """Once every check passed, right before training: a fresh start (with ``overwrite``: after removing the earlier
+    run, so that a setting refused before training leaves that run whole) records its spec in
+    ``OUTPUT_DIR/stage_spec.json``; a run resumed from another folder's checkpoint records it when the folder has
+    none. Main process only."""
+    from .resume import remove_earlier_run, save_stage_spec
+
+    if not _is_main_process():
+        return
+    output_dir = Path(spec.output_dir)
+    if resume_from is None:
+        if overwrite:
+            removed = remove_earlier_run(output_dir, checkpoints)
+            if removed:
+                print(f"adaptspeech: overwrite: removed the earlier run in {output_dir} ({', '.join(removed)})",
+                      file=sys.stderr)
+        save_stage_spec(output_dir, spec.to_dict())
+    elif not (output_dir / STAGE_SPEC_FILE).is_file():
+        save_stage_spec(output_dir, spec.to_dict())
+
+
+def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: bool = False) -> StageResult:
     from transformers import set_seed
 
     from ..data.collator import DataCollatorCTCWithPadding
     from ..evaluation import _routing_languages, feature_type_of_model
-    from .callbacks import unwrap
+    from .callbacks import StageSpecCheckpointCallback, unwrap
     from .checks import check_model_fits
     from .metrics import DecodingEvaluation, default_method
     from .trainer import AdaptSpeechTrainer
@@ -509,6 +555,8 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool) -> StageRes
         language_sampling_temperature=spec.data.get("language_sampling_temperature"),
         gradient_check_steps=spec.model.get("gradient_check_steps", 10),
     )
+    trainer.add_callback(StageSpecCheckpointCallback(spec.to_dict()))
+    _record_start(spec, resume_from, overwrite, Path(args.output_dir))
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
     train_seconds = time.perf_counter() - start

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from adaptspeech.attention import ATTENTION, AttentionConfig
+from adaptspeech.attention import ATTENTION, AttentionConfig, settings_for_kind
 
 
 def test_kinds_are_registered() -> None:
@@ -104,3 +104,37 @@ def test_validate_for_model_refuses_mismatches(settings: dict, model: tuple[int,
 def test_building_a_module_needs_the_widths() -> None:
     with pytest.raises(ValueError, match=r"hidden_size and attention\.num_heads must be set"):
         ATTENTION.get("mhsa")(AttentionConfig(kind="mhsa"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"kind": "mhsa", "context_width": 7}, ["attention.context_width=7", "ldsa", "not 'mhsa'"]),
+        ({"kind": "mhsa", "synthesizer_hidden": 8},
+         ["attention.synthesizer_hidden=8", "synthesizer_dense, synthesizer_dense_shared", "not 'mhsa'"]),
+        ({"kind": "ldsa", "synthesizer_max_len": 300}, ["attention.synthesizer_max_len=300", "synthesizer_random"]),
+        ({"kind": "synthesizer_random", "synthesizer_hidden": 8}, ["attention.synthesizer_hidden=8"]),
+        ({"kind": "mhsa", "query_block_size": 64}, ["attention.query_block_size=64", "rel_pos"]),
+        ({"kind": "ldsa", "max_relative_positions": 100}, ["attention.max_relative_positions=100", "rel_pos"]),
+        ({"kind": "mhsa", "memory_efficient_threshold": 0}, ["attention.memory_efficient_threshold=0", "rel_pos"]),
+        ({"context_width": 7}, ["attention.context_width=7", "not 'default'"]),
+    ],
+)
+def test_a_setting_of_another_kind_is_refused(settings: dict, words: list[str]) -> None:
+    """docs/attention.md: kind-specific options on another kind are refused (``context_width`` and
+    ``synthesizer_hidden`` on ``mhsa`` were accepted and ignored)."""
+    with pytest.raises(ValueError) as error:
+        AttentionConfig(**settings)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_settings_shared_by_several_kinds_are_filtered_per_kind() -> None:
+    shared = {"hidden_size": 32, "num_heads": 4, "context_width": 5, "synthesizer_max_len": 16, "hybrid": True}
+    assert settings_for_kind("mhsa", shared) == {"hidden_size": 32, "num_heads": 4}
+    assert settings_for_kind("ldsa", shared) == {"hidden_size": 32, "num_heads": 4, "context_width": 5,
+                                                 "hybrid": True}
+    assert settings_for_kind("synthesizer_dense", shared) == {"hidden_size": 32, "num_heads": 4,
+                                                              "synthesizer_max_len": 16}
+    for kind in ATTENTION.names():
+        AttentionConfig(kind=kind, **settings_for_kind(kind, shared))  # accepted by every kind

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention
+from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention, settings_for_kind
 from adaptspeech.attention.masks import fill_empty_rows, row_has_key
 from adaptspeech.attention.shared_qk import exclude_self, self_mask
 
@@ -43,6 +43,7 @@ def build(variant: str, chunk_size: int, num_left_chunks: int) -> EncoderAttenti
     torch.manual_seed(0)
     settings = {"hidden_size": HIDDEN, "num_heads": 4, "synthesizer_max_len": 16, "context_width": 5}
     settings.update(VARIANTS[variant])
+    settings = settings_for_kind(str(settings["kind"]), settings)
     config = AttentionConfig(**settings, chunk_size=chunk_size, num_left_chunks=num_left_chunks)
     return ATTENTION.get(config.kind)(config).eval()
 

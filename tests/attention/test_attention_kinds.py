@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention
+from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention, settings_for_kind
 
 HIDDEN, HEADS = 16, 4
 
@@ -38,7 +38,7 @@ def build(variant: str, **overrides: object) -> EncoderAttention:
     settings = {"hidden_size": HIDDEN, "num_heads": HEADS, "context_width": 5, "synthesizer_max_len": 32}
     settings.update(VARIANTS[variant])
     settings.update(overrides)
-    config = AttentionConfig(**settings)
+    config = AttentionConfig(**settings_for_kind(str(settings["kind"]), settings))
     module = ATTENTION.get(config.kind)(config).eval()
     if "pos_bias_u" in dict(module.named_parameters()):  # make the position terms matter
         torch.nn.init.normal_(module.pos_bias_u)

@@ -20,16 +20,15 @@ import math
 import pytest
 import torch
 
-from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention
+from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention, settings_for_kind
 
 HIDDEN, HEADS, DK = 16, 4, 4
 
 
 def build(kind: str, **settings: object) -> EncoderAttention:
     torch.manual_seed(0)
-    config = AttentionConfig(
-        kind=kind, hidden_size=HIDDEN, num_heads=HEADS, synthesizer_max_len=12, context_width=5, **settings
-    )
+    shared = {"hidden_size": HIDDEN, "num_heads": HEADS, "synthesizer_max_len": 12, "context_width": 5}
+    config = AttentionConfig(kind=kind, **settings_for_kind(kind, {**shared, **settings}))
     module = ATTENTION.get(kind)(config).eval()
     for name, param in module.named_parameters():
         if name.startswith("pos_bias"):

@@ -19,6 +19,7 @@ from adaptspeech.attention import (
     AttentionConfig,
     EncoderAttention,
     padding_mask_from_hf,
+    settings_for_kind,
     swap_encoder_attention,
 )
 
@@ -87,7 +88,7 @@ def frame_mask(model: PreTrainedModel, mask: torch.Tensor, frames: int) -> torch
 def attention_config(kind: str, **settings: object) -> AttentionConfig:
     defaults = {"synthesizer_max_len": 128, "context_width": 5}
     defaults.update(settings)
-    return AttentionConfig(kind=kind, **defaults)
+    return AttentionConfig(kind=kind, **settings_for_kind(kind, defaults))
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])

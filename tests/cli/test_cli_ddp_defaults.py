@@ -22,9 +22,9 @@ def build(backbone: str = "fbank_conformer", languages=(), active=None, fusion=F
     model = AdaptSpeechForCTC(config)
     if fusion:
         model.add_fusion(list(languages), target_language=languages[0])
-    elif active is not None:
-        model.set_active_languages(list(active))
     model.set_trainable(**(trainable or {"backbone": True, "head": True}))
+    if active is not None:  # after set_trainable, which refuses (or activates) a trainable adapter left out
+        model.set_active_languages(list(active))
     return model
 
 

@@ -4,7 +4,9 @@ be read among good ones, decoding methods the head cannot run, ``--device``, ``-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
@@ -244,23 +246,33 @@ def test_version_prints_the_installed_version_and_exits_0(capsys):
 
 # ---- evaluate --output ---------------------------------------------------------------------------------------------
 
+ROOT_SKIP = pytest.mark.skipif(
+    os.geteuid() == 0, reason="root writes into read-only folders (the variant under a file runs as root too)"
+)
+
 
 @pytest.mark.parametrize(
     ("output", "message"),
-    [("{tmp}", "is a folder; give a file name"), ("{tmp}/file.txt/results.json", "file.txt is a file, not a folder")],
+    [
+        ("{tmp}", "is a folder; give a file name"),
+        ("{tmp}/file.txt/results.json", "file.txt is a file, not a folder"),
+        pytest.param("{tmp}/ro/results.json", "{tmp}/ro/results.json: cannot write into {tmp}/ro", marks=ROOT_SKIP),
+        pytest.param("{tmp}/ro/new/results.json", "cannot write into {tmp}/ro", marks=ROOT_SKIP),
+    ],
 )
 def test_a_bad_output_is_refused_before_evaluating(output, message, trained_stage, prepared_corpus, tmp_path, capfd,
                                                    monkeypatch):  # fmt: skip
     import adaptspeech.evaluation
 
     (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "ro").mkdir(mode=0o555)
     calls = []
     monkeypatch.setattr(adaptspeech.evaluation, "evaluate_dataset", lambda *a, **k: calls.append(1))
     argv = ["evaluate", "--model", trained_stage / "model", "--data", prepared_corpus, "--output",
             output.format(tmp=tmp_path)]  # fmt: skip
     code, out, err = run_main(argv, capfd)
     assert (code, out, calls) == (2, "", [])
-    assert err.count("\n") == 1 and "argument --output: " in err and message in err
+    assert err.count("\n") == 1 and "argument --output: " in err and message.format(tmp=tmp_path) in err
 
 
 def test_the_output_folders_are_created(trained_stage, prepared_corpus, tmp_path, capfd):
@@ -269,3 +281,122 @@ def test_the_output_folders_are_created(trained_stage, prepared_corpus, tmp_path
             "--max-rows", "2", "--no-progress"]  # fmt: skip
     code, _, _ = run_main(argv, capfd)
     assert code == 0 and json.loads(output.read_text())["overall"]["num_utterances"] == 2
+
+
+# ---- negative numbers as option values ------------------------------------------------------------------------------
+
+
+def _single_value_options(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple, str]]:
+    """``[(subcommand path, option), ...]`` of every option that takes one value, in every (nested) subcommand."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.extend(_single_value_options(sub, (*path, name)))
+        elif action.option_strings and action.nargs is None and action.option_strings[0].startswith("--"):
+            found.append((path, action.option_strings[0]))
+    return found
+
+
+@pytest.mark.parametrize("value", ["-1e9", "-5,1e9", "-.5", "-3"])
+def test_a_negative_number_is_the_value_of_every_option(value, capsys):
+    """``--beta -1e9``, ``--alphas -5,1e9``, ``--noise-snr-db -5,10`` ...: argparse took a value like ``-1e9`` for an
+    option ("expected one argument"). Every option of every subcommand now takes it as its value (the option's own
+    type may still refuse it, naming the option)."""
+    from adaptspeech.cli import build_parser
+
+    options = _single_value_options(build_parser())
+    assert ((), "--version") not in options and (("lm", "tune"), "--alphas") in options and len(options) > 30
+    for path, option in options:
+        with contextlib.suppress(SystemExit):  # a value the option's type refuses, or missing required options
+            build_parser().parse_args([*path, option, value])
+        err = capsys.readouterr().err
+        assert "expected one argument" not in err, (path, option, err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "attribute", "expected"),
+    [
+        (["evaluate", "--model", "m", "--data", "d", "--lm", "l", "--beta", "-1e9"], "beta", -1e9),
+        (["transcribe", "--model", "m", "x.wav", "--alpha", "-.5"], "alpha", -0.5),
+        (["lm", "tune", "--model", "m", "--data", "d", "--lm", "l", "--alphas", "-5,1e9"], "alphas", [-5.0, 1e9]),
+        (["prepare", "synthetic", "--out", "o", "--languages", "ro", "--noise-snr-db", "-5,10"], "noise_snr_db",
+         (-5.0, 10.0)),
+    ],
+)
+def test_negative_values_are_parsed(argv, attribute, expected):
+    from adaptspeech.cli import build_parser
+
+    assert getattr(build_parser().parse_args(argv), attribute) == expected
+
+
+# ---- transcribe: file names and standard input ---------------------------------------------------------------------
+
+
+def _random_fbank_model(folder: Path) -> Path:
+    """A tiny random fbank CTC model with its processor (its text is a guess, but a fixed one)."""
+    from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.data.text import build_processor, build_vocab
+    from adaptspeech.testing import tiny_config
+
+    vocab = build_vocab(["abc def", "ghi jkl"])
+    build_processor(vocab, folder, feature_type="fbank", n_mels=16)
+    torch.manual_seed(0)
+    AdaptSpeechForCTC(tiny_config("fbank_conformer", vocab_size=len(vocab))).save_pretrained(folder)
+    return folder
+
+
+def _chirp(seconds: float = 1.0) -> np.ndarray:
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t)).astype(np.float32)
+
+
+def test_transcribe_escapes_tabs_and_newlines_in_file_names(tmp_path, capfd):
+    """``PATH<TAB>TEXT`` broke for a file name holding a tab or a newline: backslash, tab, newline and carriage
+    return are written as ``\\\\``, ``\\t``, ``\\n``, ``\\r`` (in the stderr lines too), one line per file."""
+    model = _random_fbank_model(tmp_path / "model")
+    paths = [tmp_path / name for name in ("tab\there.wav", "new\nline.wav", "back\\slash\r.wav", "plain.wav")]
+    for path in paths:
+        sf.write(path, _chirp(), 16000)
+    code, out, err = run_main(["transcribe", "--model", model, *paths, tmp_path / "gone\nmissing.wav",
+                               "--no-progress", "--device", "cpu"], capfd)
+    assert code == 1
+    lines = out.split("\n")
+    assert lines[-1] == "" and len(lines) == 5 and all(line.count("\t") == 1 for line in lines[:-1])
+    fields = [line.split("\t") for line in lines[:-1]]
+    assert [field[0] for field in fields] == [f"{tmp_path}/tab\\there.wav", f"{tmp_path}/new\\nline.wav",
+                                              f"{tmp_path}/back\\\\slash\\r.wav", f"{tmp_path}/plain.wav"]
+    assert [field[0].encode().decode("unicode_escape") for field in fields] == [str(p) for p in paths]
+    assert len({field[1] for field in fields}) == 1  # the same audio, the same text
+    assert err == f"adaptspeech: error: {tmp_path}/gone\\nmissing.wav: missing (no such file)\n"
+
+
+def test_transcribe_reads_standard_input(tmp_path, capfd, monkeypatch):
+    """``cat x.wav | adaptspeech transcribe /dev/stdin`` said "missing (no such file)": ``-`` and ``/dev/stdin`` (a
+    pipe) read the audio from standard input and give the file's text."""
+    import io
+    import subprocess
+    import sys
+
+    from cli_helpers import subprocess_env
+
+    model = _random_fbank_model(tmp_path / "model")
+    clip = tmp_path / "x.wav"
+    sf.write(clip, _chirp(), 16000)
+    code, out, _ = run_main(["transcribe", "--model", model, clip, "--no-progress", "--device", "cpu"], capfd)
+    text = out.split("\t")[1]
+    assert code == 0 and out == f"{clip}\t{text}"
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(clip.read_bytes())))
+    code, out, err = run_main(["transcribe", "--model", model, "-", "--no-progress", "--device", "cpu"], capfd)
+    assert (code, out, err) == (0, f"-\t{text}", "")
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"")))
+    code, out, err = run_main(["transcribe", "--model", model, "-", "--no-progress", "--device", "cpu"], capfd)
+    assert (code, out, err) == (1, "", "adaptspeech: error: -: empty (zero bytes)\n")
+    code, out, err = run_main(["transcribe", "--model", model, "-", clip, "/dev/stdin", "--device", "cpu"], capfd)
+    assert (code, out) == (1, "") and err == ("adaptspeech: error: AUDIO '-' and '/dev/stdin': standard input can be "
+                                              "read once; give it once\n")
+    piped = subprocess.run([sys.executable, "-m", "adaptspeech.cli", "transcribe", "--model", str(model),
+                            "/dev/stdin", "--no-progress", "--device", "cpu"], input=clip.read_bytes(),
+                           capture_output=True, env=subprocess_env(), timeout=120)
+    assert piped.returncode == 0, piped.stderr.decode()
+    assert piped.stdout.decode() == f"/dev/stdin\t{text}"

@@ -87,6 +87,19 @@ def test_a_trainable_adapter_outside_the_fusion_is_refused(prepared_corpus, tmp_
     assert "model.trainable.adapters ['ro'] would not train: they are not among the fusion's languages" in err
 
 
+def test_a_trainable_fusion_that_active_languages_switch_off_is_refused_naming_both_settings(
+    prepared_corpus, tmp_path, capsys
+):
+    spec = adapter_stage(prepared_corpus, tmp_path / "run", False, [], active_languages=["cs"],
+                         fusion={"languages": ["cs", "pl"], "target_language": "cs"})
+    spec["model"]["trainable"]["fusion"] = True
+    assert train(spec, tmp_path) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("adaptspeech: error: model.trainable.fusion: the fusion would not train: "
+                              "model.active_languages ['cs'] switches it off"), err
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").glob("checkpoint-*"))
+
+
 @pytest.mark.parametrize("head", ["las", "ctc_las", "ctc"])
 def test_a_saved_model_of_every_head_loads_with_init_pretrained(prepared_corpus, tmp_path, head):
     method = "attention_greedy" if head == "las" else "ctc_greedy"

@@ -6,7 +6,9 @@ wrong result and without losing the last complete checkpoint.
 * ``--resume`` with settings that changed since the first start;
 * two runs writing the same output_dir (and a lock left by a dead run);
 * the loss becomes NaN;
-* a language code that is not ISO-like.
+* a language code that is not ISO-like;
+* a plain re-run into an output_dir that holds another run, and ``--resume`` from another run's checkpoint;
+* a count, a rate or a backbone dimension out of its range, and a model too large for the memory of the machine.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -212,3 +215,148 @@ def test_a_language_code_that_is_not_iso_like_is_one_line(prepared_corpus, tmp_p
         "adaptspeech: error: data.train_languages: expected a list of language codes (ISO 639: 2 or 3 lower-case "
         "letters, optionally with subtags: ro, pt-BR, zh-CN), got ['ro', 'Romanian']"
     )
+
+
+# ---- a used output_dir and checkpoints of another run --------------------------------------------------------------
+
+
+def tree_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> content)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def other_run(prepared: Path, output_dir: Path, tmp_path: Path, **training) -> Path:
+    """A stage of other settings than :func:`config`'s: named ``other``, trained on cs only."""
+    spec = stage_spec(prepared, output_dir, **{"max_steps": 2, "save_steps": 1, **training})
+    spec["name"] = "other"
+    spec["data"]["train_languages"] = ["cs"]
+    return write_yaml(tmp_path / "other.yaml", spec)
+
+
+def test_a_plain_rerun_into_a_used_output_dir_is_refused_and_keeps_the_earlier_run(prepared_corpus, tmp_path, capsys):
+    """Before: the second run replaced the first's model and stage_spec.json and its checkpoints were rotated away."""
+    run = tmp_path / "run"
+    first = config(prepared_corpus, tmp_path, max_steps=4)
+    assert run_main(["train", "--config", first, "--no-progress"], capsys)[0] == 0
+    before = tree_bytes(run)
+
+    other = other_run(prepared_corpus, run, tmp_path)
+    code, _, err = run_main(["train", "--config", other, "--no-progress"], capsys)
+    assert code == 1
+    assert one_line_error(err) == (
+        f"adaptspeech: error: output_dir {run} holds another run: stage 'tiny' (checkpoint-2, checkpoint-4, model/), "
+        'whose settings differ from this one\'s: data.train_languages: ["ro", "cs", "pl"] -> ["cs"]; name: "tiny" -> '
+        '"other"; training.max_steps: 4 -> 2; training.save_steps: 2 -> 1. Replace it with --overwrite or pick another '
+        "output_dir"
+    )
+    assert tree_bytes(run) == before  # byte for byte
+
+    code, _, err = run_main(["train", "--config", first, "--no-progress"], capsys)  # the same settings again
+    assert code == 1
+    assert one_line_error(err) == (
+        f"adaptspeech: error: output_dir {run} holds another run: stage 'tiny' (checkpoint-2, checkpoint-4, model/), "
+        "of the same settings. Continue it with --resume, replace it with --overwrite, or pick another output_dir"
+    )
+    assert tree_bytes(run) == before
+
+    # a setting refused before training leaves it whole, --overwrite or not
+    argv = ["train", "--config", other, "--no-progress", "--overwrite", "model.config.backbone_config.num_mel_bins=40"]
+    assert run_main(argv, capsys)[0] == 1
+    assert tree_bytes(run) == before
+
+    # --overwrite replaces it: none of its checkpoints is left for --resume to adopt
+    assert run_main(["train", "--config", other, "--no-progress", "--overwrite"], capsys)[0] == 0
+    assert checkpoints(tmp_path) == ["checkpoint-1", "checkpoint-2"]
+    assert json.loads((run / "stage_spec.json").read_text())["name"] == "other"
+    assert json.loads((run / "stage_summary.json").read_text())["stage"] == "other"
+
+
+def test_overwrite_and_resume_exclude_each_other(prepared_corpus, tmp_path, capsys):
+    stage = config(prepared_corpus, tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--config", str(stage), "--resume", "--overwrite"])
+    assert info.value.code == 2
+    assert "--overwrite: not allowed with argument --resume" in capsys.readouterr().err
+
+
+def test_resume_refuses_a_checkpoint_written_with_other_settings(prepared_corpus, tmp_path, capsys):
+    """Before: a checkpoint of another run was continued (its output_dir had no stage_spec.json to compare with)."""
+    first = config(prepared_corpus, tmp_path, max_steps=2)
+    assert run_main(["train", "--config", first, "--no-progress"], capsys)[0] == 0
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-2"
+
+    other = other_run(prepared_corpus, tmp_path / "b", tmp_path, max_steps=4)
+    code, _, err = run_main(["train", "--config", other, "--no-progress", "--resume", checkpoint], capsys)
+    assert code == 1
+    assert one_line_error(err) == (
+        f"adaptspeech: error: --resume: {checkpoint} was written by a run of other settings "
+        f'({checkpoint}/stage_spec.json): data.train_languages: ["ro", "cs", "pl"] -> ["cs"]; name: "tiny" -> '
+        '"other"; restore these settings or train into a new output_dir (only the step budget, logging, saving and '
+        "evaluation may change)"
+    )
+    assert not (tmp_path / "b" / "model").exists()
+
+    # the same settings may continue it in another output_dir (more steps)
+    branch = write_yaml(tmp_path / "branch.yaml", stage_spec(prepared_corpus, tmp_path / "c", max_steps=4,
+                                                             save_steps=2))
+    code, out, _ = run_main(["train", "--config", branch, "--no-progress", "--resume", checkpoint], capsys)
+    assert code == 0 and f"resuming from {checkpoint}" in out
+    assert json.loads((tmp_path / "c" / "stage_summary.json").read_text())["global_step"] == 4
+    assert json.loads((tmp_path / "c" / "stage_spec.json").read_text())["output_dir"] == str(tmp_path / "c")
+
+
+# ---- settings out of their range -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("training.max_steps=-5", "training.max_steps: expected a positive integer (or -1: train "
+                                  "training.num_train_epochs), got -5"),
+        ("training.gradient_accumulation_steps=0", "training.gradient_accumulation_steps: expected a positive "
+                                                   "integer, got 0"),
+        ("training.learning_rate=.inf", "training.learning_rate: expected a finite number > 0, got inf"),
+        ("model.config.backbone_config.hidden_size=-4", "model.config.backbone_config.hidden_size: expected a positive "
+                                                        "integer, got -4"),
+        ("model.config.backbone_config.num_attention_heads=0", "model.config.backbone_config.num_attention_heads: "
+                                                               "expected a positive integer, got 0"),
+    ],
+)
+def test_a_setting_out_of_its_range_is_one_line_before_anything_is_written(prepared_corpus, tmp_path, capsys,
+                                                                           override, message):
+    """Before: -5 steps trained 12 steps, 0 ended in ZeroDivisionError, -4 in a traceback, inf in a NaN loss that
+    blamed the data."""
+    stage = config(prepared_corpus, tmp_path, max_steps=2)
+    code, _, err = run_main(["train", "--config", stage, "--no-progress", override], capsys)
+    assert code == 1
+    assert one_line_error(err) == f"adaptspeech: error: {message}"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_too_large_for_memory_is_refused_with_its_parameter_count(prepared_corpus, tmp_path, capsys,
+                                                                          monkeypatch):
+    """Before: ``hidden_size: 1000000000000`` ended in the allocator's traceback asking for 960 TB."""
+    stage = config(prepared_corpus, tmp_path, max_steps=2)
+    code, _, err = run_main(["train", "--config", stage, "--no-progress",
+                             "model.config.backbone_config.hidden_size=1000000000000"], capsys)
+    assert code == 1
+    line = one_line_error(err)
+    assert line.startswith(
+        "adaptspeech: error: model.config.backbone_config (hidden_size: 1000000000000, intermediate_size: 64, "
+        "num_hidden_layers: 2): the model would have at least "
+    )
+    assert " parameters (" in line and "in float32), more than the memory of this machine (" in line
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+    # the estimate is exact for a model whose tensors can be counted: the tiny one against 100 kB of memory
+    from adaptspeech.training import model_size
+
+    monkeypatch.setattr(model_size, "machine_memory_bytes", lambda: 100_000)
+    code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
+    assert code == 1
+    assert re.fullmatch(
+        r"adaptspeech: error: model\.config\.backbone_config \(hidden_size: 32, intermediate_size: 64, "
+        r"num_hidden_layers: 2\): the model would have 4\d,\d{3} parameters \(\d+ kB in float32\), more than the "
+        r"memory of this machine \(100 kB\); make the model smaller",
+        one_line_error(err),
+    ), err

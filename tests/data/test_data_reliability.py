@@ -362,6 +362,25 @@ def test_a_partial_folder_of_a_running_prepare_is_not_taken_over(tmp_path, capsy
     assert (out / "prepare_config.json").is_file() and not partial.exists()
 
 
+def test_a_synthetic_corpus_that_another_run_is_writing_is_not_touched(tmp_path, capsys):
+    """Before: the second ``prepare synthetic`` removed the first one's ``*.part`` clips and one of the two ended in
+    "[Errno 2] No such file or directory: ....mp3.part -> ....mp3"."""
+    out = tmp_path / "corpus"
+    argv = ["prepare", "synthetic", "--out", str(out), "--languages", "ro", "--clips-per-language", "3",
+            "--workers", "1", "--no-progress"]
+    out.mkdir()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as other:
+        try:
+            (out / ".owner_pid").write_text(str(other.pid))  # a live run writing the corpus
+            code, _, err = run_main(argv, capsys)
+            assert_one_line_error(code, err, f"--out {out}: another process (pid {other.pid}) is writing it")
+            assert [p.name for p in out.iterdir()] == [".owner_pid"]  # nothing written
+        finally:
+            other.kill()
+    assert main(argv) == 0  # its writer is gone: the folder is taken over, and released at the end
+    assert (out / "ro" / "train.tsv").is_file() and not (out / ".owner_pid").exists()
+
+
 # ---- prepare: settings and TSVs ------------------------------------------------------------------------------------
 
 

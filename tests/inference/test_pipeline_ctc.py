@@ -176,3 +176,41 @@ def test_from_pretrained_target_lang_with_a_shared_vocabulary(tmp_path: Path) ->
     assert model.config.active_languages == ["cs"]
     with pytest.raises(KeyError, match="no adapter for language"):
         AdaptSpeechForCTC.from_pretrained(folder, target_lang="xx")
+
+
+def test_file_paths_bytes_and_other_rates_are_read_without_ffmpeg_or_torchaudio(folder: Path, tmp_path: Path,
+                                                                              monkeypatch) -> None:
+    """docs/inference.md's ``asr("clip.wav")`` needed ffmpeg and an 8-kHz array needed torchaudio, neither installed:
+    adaptspeech models read files with soundfile + soxr (as ``transcribe``) and resample arrays with soxr."""
+    import soundfile as sf
+    import soxr
+    import transformers.pipelines.automatic_speech_recognition as stock
+
+    def no_ffmpeg(*args, **kwargs):
+        raise AssertionError("ffmpeg_read called")
+
+    monkeypatch.setattr(stock, "ffmpeg_read", no_ffmpeg)
+    asr = pipeline(TASK, model=str(folder), device="cpu")
+    wave, other = audio(1.0, seed=1), audio(0.8, seed=3)
+    expected, expected_other = asr(wave)["text"], asr(other)["text"]
+    sf.write(tmp_path / "clip.wav", wave, 16000, subtype="FLOAT")  # the same samples as the array
+    sf.write(tmp_path / "other.wav", other, 16000, subtype="FLOAT")
+    assert asr(str(tmp_path / "clip.wav")) == {"text": expected}
+    assert asr((tmp_path / "clip.wav").read_bytes()) == {"text": expected}
+    assert asr([str(tmp_path / "clip.wav"), str(tmp_path / "other.wav")]) == [{"text": expected},
+                                                                               {"text": expected_other}]
+    paths = [str(tmp_path / "clip.wav"), str(tmp_path / "other.wav")]
+    assert asr(paths, batch_size=2) == asr([wave, other], batch_size=2)
+    stereo = np.stack([wave, wave])  # [channels, S], as transformers reads arrays
+    assert asr({"raw": stereo, "sampling_rate": 16000}) == {"text": expected}
+    at_8k = soxr.resample(wave, 16000, 8000, quality="HQ").astype(np.float32)
+    again = soxr.resample(at_8k, 8000, 16000, quality="HQ").astype(np.float32)
+    assert asr({"raw": at_8k, "sampling_rate": 8000}) == asr(again)
+    sf.write(tmp_path / "clip_8k.wav", at_8k, 8000, subtype="FLOAT")
+    assert asr(str(tmp_path / "clip_8k.wav")) == asr(again)
+    from adaptspeech.data import BadClipError
+
+    with pytest.raises(BadClipError, match=r"missing\.wav: missing \(no such file\)"):
+        asr(str(tmp_path / "missing.wav"))
+    sf.write(tmp_path / "silence.wav", np.zeros(16000, np.float32), 16000)
+    assert asr(str(tmp_path / "silence.wav")) == {"text": "", "skipped": "digital silence only"}

@@ -193,3 +193,61 @@ def test_frozen_batchnorm_keeps_its_statistics_but_a_trained_one_updates():
     assert norm.training
     model(**tiny_inputs(model.config))
     assert not torch.equal(norm.running_mean, before)
+
+
+def _trains(model, group: str) -> bool:
+    """One backward pass of a CTC loss; whether every tensor of ``group`` got a gradient, not all zero (LoRA's
+    ``lora_A`` gets zeros at first: ``lora_B`` starts at zero)."""
+    model.train()
+    model.zero_grad()
+    out = model(**tiny_inputs(model.config), labels=torch.tensor([[4, 5], [5, 6]]))
+    out.loss.backward()
+    params = model._named_groups()[group]
+    return bool(params) and all(p.grad is not None for _, p in params) and any(p.grad.abs().sum() > 0
+                                                                             for _, p in params)
+
+
+@pytest.mark.parametrize("settings", [{"bottleneck": 8}, {"adapter_type": "lora", "lora_r": 4}],
+                         ids=["bottleneck", "lora"])
+def test_an_adapter_made_trainable_with_none_active_is_activated_and_trains(settings):
+    """``add_language_adapter("ro")`` then ``set_trainable(adapters=["ro"])`` without ``set_active_languages``:
+    nothing was active, nothing trained, and backward failed with "element 0 of tensors does not require grad"."""
+    model = make_model("fbank_conformer")
+    model.add_language_adapter("uk", **settings)
+    assert model.config.active_languages == []
+    model.set_trainable(adapters=["uk"])
+    assert model.config.active_languages == ["uk"] and not model.config.fusion_active
+    assert _trains(model, "adapter:uk")
+
+
+@pytest.mark.parametrize("settings", [{"bottleneck": 8}, {"adapter_type": "lora", "lora_r": 4}],
+                         ids=["bottleneck", "lora"])
+def test_an_adapter_made_trainable_beside_other_active_ones_is_refused_in_one_line(settings):
+    model = make_model("fbank_conformer")
+    model.add_language_adapter("uk", **settings)
+    model.set_active_languages(["cs"])
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    with pytest.raises(ValueError) as error:
+        model.set_trainable(adapters=["cs", "uk"])
+    message = str(error.value)
+    assert message.startswith("set_trainable: adapters ['uk'] would not train: they are not among the active "
+                              "languages ['cs']") and "set_active_languages" in message and "\n" not in message
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags  # nothing changed
+    assert model.config.active_languages == ["cs"]
+
+
+def test_a_fusion_made_trainable_must_be_there_and_active():
+    model = make_model("fbank_conformer")
+    with pytest.raises(ValueError, match=r"^set_trainable\(fusion=True\): the model has no fusion; call add_fusion"):
+        model.set_trainable(fusion=True)
+    model.add_fusion(["ro", "cs"], target_language="ro", activate=False)
+    model.set_trainable(adapters=["ro"], fusion=True)  # nothing was active: the fusion is switched on
+    assert model.config.fusion_active and _trains(model, "fusion") and _trains(model, "adapter:ro")
+    model.set_active_languages(["ro"])  # switches the fusion off
+    with pytest.raises(ValueError, match=r"^set_trainable\(fusion=True\): the fusion would not train: it is "
+                                         r"switched off \(active languages \['ro'\]\); call set_fusion_active"):
+        model.set_trainable(fusion=True)
+    model.set_fusion_active(True)
+    with pytest.raises(ValueError, match=r"^set_trainable: adapters \['pl'\] would not train: they are not among "
+                                         r"the fusion's languages \['ro', 'cs'\]"):
+        model.set_trainable(adapters=["pl"], fusion=True)

@@ -2,10 +2,12 @@
 
 import pytest
 import torch
+from peft import get_peft_model
 from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file
 
-from adaptspeech import AdaptSpeechForCTC
+from adaptspeech import AdaptSpeechForCTC, SpeechAdapterConfig
+from adaptspeech.adapters.lora import lora_tensors
 from adaptspeech.testing import tiny_config, tiny_inputs
 
 LORA = {"adapter_type": "lora", "lora_r": 4, "lora_alpha": 8}
@@ -217,3 +219,40 @@ def test_remove_language_adapter_restores_the_backbone_names():
 def test_lora_target_modules_that_match_nothing_are_reported():
     with pytest.raises(ValueError, match=r"match no nn.Linear.*Linear modules there: .*q_proj"):
         make_model(adapters={"ro": {**LORA, "lora_target_modules": ["query"]}})
+
+
+@pytest.mark.parametrize(
+    ("backbone_type", "projections"),
+    [("wav2vec2", ["attention.q_proj", "attention.v_proj"]), ("fbank_conformer", ["self_attn.linear_q",
+                                                                                 "self_attn.linear_v"])],
+)
+def test_a_lora_language_joins_a_model_that_get_peft_model_wrapped(backbone_type, projections):
+    """The README's PEFT block: ``add_language_adapter("uk", adapter_type="lora")`` on the model that
+    ``get_peft_model`` had wrapped raised peft's ``NoMatchingPeftModuleError`` (peft skips every module inside its
+    own tuner layers, here the speech_adapter layer around each encoder layer)."""
+    model = make_model(backbone_type, adapters={"cs": {"bottleneck": 4}})
+    peft_model = get_peft_model(model, SpeechAdapterConfig(bottleneck=8), adapter_name="ro")
+    inputs = tiny_inputs(model.config)
+    before = logits(peft_model, inputs)
+    model.add_language_adapter("uk", **LORA)
+    assert lora_module_names(model) == sorted(
+        f"backbone.encoder.layers.{i}.base_layer.{p}" for i in (0, 1) for p in projections
+    )
+    assert sorted(lora_tensors(model, "uk")) == sorted(
+        f"layers.{i}.{p}.lora_{ab}.weight" for i in (0, 1) for p in projections for ab in "AB"
+    )
+    assert torch.equal(logits(peft_model, inputs), before)  # not active, and B = 0
+    randomize_lora(model)
+    model.set_active_languages(["uk"])
+    with_uk = logits(peft_model, inputs)
+    assert not torch.allclose(with_uk, before)
+    model.set_active_languages([])
+    assert torch.equal(logits(peft_model, inputs), before)
+    model.set_trainable(adapters=["uk"])
+    peft_model.train()
+    peft_model(**inputs, labels=torch.tensor([[1, 2, 3], [4, 5, -100]])).loss.backward()
+    assert {n for n, p in model.named_parameters() if p.grad is not None} == {
+        n for n, _ in model.named_parameters() if ".lora_" in n}
+    model.remove_language_adapter("uk")
+    peft_model.eval()
+    assert lora_module_names(model) == [] and torch.equal(logits(peft_model, inputs), before)

@@ -170,9 +170,9 @@ def test_a_second_call_retrains_nothing_and_a_changed_setting_only_its_runs(curv
     # another fine-tuning learning rate: two new runs (one per budget), every other run and evaluation reused
     trained = []
 
-    def counting(spec, progress):
+    def counting(spec, progress, **kwargs):
         trained.append(spec["output_dir"])
-        return run_stage(spec, progress=progress)
+        return run_stage(spec, progress=progress, **kwargs)
 
     monkeypatch.setattr(transfer_curve, "run_stage", counting)
     monkeypatch.setattr(adaptspeech.evaluation, "evaluate_dataset", evaluate_dataset)

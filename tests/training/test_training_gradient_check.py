@@ -34,8 +34,8 @@ def train(model, processor, tmp_path, routed: bool = False, rows=None, **kwargs)
 
 def test_a_trainable_adapter_that_is_not_active_stops_the_run(tmp_path, processor):
     model = model_with_adapters()
-    model.set_active_languages([])  # no adapter runs
     model.set_trainable(adapters=["ro"], head=True)
+    model.set_active_languages([])  # no adapter runs (set_trainable refuses or activates; this switches it off after)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     with pytest.raises(TrainingError) as info:
         train(model, processor, tmp_path)
@@ -49,8 +49,8 @@ def test_a_trainable_adapter_that_is_not_active_stops_the_run(tmp_path, processo
 def test_a_trainable_fusion_that_is_switched_off_stops_the_run(tmp_path, processor):
     model = model_with_adapters()
     model.add_fusion(LANGS, target_language="ro")
-    model.set_active_languages(["ro"])  # switches the fusion off
     model.set_trainable(fusion=True, adapters=["ro"])
+    model.set_active_languages(["ro"])  # switches the fusion off
     with pytest.raises(TrainingError, match=r"^step 1: fusion \(\d+ tensors, e\.g\. .*\) receives no gradient"):
         train(model, processor, tmp_path)
 
@@ -73,7 +73,7 @@ def test_layerdrop_and_routing_skip_parameters_without_stopping_the_run(tmp_path
 
 def test_the_check_can_be_disabled(tmp_path, processor):
     model = model_with_adapters()
-    model.set_active_languages([])
     model.set_trainable(adapters=["ro"], head=True)
+    model.set_active_languages([])
     trainer = train(model, processor, tmp_path, gradient_check_steps=0)
     assert trainer.state.global_step == 6

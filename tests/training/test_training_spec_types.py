@@ -156,3 +156,100 @@ def test_iso_like_codes_with_subtags_pass(tmp_path):
     spec = StageSpec.from_dict(apply_overrides(base(tmp_path), [override]))
     assert spec.data["train_languages"] == ["pt-BR", "zh-CN", "rm-sursilv", "yue"]
 
+
+
+# ---- counts that must be positive, finite rates, backbone dimensions -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("training.max_steps=-5", "training.max_steps: expected a positive integer (or -1: train "
+                                  "training.num_train_epochs), got -5"),
+        ("training.max_steps=0", "training.max_steps: expected a positive integer (or -1: train "
+                                 "training.num_train_epochs), got 0"),
+        ("training.per_device_train_batch_size=0", "training.per_device_train_batch_size: expected a positive integer, "
+                                                   "got 0"),
+        ("training.per_device_eval_batch_size=-1", "training.per_device_eval_batch_size: expected a positive integer, "
+                                                   "got -1"),
+        ("training.gradient_accumulation_steps=0", "training.gradient_accumulation_steps: expected a positive integer, "
+                                                   "got 0"),
+        ("training.eval_accumulation_steps=0", "training.eval_accumulation_steps: expected a positive integer or "
+                                               "null, got 0"),
+        ("training.num_train_epochs=-1", "training.num_train_epochs: expected a finite number > 0, got -1"),
+        ("training.save_steps=0", "training.save_steps: expected a finite number > 0 (below 1: a fraction of the "
+                                  "training steps), got 0"),
+        ("training.logging_steps=-2", "training.logging_steps: expected a finite number > 0 (below 1: a fraction of "
+                                      "the training steps), got -2"),
+        ("training.eval_steps=0", "training.eval_steps: expected a finite number > 0 (below 1: a fraction of the "
+                                  "training steps) or null, got 0"),
+        ("training.warmup_steps=-10", "training.warmup_steps: expected a finite number >= 0 (below 1: a fraction of "
+                                      "the training steps), got -10"),
+        ("training.save_total_limit=0", "training.save_total_limit: expected a positive integer or null (null: keep "
+                                        "every checkpoint), got 0"),
+        ("training.dataloader_num_workers=-1", "training.dataloader_num_workers: expected an integer >= 0, got -1"),
+    ],
+)
+def test_every_count_that_must_be_positive_is_checked(tmp_path, override, message):
+    """Before: ``max_steps=-5`` trained 12 steps (transformers reads any max_steps <= 0 as "use the epochs") and
+    ``gradient_accumulation_steps=0`` ended in ZeroDivisionError."""
+    assert refused(base(tmp_path), [override]) == message
+
+
+def test_the_documented_special_values_of_the_counts_pass(tmp_path):
+    overrides = ["training.max_steps=-1", "training.save_steps=0.25", "training.warmup_steps=0",
+                 "training.save_total_limit=null", "training.eval_steps=null", "training.dataloader_num_workers=0"]
+    spec = StageSpec.from_dict(apply_overrides(base(tmp_path), overrides))
+    assert spec.training["max_steps"] == -1 and spec.training["save_steps"] == 0.25
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("training.learning_rate=.inf", "training.learning_rate: expected a finite number > 0, got inf"),
+        ("training.learning_rate=.nan", "training.learning_rate: expected a finite number > 0, got nan"),
+        ("training.learning_rate=0", "training.learning_rate: expected a finite number > 0, got 0"),
+        ("training.learning_rate=-1e-3", "training.learning_rate: expected a finite number > 0, got -0.001"),
+        ("training.weight_decay=.nan", "training.weight_decay: expected a finite number >= 0, got nan"),
+        ("training.max_grad_norm=.inf", "training.max_grad_norm: expected a finite number >= 0 (0: no clipping), "
+                                        "got inf"),
+        ("training.adam_epsilon=0", "training.adam_epsilon: expected a finite number > 0, got 0"),
+        ("training.adam_beta1=1.5", "training.adam_beta1: expected a number in [0, 1), got 1.5"),
+        ("training.adam_beta2=.nan", "training.adam_beta2: expected a number in [0, 1), got nan"),
+        ("training.label_smoothing_factor=-0.1", "training.label_smoothing_factor: expected a number in [0, 1), "
+                                                 "got -0.1"),
+    ],
+)
+def test_non_finite_and_non_positive_rates_are_refused_naming_the_setting(tmp_path, override, message):
+    """Before: ``learning_rate: .inf`` trained until the loss was NaN, and the message blamed the data."""
+    assert refused(base(tmp_path), [override]) == message
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("hidden_size=-4", "hidden_size: expected a positive integer, got -4"),
+        ("intermediate_size=-64", "intermediate_size: expected a positive integer, got -64"),
+        ("conv_depthwise_kernel_size=-7", "conv_depthwise_kernel_size: expected a positive integer, got -7"),
+        ("num_attention_heads=0", "num_attention_heads: expected a positive integer, got 0"),
+        ("num_mel_bins=0", "num_mel_bins: expected a positive integer, got 0"),
+        ("num_hidden_layers=-1", "num_hidden_layers: expected an integer >= 0, got -1"),
+        ("spec_augment_time_masks=-2", "spec_augment_time_masks: expected an integer >= 0, got -2"),
+        ("hidden_dropout=1.5", "hidden_dropout: expected a number in [0, 1], got 1.5"),
+        ("mask_time_prob=.nan", "mask_time_prob: expected a number in [0, 1], got nan"),
+        ("layer_norm_eps=0", "layer_norm_eps: expected a finite number > 0, got 0"),
+        ("initializer_range=.inf", "initializer_range: expected a finite number, got inf"),
+        ("conv_dim=[16, -16]", "conv_dim: expected a list of positive integers, got [16, -16]"),
+    ],
+)
+def test_backbone_dimensions_and_rates_out_of_range_are_one_line(tmp_path, override, message):
+    """Before: a negative dimension ended in PyTorch's "Trying to create tensor with negative dimension" traceback and
+    zero heads in ZeroDivisionError."""
+    assert refused(base(tmp_path), [f"model.config.backbone_config.{override}"]) == (
+        f"model.config.backbone_config.{message}"
+    )
+
+
+def test_a_backbone_without_encoder_layers_passes(tmp_path):
+    spec = StageSpec.from_dict(apply_overrides(base(tmp_path), ["model.config.backbone_config.num_hidden_layers=0"]))
+    assert spec.model["config"]["backbone_config"]["num_hidden_layers"] == 0
