@@ -27,7 +27,7 @@ case "$cmd" in
   demo) exec adaptspeech demo "$@" ;;
   smoke) exec python -m adaptspeech.smoke "$@" ;;
   test)
-    ruff check adaptspeech tests scripts
+    ruff check adaptspeech tests scripts recipes
     exec python -m pytest -q "$@" ;;
   *) echo "usage: ./run.sh demo|test|smoke [args...]" >&2; exit 2 ;;
 esac

@@ -7,7 +7,13 @@ registers the fbank feature extractor (``AutoFeatureExtractor``) and adapts tran
 models (:mod:`adaptspeech.pipeline`), so ``pipeline("automatic-speech-recognition", model=folder)`` works.
 """
 
-from .adapters.config import FusionConfig, LanguageAdapterConfig
+from .adapters import (
+    AdapterDefaults,
+    BottleneckAdapterConfig,
+    FusionConfig,
+    LanguageAdapterConfig,
+    LoraAdapterConfig,
+)
 from .adapters.peft_method import SpeechAdapterConfig
 from .backbones import FbankConformerConfig, FbankConformerModel
 from .configuration import AdaptSpeechConfig
@@ -26,9 +32,12 @@ __all__ = [
     "AdaptSpeechOutput",
     "AdaptSpeechPreTrainedModel",
     "AdaptSpeechRecognitionPipeline",
+    "AdapterDefaults",
+    "BottleneckAdapterConfig",
     "FbankConformerConfig",
     "FbankConformerModel",
     "FusionConfig",
     "LanguageAdapterConfig",
+    "LoraAdapterConfig",
     "SpeechAdapterConfig",
 ]

@@ -1,19 +1,62 @@
-"""``AdaptSpeechConfig``: the single source of truth for an adaptspeech model."""
+"""``AdaptSpeechConfig``: the single source of truth for an adaptspeech model.
+
+Its sub-settings are typed once, when set (at construction, by ``from_pretrained``, or assigned later): the adapter
+defaults (:class:`~adaptspeech.adapters.AdapterDefaults`), each language's adapter (its type's
+:class:`~adaptspeech.adapters.LanguageAdapterConfig`), the fusion (:class:`~adaptspeech.adapters.FusionConfig`) and
+the encoder attention (:class:`~adaptspeech.attention.AttentionConfig`); nothing re-parses them when they are read.
+:meth:`AdaptSpeechConfig.to_dict` writes them in the layout of adaptspeech 0.1.0's ``config.json``, which loads as it
+did.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from transformers import AutoConfig, PretrainedConfig
 
-from .adapters.config import FusionConfig, LanguageAdapterConfig, check_language_code
+from .adapters.adapter_types import LanguageAdapterConfig, fusable_types, get_adapter_type
+from .adapters.config import AdapterDefaults, FusionConfig, check_language_code
+from .attention.config import AttentionConfig
 from .backbones import BACKBONES, get_backbone_spec
 from .heads import HEADS
 
 if TYPE_CHECKING:
-    from .attention.config import AttentionConfig
     from .backbones.base import BackboneSpec
     from .heads.las_config import LASConfig
+
+
+def _typed_adapter_defaults(config: AdaptSpeechConfig, value: Any) -> AdapterDefaults:
+    return AdapterDefaults.parse(value if value is not None else {})
+
+
+def _typed_adapters(config: AdaptSpeechConfig, value: Any) -> dict[str, LanguageAdapterConfig]:
+    """Language -> typed settings; a mapping is read over ``config.adapter_defaults`` (settings of another adapter
+    type in it are ignored: 0.1.0 saved every type's settings for each language)."""
+    defaults = config.adapter_defaults
+    return {
+        check_language_code(lang): settings
+        if isinstance(settings, LanguageAdapterConfig)
+        else defaults.settings(settings or {})
+        for lang, settings in (value or {}).items()
+    }
+
+
+def _typed_fusion(config: AdaptSpeechConfig, value: Any) -> FusionConfig | None:
+    return None if value is None else FusionConfig.parse(value)
+
+
+def _typed_attention(config: AdaptSpeechConfig, value: Any) -> AttentionConfig:
+    return AttentionConfig.parse(value if value is not None else {})
+
+
+#: the sub-settings held typed: name -> how a value given for it becomes typed (in this order in ``__init__``).
+_TYPED_SETTINGS: dict[str, Callable[[AdaptSpeechConfig, Any], Any]] = {
+    "adapter_defaults": _typed_adapter_defaults,
+    "adapters": _typed_adapters,
+    "fusion": _typed_fusion,
+    "attention": _typed_attention,
+}
 
 
 class AdaptSpeechConfig(PretrainedConfig):
@@ -27,18 +70,22 @@ class AdaptSpeechConfig(PretrainedConfig):
         backbone_name_or_path (`str`, *optional*): the pretrained checkpoint the backbone weights came from (recorded
             by :meth:`AdaptSpeechForCTC.from_backbone`, written into model cards).
         backbone_revision (`str`, *optional*): the revision (commit) of that checkpoint.
-        adapters (`dict[str, dict]`, *optional*): language code -> :class:`LanguageAdapterConfig` fields.
+        adapters (`dict[str, dict]`, *optional*): language code -> its adapter's settings (``adapter_type`` and
+            that type's settings, e.g. ``{"bottleneck": 64}`` or ``{"adapter_type": "lora", "lora_r": 4}``), over
+            ``adapter_defaults``. Held typed: ``config.adapters[lang]`` is the type's
+            :class:`~adaptspeech.adapters.LanguageAdapterConfig` (``config.adapters["ro"].bottleneck``).
         adapter_languages (`list[str]`, *optional*): shorthand: languages to give an adapter with
             ``adapter_defaults``.
-        adapter_defaults (`dict`, *optional*): default :class:`LanguageAdapterConfig` fields for new adapters
-            (e.g. ``{"bottleneck": 64}``).
+        adapter_defaults (`dict`, *optional*): default settings for new adapters, of any adapter type (e.g.
+            ``{"bottleneck": 64}``); held as an :class:`~adaptspeech.adapters.AdapterDefaults`.
         adapter_layers (`list[int]`, *optional*): encoder layers that carry adapters (all when omitted).
-        fusion (`dict`, *optional*): :class:`FusionConfig` fields (SimAdapter over several language adapters).
+        fusion (`dict`, *optional*): :class:`FusionConfig` fields (SimAdapter over several language adapters); held
+            as a :class:`FusionConfig`.
         active_languages (`list[str]`, *optional*): the adapters that run in forward (see
             :meth:`AdaptSpeechForCTC.set_active_languages`).
         fusion_active (`bool`, defaults to `False`): run the fusion instead of single adapters.
-        attention (`dict`, *optional*): :class:`~adaptspeech.attention.AttentionConfig` fields; ``{"kind":
-            "default"}`` keeps the backbone's own attention.
+        attention (`dict`, *optional*): :class:`~adaptspeech.attention.AttentionConfig` settings; ``{"kind":
+            "default"}`` keeps the backbone's own attention. Held as an ``AttentionConfig``.
         head (`str`, defaults to ``"ctc"``): one of ``HEADS.names()``.
         las (`dict`, *optional*): settings of the attention decoder (heads with an attention decoder).
         ctc_weight (`float`, defaults to 0.3): lambda in ``lambda * CTC + (1 - lambda) * attention`` (joint heads).
@@ -101,37 +148,14 @@ class AdaptSpeechConfig(PretrainedConfig):
         self.backbone_config = spec.build_config(backbone_config)
         self.backbone_name_or_path = backbone_name_or_path
         self.backbone_revision = backbone_revision
-
-        self.adapter_defaults = LanguageAdapterConfig.from_dict(dict(adapter_defaults or {})).to_dict()
-        merged: dict[str, dict[str, Any]] = {}
-        for lang, settings in (adapters or {}).items():
-            merged[check_language_code(lang)] = LanguageAdapterConfig.from_dict(
-                {**self.adapter_defaults, **(settings or {})}
-            ).to_dict()
-        for lang in adapter_languages or []:
-            merged.setdefault(check_language_code(lang), dict(self.adapter_defaults))
-        self.adapters = merged
-
         num_layers = spec.num_layers(self.backbone_config)
-        if adapter_layers is not None:
-            adapter_layers = sorted({int(i) for i in adapter_layers})
-            bad = [i for i in adapter_layers if not 0 <= i < num_layers]
-            if bad:
-                raise ValueError(f"adapter_layers {bad} out of range: the backbone has layers 0..{num_layers - 1}")
-        self.adapter_layers = adapter_layers
 
-        self.fusion = None if fusion is None else FusionConfig.from_dict(dict(fusion)).to_dict()
-        if self.fusion is not None:
-            not_bottleneck = [
-                lang
-                for lang in self.fusion["languages"]
-                if self.adapters.get(lang, {}).get("adapter_type") != "bottleneck"
-            ]
-            if not_bottleneck:
-                raise ValueError(
-                    f"fusion.languages {not_bottleneck} have no bottleneck adapter; languages with one: "
-                    f"{sorted(k for k, v in self.adapters.items() if v['adapter_type'] == 'bottleneck')}"
-                )
+        self.adapter_defaults = adapter_defaults
+        given = dict(adapters or {})
+        self.adapters = {**given, **{lang: {} for lang in adapter_languages or [] if lang not in given}}
+        self.adapter_layers = self._check_adapter_layers(adapter_layers, num_layers)
+        self.fusion = fusion
+        self._check_fusion_languages()
         self.active_languages = list(active_languages or [])
         unknown = [lang for lang in self.active_languages if lang not in self.adapters]
         if unknown:
@@ -140,27 +164,16 @@ class AdaptSpeechConfig(PretrainedConfig):
             raise ValueError("fusion_active=True needs a fusion config (fusion={'languages': [...]})")
         self.fusion_active = bool(fusion_active)
 
-        self.attention = dict(attention or {"kind": "default"})
-        if self.attention.get("kind", "default") != "default":
-            self.attention_config(num_layers=num_layers)  # validate now, at construction
+        self.attention = attention
+        if not self.attention.is_default:
+            self.attention_config(num_layers=num_layers)  # validate against the backbone now, at construction
 
         self.las = dict(las or {})
         if not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight must be in [0, 1], got {ctc_weight}")
         self.head = head
         self.ctc_weight = ctc_weight
-        if vocab_size is None:
-            vocab_size = getattr(self.backbone_config, "vocab_size", None)
-        if vocab_size is None or vocab_size < 2:
-            raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
-        self.vocab_size = int(vocab_size)
-        for name, value in (
-            ("pad_token_id", pad_token_id),
-            ("bos_token_id", bos_token_id),
-            ("eos_token_id", eos_token_id),
-        ):
-            if value is not None and not 0 <= value < self.vocab_size:
-                raise ValueError(f"{name}={value} is outside the vocabulary of size {self.vocab_size}")
+        self.vocab_size = self._check_vocabulary(vocab_size, pad_token_id, bos_token_id, eos_token_id)
         if ctc_loss_reduction not in ("mean", "sum"):
             raise ValueError(f"ctc_loss_reduction {ctc_loss_reduction!r} unknown; allowed values: mean, sum")
         self.ctc_loss_reduction = ctc_loss_reduction
@@ -170,6 +183,51 @@ class AdaptSpeechConfig(PretrainedConfig):
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         if "las" in head.split("_"):
             self.las_config()  # validate the attention-decoder settings now, at construction
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Sub-settings become typed when set (see the module docstring); everything else is stored as given."""
+        typed = _TYPED_SETTINGS.get(name)
+        super().__setattr__(name, value if typed is None else typed(self, value))
+
+    @staticmethod
+    def _check_adapter_layers(adapter_layers: list[int] | None, num_layers: int) -> list[int] | None:
+        """``adapter_layers`` sorted and deduplicated, or ValueError naming those out of the backbone's range."""
+        if adapter_layers is None:
+            return None
+        adapter_layers = sorted({int(i) for i in adapter_layers})
+        bad = [i for i in adapter_layers if not 0 <= i < num_layers]
+        if bad:
+            raise ValueError(f"adapter_layers {bad} out of range: the backbone has layers 0..{num_layers - 1}")
+        return adapter_layers
+
+    def _check_fusion_languages(self) -> None:
+        """Every fused language has an adapter of a type SimAdapter can fuse."""
+        if self.fusion is None:
+            return
+        fusable = sorted(lang for lang, s in self.adapters.items() if get_adapter_type(s.adapter_type).fusable)
+        missing = [lang for lang in self.fusion.languages if lang not in fusable]
+        if missing:
+            raise ValueError(
+                f"fusion.languages {missing} have no {' or '.join(fusable_types())} adapter; languages with one: "
+                f"{fusable}"
+            )
+
+    def _check_vocabulary(
+        self, vocab_size: int | None, pad_token_id: int, bos_token_id: int, eos_token_id: int
+    ) -> int:
+        """``vocab_size`` (the backbone config's when None), checked to hold the special ids."""
+        if vocab_size is None:
+            vocab_size = getattr(self.backbone_config, "vocab_size", None)
+        if vocab_size is None or vocab_size < 2:
+            raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+        for name, value in (
+            ("pad_token_id", pad_token_id),
+            ("bos_token_id", bos_token_id),
+            ("eos_token_id", eos_token_id),
+        ):
+            if value is not None and not 0 <= value < vocab_size:
+                raise ValueError(f"{name}={value} is outside the vocabulary of size {vocab_size}")
+        return int(vocab_size)
 
     def _check_language_heads(
         self, language_heads: dict[str, dict[str, Any]], head: str, pad_token_id: int | None
@@ -220,12 +278,14 @@ class AdaptSpeechConfig(PretrainedConfig):
         return self.backbone_spec.num_layers(self.backbone_config)
 
     def adapter_config(self, language: str) -> LanguageAdapterConfig:
+        """``language``'s adapter settings (KeyError naming the languages with an adapter)."""
         if language not in self.adapters:
             raise KeyError(f"no adapter for language {language!r}; languages with one: {sorted(self.adapters)}")
-        return LanguageAdapterConfig.from_dict(self.adapters[language])
+        return self.adapters[language]
 
     def fusion_settings(self) -> FusionConfig | None:
-        return None if self.fusion is None else FusionConfig.from_dict(self.fusion)
+        """The fusion's settings (``config.fusion``), or None without a fusion."""
+        return self.fusion
 
     def layers_with_adapters(self) -> list[int]:
         return list(range(self.num_encoder_layers)) if self.adapter_layers is None else list(self.adapter_layers)
@@ -233,11 +293,8 @@ class AdaptSpeechConfig(PretrainedConfig):
     def attention_config(self, num_layers: int | None = None) -> AttentionConfig:
         """The encoder attention settings as an ``AttentionConfig``: ``num_heads`` as set (the backbone's when 0),
         ``dropout`` as set (the backbone's ``attention_dropout`` when None)."""
-        from .attention.config import AttentionConfig
-
         spec = self.backbone_spec
-        config = AttentionConfig.from_dict(dict(self.attention))
-        return config.for_model(
+        return self.attention.for_model(
             spec.hidden_size(self.backbone_config),
             spec.num_heads(self.backbone_config),
             num_layers if num_layers is not None else spec.num_layers(self.backbone_config),
@@ -260,10 +317,16 @@ class AdaptSpeechConfig(PretrainedConfig):
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as ``config.json`` holds them (the layout of adaptspeech 0.1.0): every adapter's settings flat
+        over the defaults of every adapter type, the fusion's fields, the attention's kind and changed settings."""
         output = super().to_dict()
         if isinstance(self.backbone_config, PretrainedConfig):
             output["backbone_config"] = self.backbone_config.to_dict()
         output.pop("adapter_languages", None)
+        output["adapter_defaults"] = self.adapter_defaults.to_dict()
+        output["adapters"] = {lang: self.adapter_defaults.saved(s) for lang, s in self.adapters.items()}
+        output["fusion"] = None if self.fusion is None else self.fusion.to_dict()
+        output["attention"] = self.attention.to_diff_dict()
         return output
 
 

@@ -12,12 +12,9 @@ from tqdm.auto import tqdm
 
 from .data.array_rows import column_list, take_rows, with_array_rows
 from .data.collator import DataCollatorCTCWithPadding
+from .data.feature_types import feature_type_of_model
 from .decoding import transcribe_batch
 from .metrics import compute_error_rates
-
-
-def feature_type_of_model(model: Any) -> str:
-    return "fbank" if model.main_input_name == "input_features" else "waveform"
 
 
 def _routing_languages(model: Any) -> bool:

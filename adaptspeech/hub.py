@@ -95,17 +95,12 @@ def prepare_adapter_folder(
         num_params += model.trainable_parameters()["groups"][f"adapter:{language}"]["total"]
         languages.append(language)
         load_lines.append(f'model.load_adapter("{language}", "<this repo>")')
-        settings = config.adapters[language]
-        adapter_desc = (
-            f"bottleneck r={settings['bottleneck']}, {settings['activation']}"
-            if settings["adapter_type"] == "bottleneck"
-            else f"LoRA r={settings['lora_r']} on {', '.join(settings['lora_target_modules'])}"
-        )
+        adapter_desc = config.adapters[language].describe()
     else:
         adapter_desc = "SimAdapter fusion only"
     if include_fusion:
         model.save_fusion(folder)
-        fused = list(config.fusion["languages"])
+        fused = list(config.fusion.languages)
         num_params += model.trainable_parameters()["groups"]["fusion"]["total"]
         languages.extend(lang for lang in fused if lang not in languages)
         adapter_desc += f"; SimAdapter fusion over {', '.join(fused)}"

@@ -10,8 +10,10 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCTC, AutoModelForSpeechSeq2Seq, PreTrainedModel
 from transformers import initialization as init
 
+from .adapters.adapter_types import ADAPTER_MODULE_NAME
 from .adapters.block import LanguageAdapterBlock, mark_initialized
-from .adapters.mixin import ADAPTER_MODULE_NAME, LanguageAdapterMixin
+from .adapters.fusion import guide_loss
+from .adapters.mixin import LanguageAdapterMixin
 from .adapters.routing import (
     AdapterRouting,
     checkpoint_with_routing,
@@ -19,7 +21,6 @@ from .adapters.routing import (
     routing_call,
     row_languages_from_ids,
 )
-from .adapters.simadapter import guide_loss
 from .backbones.conv_padding import frame_padding, mask_convolution_padding
 from .configuration import AdaptSpeechConfig
 from .generation import AdaptSpeechGenerationMixin
@@ -63,9 +64,9 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
         self.routing = AdapterRouting()
         self.swapped_attention_layers = self._swap_attention()
         self.adapter_blocks: dict[int, LanguageAdapterBlock] = self._insert_adapter_blocks()
-        for language in config.adapters:
-            self._build_language_adapter(language, config.adapter_config(language))
-        fusion = config.fusion_settings()
+        for language, adapter_config in config.adapters.items():
+            self._build_language_adapter(language, adapter_config)
+        fusion = config.fusion
         if fusion is not None:
             for block in self.adapter_blocks.values():
                 block.set_fusion(fusion)
@@ -76,7 +77,7 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
         return self.config.backbone_spec.encoder_layers(self.backbone)
 
     def _swap_attention(self) -> list[int]:
-        if self.config.attention.get("kind", "default") == "default":
+        if self.config.attention.is_default:
             return []
         from .attention.swap import swap_encoder_attention
 
@@ -162,23 +163,13 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
         adapter engine) and the language is active. Other languages' MMS adapters load with :meth:`load_adapter`.
         """
         from .adapters.mms import builtin_config_kwargs, builtin_language, take_builtin_adapter
-        from .backbones import get_backbone_spec
+        from .backbones import backbone_type_of_model_type, get_backbone_spec
 
         hf_config = None
         if backbone_type in (None, "wav2vec2"):  # config.json alone: the weights are loaded once, below
             hf_config = AutoConfig.from_pretrained(name_or_path, revision=revision)
         if backbone_type is None:
-            model_type = hf_config.model_type
-            backbone_type = {
-                "wav2vec2": "wav2vec2",
-                "wav2vec2-conformer": "wav2vec2_conformer",
-                "adaptspeech_fbank_conformer": "fbank_conformer",
-            }.get(model_type)
-            if backbone_type is None:
-                raise ValueError(
-                    f"{name_or_path}: model_type {model_type!r} is not a supported backbone; "
-                    "supported: wav2vec2, wav2vec2-conformer, adaptspeech_fbank_conformer"
-                )
+            backbone_type = backbone_type_of_model_type(hf_config.model_type, str(name_or_path))
         spec = get_backbone_spec(backbone_type)
         builtin = lm_head = None
         load_kwargs = dict(backbone_kwargs or {})
@@ -263,13 +254,13 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
         self, fusion_weights: list[torch.Tensor], frame_mask: torch.Tensor, device: torch.device
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """``(weighted L_reg, weighted guide loss)``, each None when it does not apply."""
-        fusion = self.config.fusion_settings()
+        fusion = self.config.fusion  # typed once, when set: nothing is parsed per step
         if fusion is None or not self.config.fusion_active:
             return None, None
         reg = fusion.reg_weight * self.fusion_regularizer().to(device)
         guide = None
         if self.fusion_guide_weight > 0 and fusion_weights:
-            target = fusion.languages.index(fusion.target_language)
+            target = fusion.target_index
             guide = (
                 self.fusion_guide_weight
                 * torch.stack([guide_loss(w, target, frame_mask) for w in fusion_weights]).sum()

@@ -17,7 +17,7 @@ What the stock pipeline needs and adaptspeech provides elsewhere: a feature extr
   (:func:`~adaptspeech.data.load_audio`), an array at another rate (``{"raw": array, "sampling_rate": 8000}``) is
   resampled with soxr. An input with nothing to decode (no samples, non-finite samples, digital silence or a
   peak below ``prepare``'s silence threshold, fewer samples than one output frame needs:
-  :func:`~adaptspeech.inference.transcriber.nothing_to_decode`, the rule of ``transcribe`` and ``prepare``) gives
+  :func:`~adaptspeech.inference.recording.nothing_to_decode`, the rule of ``transcribe`` and ``prepare``) gives
   ``{"text": "", "skipped": reason}`` (``"chunks": []`` with timestamps) and a warning on the
   ``adaptspeech.pipeline`` logger, without reaching the model; the other inputs of the call are decoded as alone.
 
@@ -92,7 +92,7 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         if not isinstance(self.model, AdaptSpeechPreTrainedModel):
             yield from super().preprocess(inputs, chunk_length_s=chunk_length_s, stride_length_s=stride_length_s)
             return
-        from .inference.transcriber import nothing_to_decode, shortest_input
+        from .inference.recording import nothing_to_decode, shortest_input
 
         name = f"{inputs}: " if isinstance(inputs, str) else ""
         inputs, waveform, reason = self._read_audio(inputs)

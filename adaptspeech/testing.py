@@ -115,7 +115,8 @@ def save_tiny_model(
         texts: the text whose characters make the vocabulary.
         seed: the seed of the random weights.
     """
-    from .data.text import build_processor, build_vocab
+    from .data.processor import build_processor
+    from .data.text import build_vocab
     from .heads import get_head
 
     vocab = build_vocab(list(texts))

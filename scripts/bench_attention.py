@@ -7,8 +7,8 @@ Usage::
     python scripts/bench_attention.py --widths 768:12 --lengths 500 1000 --rounds 9 --output bench.md
 
 Two more benchmarks import this script's contenders, builders, measurements and formatting:
-``scripts/bench_attention_rel_pos_memory.py`` (issue 16: blockwise ``rel_pos`` memory against T) and
-``scripts/bench_attention_table1.py`` (issue 14: seeds/002 Table 1). The old ``--rel-pos-memory`` and ``--table1``
+``scripts/bench_attention_rel_pos_memory.py`` (blockwise ``rel_pos`` memory against T) and
+``scripts/bench_attention_table1.py`` (Table 1 of Wu et al. 2022). The old ``--rel-pos-memory`` and ``--table1``
 flags are refused here with a message naming them.
 
 What is measured, for every contender at every length ``T`` (batch ``--batch``, no padding, float32, CPU,
@@ -30,7 +30,7 @@ What is measured, for every contender at every length ``T`` (batch ``--batch``, 
 Contenders: ours (``mhsa``, ``rel_pos`` on its full ``T x T`` path (``memory_efficient: false``, whatever T),
 ``rel_pos_blockwise`` (``memory_efficient: true``: query blocks, memory linear in T), ``ldsa`` with ``c = 15``,
 ``ldsa_hybrid`` (LDSA then MHSA), ``synthesizer_dense`` with ``N = 16``, ``synthesizer_random``, and
-``synth_fixed_frozen``: the random synthesizer with the seed's fixed-pattern initialisation, frozen), transformers'
+``synth_fixed_frozen``: the random synthesizer with the fixed-pattern initialisation, frozen), transformers'
 ``Wav2Vec2Attention`` with its default SDPA implementation (``hf_sdpa``) and its eager one (``hf_eager``), and
 ``Wav2Vec2ConformerSelfAttention`` with relative positions (``hf_rel_sdpa``, ``hf_rel_eager``; transformers'
 relative attention adds its position term to the SDPA mask). Dropout is 0 everywhere. *Speed* = baseline time / our
@@ -39,7 +39,7 @@ measured in the same run (``rel_pos`` also against ``hf_rel_*``). The synthesize
 ``synthesizer_max_len = T`` (the smallest model that accepts the input). ``rel_pos`` also reports its largest output
 difference to transformers' relative attention with copied weights.
 
-Targets (issue 4, 2 CPU cores): ``ldsa`` time(4000) / time(2000) <= 2.3, speed vs ``hf_sdpa`` >= 2 at T = 4000
+Targets (2 CPU cores): ``ldsa`` time(4000) / time(2000) <= 2.3, speed vs ``hf_sdpa`` >= 2 at T = 4000
 with memory <= 0.25 of ``hf_sdpa``'s; ``rel_pos`` speed vs ``hf_rel_sdpa`` >= 0.95 at T = 1000 with equal outputs;
 fixed-pattern random synthesizer faster than ``hf_sdpa`` at T = 500. Printed as MET / MISSED with the values.
 """
@@ -92,8 +92,9 @@ OURS: dict[str, dict[str, object]] = {
 }
 ALL = (*OURS, *BASELINES, *REL_BASELINES)
 
-#: our seeds/002 Table 1 contenders (``scripts/bench_attention_table1.py``) that ``OURS`` lacks (the sparse block
-#: size is set per length, see ``sparse_block``; the LSH kinds keep ``lsh_num_keys`` C = 64, the seed gives no C).
+#: our contenders for Table 1 of Wu et al. 2022 (``scripts/bench_attention_table1.py``) that ``OURS`` lacks (the
+#: sparse block size is set per length, see ``sparse_block``; the LSH kinds keep ``lsh_num_keys`` C = 64, the paper
+#: gives no C).
 TABLE1_KINDS: dict[str, dict[str, object]] = {
     "shared_qk": {"kind": "shared_qk"},
     "sparse_strided": {"kind": "sparse_strided"},
@@ -148,7 +149,7 @@ def hf_rel_attention(width: int, heads: int, implementation: str) -> Wav2Vec2Con
 
 
 def sparse_block(frames: int) -> int:
-    """The Sparse Transformer's block / stride ``l ~ sqrt(T)`` (Child et al. 2019), as seeds/002 Table 1 sets it."""
+    """The Sparse Transformer's block / stride ``l ~ sqrt(T)`` (Child et al. 2019), as Wu et al. 2022 set it."""
     return max(1, round(math.sqrt(frames)))
 
 

@@ -2,10 +2,10 @@
 
 Usage::
 
-    python scripts/bench_attention_rel_pos_memory.py        # issue 16: width 768/12, T = 1000, 4000, 16000, one run
+    python scripts/bench_attention_rel_pos_memory.py        # width 768/12, T = 1000, 4000, 16000, one run
     python scripts/bench_attention_rel_pos_memory.py --lengths 500 1000 --rounds 2 --output rel_pos_memory.md
 
-Issue 16 compares, at width 768 / 12 heads and T = 1000, 4000, 16000 (``--lengths``), ``rel_pos`` on its full path
+Compares, at width 768 / 12 heads and T = 1000, 4000, 16000 (``--lengths``), ``rel_pos`` on its full path
 (``memory_efficient: false``), ``rel_pos_blockwise`` (``memory_efficient: true``, ``--query-block-size``) and
 transformers' relative attention ``hf_rel_sdpa``, with the time and peak-memory measurements of
 ``scripts/bench_attention.py`` (imported from it; fastest of up to ``--rounds`` = 3 passes). A contender whose
@@ -23,13 +23,13 @@ import argparse
 
 from bench_attention import Measure, add_run_options, fmt, measure_all, ratio, rel_pos_difference, run_report
 
-#: contenders of issue 16's benchmark and those among them whose memory grows with T^2.
+#: contenders of this benchmark and those among them whose memory grows with T^2.
 REL_POS_MEMORY = ("rel_pos", "rel_pos_blockwise", "hf_rel_sdpa")
 QUADRATIC = {"rel_pos", "hf_rel_sdpa", "hf_rel_eager"}
 
 
 def rel_pos_memory(args: argparse.Namespace) -> list[str]:
-    """Issue 16: blockwise ``rel_pos`` against its full path and transformers' relative attention, one run."""
+    """Blockwise ``rel_pos`` against its full path and transformers' relative attention, one run."""
     width, heads = 768, 12
     table: dict[tuple[str, int], Measure] = {}
     diffs: dict[int, float] = {}
@@ -123,7 +123,7 @@ def rel_pos_memory(args: argparse.Namespace) -> list[str]:
         ),
         ("blockwise max output diff vs transformers <= 1e-5", max(diffs.values(), default=None), lambda v: v <= 1e-5),
     ]
-    out += ["", "Targets (issue 16):", ""]
+    out += ["", "Targets:", ""]
     for name, value, ok in checks:
         verdict = "not measured" if value is None else ("MET" if ok(value) else "MISSED")
         out.append(f"- {name}: {fmt(value, '.1e' if 'diff' in name else '.3f')} -> {verdict}")

@@ -1,21 +1,23 @@
-"""Reproduce seeds/002 Table 1: inference and training time of every row's attention kind, as ratios to Baseline (QK).
+"""Reproduce Table 1 of Wu et al. 2022: inference and training time of every row's attention kind, as ratios to
+Baseline (QK).
 
 Usage::
 
-    python scripts/bench_attention_table1.py                # issue 14: seeds/002 Table 1 at L = 500, growth with L
+    python scripts/bench_attention_table1.py                # Table 1 of Wu et al. 2022 at L = 500, growth with L
     python scripts/bench_attention_table1.py --quick        # the same at toy sizes (the test's)
     python scripts/bench_attention_table1.py --threads 1 --rounds 100 --budget 400 --table1-widths 144:4 --growth-widths
 
-Issue 14 reproduces seeds/002 Table 1: every row's kind (``SEED_TABLE1``; Ours = the random synthesizer with the
+Reproduces Table 1 of Wu et al. 2022 ("Input-independent attention weights are expressive enough"): every row's
+kind (``SEED_TABLE1``; Ours = the random synthesizer with the
 fixed-pattern initialisation, learned; plus transformers' ``Wav2Vec2Attention`` and Ours frozen) at
-``L = --table1-length`` (500, the seed's) for each ``--table1-widths`` (144 / 4: our fbank Conformer base,
-recipes/synthetic_demo; 768 / 12: the seed's 6-layer model), batch ``--batch`` (1: the seed times "1000 training
+``L = --table1-length`` (500, the paper's) for each ``--table1-widths`` (144 / 4: our fbank Conformer base,
+recipes/synthetic_demo; 768 / 12: the paper's 6-layer model), batch ``--batch`` (1: the paper times "1000 training
 examples" in "sec / 1000 batches"). Two modes per contender, all interleaved in the same rounds, fastest pass kept:
 *inference* (eval mode, forward under ``no_grad``) and *training* (forward + backward, as in
 ``scripts/bench_attention.py``, whose contenders, builders and timing rounds this script imports). Printed as ratios to
-Baseline (QK), ours (``mhsa``) and transformers' (``hf_sdpa``), beside the seed's Practical Time (Inference) / 146.8.
-Sparse kinds use ``l = round(sqrt(L))``, LSH kinds ``C = 64`` (the seed gives no C), dense synthesizers ``N = 16``
-(the seed's). Then ``GROWTH`` (``mhsa``, ``hf_sdpa``, ``shared_qk`` and the sparse kinds) at ``--growth-lengths``
+Baseline (QK), ours (``mhsa``) and transformers' (``hf_sdpa``), beside the paper's Practical Time (Inference) / 146.8.
+Sparse kinds use ``l = round(sqrt(L))``, LSH kinds ``C = 64`` (the paper gives no C), dense synthesizers ``N = 16``
+(the paper's). Then ``GROWTH`` (``mhsa``, ``hf_sdpa``, ``shared_qk`` and the sparse kinds) at ``--growth-lengths``
 (500 .. 4000) for each ``--growth-widths``, with the least-squares slope of log(time) against log(L) (2 = quadratic).
 Targets: the sparse kinds at most 0.6x of ``mhsa`` at L = 500, growth exponent at most 1.6.
 """
@@ -31,7 +33,7 @@ import torch
 from bench_attention import Step, Timing, add_run_options, build, fastest, run_once, run_report, sparse_block
 from torch import nn
 
-#: seeds/002 Table 1, transcribed from /work/shared/seeds/002_89d2cdc6fff8fa0a.txt lines 192-204:
+#: Table 1 of Wu et al. 2022, transcribed:
 #: (row, our contender, Practical Time (Inference) in sec / 1000 batches of L = 500 frames).
 SEED_TABLE1: tuple[tuple[str, str, float], ...] = (
     ("Baseline (QK)", "mhsa", 146.8),
@@ -49,7 +51,7 @@ SEED_TABLE1: tuple[tuple[str, str, float], ...] = (
     ("Ours", "ours_fixed", 116.8),
 )
 SEED_BASELINE_TIME = 146.8  # Baseline (QK)
-#: rows after the seed's: transformers' attention (the other Baseline (QK)) and Ours frozen (as the seed
+#: rows after the paper's: transformers' attention (the other Baseline (QK)) and Ours frozen (as the paper
 #: uses it after pre-training).
 TABLE1_EXTRA: tuple[tuple[str, str], ...] = (
     ("Baseline (QK), transformers SDPA", "hf_sdpa"),
@@ -61,7 +63,7 @@ GROWTH = ("mhsa", "hf_sdpa", "shared_qk", "sparse_strided", "sparse_fixed")
 MODES = ("inference", "training")
 
 
-# --- seeds/002 Table 1 ---------------------------------------------------------------------------------------------
+# --- Table 1 of the paper ---------------------------------------------------------------------------------------------
 def infer_once(module: nn.Module, step: Step) -> None:
     """One inference pass: eval mode, forward under ``no_grad``."""
     module.eval()
@@ -102,7 +104,7 @@ def log_slope(lengths: list[int], seconds: list[float]) -> float:
 
 def table1_report(times: dict[tuple[str, str], Timing], width: int, heads: int, frames: int) -> list[str]:
     """Markdown: every Table 1 row (and ``TABLE1_EXTRA``) with its times and its ratios to Baseline (QK), ours
-    (``mhsa``) and transformers' (``hf_sdpa``), beside the seed's Practical Time / 146.8."""
+    (``mhsa``) and transformers' (``hf_sdpa``), beside the paper's Practical Time / 146.8."""
 
     def ms(label: str, mode: str) -> str:
         return f"{times[(label, mode)][0] * 1e3:.2f}"
@@ -169,9 +171,9 @@ def table1_targets(
     tables: dict[tuple[int, int], dict[tuple[str, str], Timing]],
     slopes: dict[tuple[int, int], dict[tuple[str, str], tuple[float, float]]],
 ) -> list[str]:
-    """Issue 14's targets: the sparse kinds at most 0.6x of ``mhsa`` at L = 500, and clearly sub-quadratic (growth
+    """The targets: the sparse kinds at most 0.6x of ``mhsa`` at L = 500, and clearly sub-quadratic (growth
     exponent over all lengths at most 1.6, while ``mhsa``'s last doubling is near 2)."""
-    out = ["", "Targets (issue 14):", ""]
+    out = ["", "Targets:", ""]
     for (width, heads), times in tables.items():
         for label in ("sparse_strided", "sparse_fixed"):
             for mode in MODES:
@@ -197,7 +199,7 @@ def table1(args: argparse.Namespace) -> list[str]:
     """Table 1's contenders at ``--table1-length`` for each ``--table1-widths``, then ``GROWTH`` at
     ``--growth-lengths`` for each ``--growth-widths``; returns the markdown section."""
     labels = list(dict.fromkeys([label for _, label, _ in SEED_TABLE1] + [label for _, label in TABLE1_EXTRA]))
-    out = ["", "### seeds/002 Table 1 reproduced", ""]
+    out = ["", "### Table 1 of Wu et al. 2022 reproduced", ""]
     tables, slopes = {}, {}
     for spec in args.table1_widths:
         width, heads = (int(v) for v in spec.split(":"))
@@ -229,12 +231,12 @@ def main(argv: list[str] | None = None) -> None:
         "5 s budget",
     )
     add_run_options(parser)
-    parser.add_argument("--table1-length", type=int, default=500, help="L (the seed's 500)")
+    parser.add_argument("--table1-length", type=int, default=500, help="L (the paper's 500)")
     parser.add_argument(
         "--table1-widths",
         nargs="*",
         default=["144:4", "768:12"],
-        help="WIDTH:HEADS (our Conformer base, the seed's 6-layer model)",
+        help="WIDTH:HEADS (our Conformer base, the paper's 6-layer model)",
     )
     parser.add_argument("--growth-lengths", type=int, nargs="+", default=[500, 1000, 2000, 4000])
     parser.add_argument("--growth-widths", nargs="*", default=["144:4", "768:12"], help="WIDTH:HEADS of the growth run")

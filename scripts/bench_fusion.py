@@ -1,4 +1,4 @@
-"""Benchmark the SimAdapter fusion module against the seed's equation computed in the order it is written.
+"""Benchmark the SimAdapter fusion module against SimAdapter's equation computed in the order it is written.
 
 ``SimAdapterFusion`` computes ``sum_i softmax_i((z W_Q)(a_i W_K)^T / tau) (a_i W_V)`` as
 ``((z W_Q) W_K^T) a_i^T`` and ``(sum_i p_i a_i) W_V`` (3 d^2 multiply-adds per frame instead of (1 + 2N) d^2);
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from adaptspeech.adapters.simadapter import SimAdapterFusion
+from adaptspeech.adapters.fusion import SimAdapterFusion
 
 
 def as_written(fusion: SimAdapterFusion, query: torch.Tensor, entries: torch.Tensor) -> torch.Tensor:

@@ -71,7 +71,7 @@ def _measure(kind: str, minutes: float, threads: int, chunk: float, stride: floa
     if kind in ("chunks", "pauses"):
         transcribe(model, processor, [wave], chunk_length_s=chunk, stride_length_s=stride, split_by=kind)
     else:
-        from adaptspeech.inference.long_form import model_input
+        from adaptspeech.inference.local_norm import model_input
 
         with torch.no_grad():
             hidden, _, _, _ = model.encode(model_input(wave, processor.feature_extractor)[None])

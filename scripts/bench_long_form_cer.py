@@ -96,18 +96,18 @@ def locally_normalised_slices(model: Any, processor: Any, recording: np.ndarray,
                               method: str, lang_ids: Any, options: dict[str, Any], window_s: float) -> list[str]:
     """Each utterance decoded alone from its slice of the *recording's* locally normalised model input: the effect
     of sliding-window instead of utterance-level normalisation, without chunking."""
-    from adaptspeech.data.audio import frame_params
+    from adaptspeech.data.feature_types import FeatureType
     from adaptspeech.decoding import transcribe_batch
     from adaptspeech.inference.local_norm import recording_input
 
     whole = recording_input(recording, processor.feature_extractor, window_s)
     inputs = whole.local(0, len(whole))
-    fbank = model.main_input_name == "input_features"
-    window, hop, _ = frame_params(16000)
+    features = FeatureType.of_model(model)
+    window, hop = features.unit_window, features.unit_hop
     texts = []
     for start_s, end_s in spans:
         a, b = round(start_s * 16000), round(end_s * 16000)
-        first, last = (-(-a // hop), (b - window) // hop + 1) if fbank else (a, b)
+        first, last = -(-a // hop), (b - window) // hop + 1  # the units whose samples lie inside [a, b)
         batch = {model.main_input_name: inputs[first:last][None]}
         if lang_ids is not None:
             batch["lang_ids"] = lang_ids
@@ -141,7 +141,7 @@ def per_utterance_normalised(processor: Any, waves: list[np.ndarray], recording:
 def oracle_text(model: Any, processor: Any, inputs: Any, chunk: float, stride: float, lang_ids: Any) -> str:
     """CTC greedy text of ``inputs`` (a normalised tensor) chunked at ``chunk`` / ``stride`` seconds."""
     from adaptspeech.decoding import ctc_greedy_decode
-    from adaptspeech.inference.long_form import chunked_ctc_log_probs
+    from adaptspeech.inference.encoding import chunked_ctc_log_probs
 
     log_probs = chunked_ctc_log_probs(model, inputs, chunk, stride, lang_ids=lang_ids)
     ids = ctc_greedy_decode(log_probs[None], blank_id=model.config.pad_token_id)[0]
@@ -151,20 +151,21 @@ def oracle_text(model: Any, processor: Any, inputs: Any, chunk: float, stride: f
 def boundaries_s(model: Any, processor: Any, wave: np.ndarray, method: str, chunk: float, stride: float,
                  search_s: float) -> list[float]:
     """Seconds where one chunk's kept frames (CTC) or one segment (attention / joint) end and the next begin."""
-    from adaptspeech.heads import CTC_DECODERS
+    from adaptspeech.decoding import DECODING_METHODS
+    from adaptspeech.inference.encoding import plan_chunks
     from adaptspeech.inference.local_norm import recording_input
-    from adaptspeech.inference.long_form import input_units_per_frame, plan_chunks
-    from adaptspeech.inference.model_mixin import inputs_to_logits_ratio
-    from adaptspeech.inference.segmenting import plan_segments
+    from adaptspeech.inference.recording import FrameGrid
+    from adaptspeech.inference.transcriber import LongFormSettings, attention_segments
 
     inputs = recording_input(wave, processor.feature_extractor)
-    seconds_per_frame = inputs_to_logits_ratio(model) / 16000
-    if method in CTC_DECODERS:
+    grid = FrameGrid.of(model)
+    seconds_per_frame = grid.seconds_per_frame
+    if DECODING_METHODS.get(method).ctc_only:
         frames = round(chunk / seconds_per_frame)
-        chunks = plan_chunks(len(inputs), input_units_per_frame(model), frames,
-                             round(stride / seconds_per_frame))
+        chunks = plan_chunks(len(inputs), grid.units_per_frame, frames, round(stride / seconds_per_frame))
         return [(c.first_frame + c.keep_from) * seconds_per_frame for c in chunks[1:]]
-    segments = plan_segments(model, inputs, wave, chunk, search_length_s=search_s)
+    settings = LongFormSettings(chunk_length_s=chunk, search_length_s=search_s, split_by="chunks")
+    segments = attention_segments(model, inputs, wave, settings)
     return [s.first_frame * seconds_per_frame for s in segments[1:]]
 
 
@@ -201,7 +202,8 @@ def main() -> None:
 
     from adaptspeech.cli.common import CommandError, _load_model
     from adaptspeech.cli.transcribe import _model_language
-    from adaptspeech.heads import CTC_DECODERS, get_head
+    from adaptspeech.decoding import DECODING_METHODS
+    from adaptspeech.heads import get_head
     from adaptspeech.inference.local_norm import DEFAULT_NORM_WINDOW_S
     from adaptspeech.inference.transcriber import transcribe
     from adaptspeech.metrics import compute_error_rates
@@ -239,7 +241,7 @@ def main() -> None:
     cer = compute_error_rates([" ".join(sliced)], [reference])["overall"]["cer"]
     print(f"{'separate, locally normalised input':<40} {100 * cer:>7.2f} {100 * (cer - joined):>+11.2f}")
     known = per_utterance_normalised(processor, waves, recording, spans) if oracle else None
-    splits = args.split_by if method in CTC_DECODERS else ["segments"]
+    splits = args.split_by if DECODING_METHODS.get(method).ctc_only else ["segments"]
     runs = [(split, pad) for split in splits for pad in (args.speech_pad if split == "pauses" else [None])]
     for split, pad in runs:
         for chunk, stride in args.chunking:

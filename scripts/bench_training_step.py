@@ -58,7 +58,7 @@ SOURCES = ("ru", "cy", "it", "eu", "pt")
 TARGET = "ro"
 MIB = 2**20
 TARGETS = {"time": 0.75, "memory": 0.5}
-"""Issue 11's targets for the adapter-only configuration, as ratios to full fine-tuning."""
+"""The targets for the adapter-only configuration, as ratios to full fine-tuning."""
 
 XLSR_300M: dict[str, Any] = {
     "hidden_size": 1024,
@@ -261,7 +261,7 @@ def _peak_key(cuda: bool) -> str:
 
 
 def verdicts(results: list[dict[str, Any]], cuda: bool) -> list[str]:
-    """Issue 11's targets for the adapter-only configuration: met or missed."""
+    """The targets for the adapter-only configuration: met or missed."""
     by = {r["config"]: r for r in results if "error" not in r}
     if "full" not in by or "adapter" not in by:
         return []

@@ -11,7 +11,6 @@ the baseline's (:mod:`adaptspeech.metrics.significance`):
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
 
@@ -19,6 +18,7 @@ from adaptspeech.evaluation import transcribe_dataset
 from adaptspeech.metrics.significance import paired_bootstrap, utterance_edits
 from adaptspeech.modeling import AdaptSpeechForCTC
 from adaptspeech.recipes import load_recipe
+from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
 from adaptspeech.training.stage import load_prepared, select_languages
 
 SYSTEMS = {
@@ -41,12 +41,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     recipe = load_recipe(args.recipe, [f"output_dir={args.output_dir}"] if args.output_dir else [])
-    out = Path(recipe["output_dir"])
-    evaluation = dict(recipe.get("evaluation") or {})
-    split, method = evaluation.get("split", "test"), evaluation.get("method", "ctc_greedy")
-    options = dict(evaluation.get("options") or {})
+    if not isinstance(recipe, SimAdapterRecipe):
+        raise SystemExit(f"{args.recipe} is not a SimAdapter protocol recipe (task {recipe.task})")
+    out = recipe.output_dir
+    split, method = recipe.evaluation.split, recipe.evaluation.method
+    options = dict(recipe.evaluation.options)
     dataset, processor = load_prepared(out / "prepared")
-    test = select_languages(dataset[split], [recipe["target"]], split, "evaluation")
+    test = select_languages(dataset[split], [recipe.target], split, "evaluation")
     references = list(test["text"])
 
     edits: dict[str, object] = {}
@@ -62,7 +63,7 @@ def main() -> None:
     if args.baseline not in edits:
         raise SystemExit(f"the baseline {args.baseline!r} has no model under {out}")
 
-    print(f"target {recipe['target']}, {split} set: {len(references)} utterances, {int(ref_units.sum())} characters; "
+    print(f"target {recipe.target}, {split} set: {len(references)} utterances, {int(ref_units.sum())} characters; "
           f"decoding {method} {options or ''}; paired bootstrap, {args.samples} resamples")
     base = edits[args.baseline]
     for stage, stage_edits in edits.items():

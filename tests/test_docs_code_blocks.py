@@ -109,6 +109,7 @@ def unknown_arguments(command: str, parser: argparse.ArgumentParser) -> list[str
             return [f"subcommand {' '.join(path + tokens[:1]) or '(none)'}"]
         path.append(tokens[0])
         parser = subparsers[0].choices[tokens.pop(0)]
+    getattr(parser, "add_task_options", lambda _: None)(tokens)  # recipe / demo: the folder's task adds its options
     options = {option for action in parser._actions for option in action.option_strings}
     return [t for t in tokens if t.startswith("--") and t.split("=", 1)[0] not in options]
 
@@ -142,3 +143,17 @@ def test_the_command_line_check_finds_what_does_not_exist() -> None:
     block = Block("x.md", 1, "bash", "$ OMP_NUM_THREADS=1 /usr/bin/time -v adaptspeech demo --foo \\\n  --bar\n"
                   "torchrun --nproc_per_node 2 -m adaptspeech.cli train --config s.yaml\n", None)
     assert command_lines(block) == ["adaptspeech demo --foo    --bar", "adaptspeech.cli train --config s.yaml"]
+
+
+def test_every_test_the_docs_name_exists():
+    """``tests/FILE.py::test_name`` in README, docs and recipe READMEs (the reliability table backs each row with one)
+    names a file and a test function that exist."""
+    missing = []
+    for page in PAGES:
+        for match in re.finditer(r"(tests/[\w/]+\.py)(?:::(\w+))?", page.read_text(encoding="utf-8")):
+            path, name = REPO / match.group(1), match.group(2)
+            if not path.is_file():
+                missing.append(f"{page.relative_to(REPO)}: {match.group(1)}")
+            elif name and not re.search(rf"def {name}\b", path.read_text(encoding="utf-8")):
+                missing.append(f"{page.relative_to(REPO)}: {match.group(1)}::{name}")
+    assert not missing, "\n".join(missing)

@@ -22,15 +22,20 @@ the layer-output hook inside the running :class:`~adaptspeech.adapters.routing.R
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from .adapter_types import ADAPTER_MODULE_NAME
 from .bottleneck import BottleneckAdapter
-from .config import FusionConfig, LanguageAdapterConfig
 from .engine import fuse, route
+from .fusion import SimAdapterFusion
 from .routing import AdapterRouting, RoutingCall, current_call
-from .simadapter import SimAdapterFusion
+
+if TYPE_CHECKING:
+    from .bottleneck import BottleneckAdapterConfig
+    from .config import FusionConfig
 
 __all__ = ["AdapterRouting", "LanguageAdapterBlock", "mark_initialized"]
 
@@ -60,7 +65,7 @@ class LanguageAdapterBlock(nn.Module):
         self.fusion_config: FusionConfig | None = None
 
     # --- construction ------------------------------------------------------------------------------------------
-    def add_adapter(self, language: str, config: LanguageAdapterConfig) -> BottleneckAdapter:
+    def add_adapter(self, language: str, config: BottleneckAdapterConfig) -> BottleneckAdapter:
         if language in self.adapters:
             raise ValueError(f"layer {self.layer_index} already has an adapter for language {language!r}")
         adapter = BottleneckAdapter.from_config(self.hidden_size, config)
@@ -132,7 +137,7 @@ def _capture_residual(block: LanguageAdapterBlock, module: nn.Module, args: tupl
 
 
 def _apply_language_adapters(layer: nn.Module, args: tuple, output: torch.Tensor | tuple) -> torch.Tensor | tuple:
-    block: LanguageAdapterBlock = layer.language_adapters
+    block: LanguageAdapterBlock = getattr(layer, ADAPTER_MODULE_NAME)
     if isinstance(output, tuple):
         return (block(output[0]), *output[1:])
     return block(output)

@@ -1,11 +1,18 @@
-"""Per-language bottleneck adapter (Houlsby-style, as in the official SimAdapter code and MMS)."""
+"""The bottleneck adapter type (Houlsby-style, as in the official SimAdapter code and MMS): its module, its settings
+and its registration. One :class:`BottleneckAdapter` per language sits after the output of each adapter layer, in
+the layer's language-adapter block (:mod:`adaptspeech.adapters.block`); SimAdapter fuses them and they can be MMS
+adapters (:mod:`adaptspeech.adapters.mms`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from ..settings import is_int
+from .adapter_types import ADAPTER_MODULE_NAME, ADAPTER_TYPES, AdapterType, LanguageAdapterConfig
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
@@ -66,7 +73,7 @@ class BottleneckAdapter(nn.Module):
 
     @classmethod
     def from_config(cls, hidden_size: int, config: Any) -> BottleneckAdapter:
-        """Build from a :class:`~adaptspeech.adapters.config.LanguageAdapterConfig` (or anything with its fields)."""
+        """Build from a :class:`BottleneckAdapterConfig` (or anything with its fields)."""
         return cls(
             hidden_size,
             config.bottleneck,
@@ -81,3 +88,76 @@ class BottleneckAdapter(nn.Module):
         """[..., D] -> [..., D]."""
         branch = self.up(self.act(self.down(self.layer_norm(hidden_states))))
         return hidden_states + self.dropout(branch)
+
+
+@dataclass
+class BottleneckAdapterConfig(LanguageAdapterConfig):
+    """Settings of one language's bottleneck adapter (``adapter_type="bottleneck"``).
+
+    Args:
+        bottleneck (`int`, defaults to 64): bottleneck width ``r``.
+        activation (`str`, defaults to ``"relu"``): one of ``ACTIVATIONS``.
+        layer_norm (`bool`, defaults to `True`): LayerNorm at the adapter input.
+        bias (`bool`, defaults to `False`): biases on the down and up projections (the official SimAdapter adapter
+            has none; MMS's ``Wav2Vec2AttnAdapterLayer`` has them, so adapters read from MMS files set it).
+        dropout (`float`, defaults to 0.0): dropout on the adapter branch.
+        init (`str`, defaults to ``"default"``): ``"default"`` (official: PyTorch default) or ``"near_identity"``
+            (zero up projection).
+    """
+
+    bottleneck: int = 64
+    activation: str = "relu"
+    layer_norm: bool = True
+    bias: bool = False
+    dropout: float = 0.0
+    init: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"adapter activation {self.activation!r} unknown; allowed values: {', '.join(ACTIVATIONS)}"
+            )
+        if self.init not in ADAPTER_INITS:
+            raise ValueError(f"adapter init {self.init!r} unknown; allowed values: {', '.join(ADAPTER_INITS)}")
+        if not is_int(self.bottleneck) or self.bottleneck < 1:
+            raise ValueError(f"adapter bottleneck must be a positive integer, got {self.bottleneck!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"adapter dropout must be in [0, 1), got {self.dropout}")
+
+    def describe(self) -> str:
+        return f"bottleneck r={self.bottleneck}, {self.activation}"
+
+
+@ADAPTER_TYPES.register("bottleneck", options=BottleneckAdapterConfig)
+class BottleneckType(AdapterType):
+    """:class:`BottleneckAdapter` after the output of each adapter layer, in the layer's language-adapter block."""
+
+    fusable = True
+    mms_format = True
+
+    def build(self, model: Any, language: str, config: LanguageAdapterConfig) -> None:
+        for block in model.adapter_blocks.values():
+            block.add_adapter(language, config)
+
+    def remove(self, model: Any, language: str) -> None:
+        for block in model.adapter_blocks.values():
+            block.remove_adapter(language)
+
+    def tensors(self, model: Any, language: str) -> dict[str, torch.Tensor]:
+        return {
+            f"layers.{i}.{name}": tensor
+            for i, block in model.adapter_blocks.items()
+            for name, tensor in block.adapters[language].state_dict().items()
+        }
+
+    def expected_shapes(self, model: Any, language: str, config: LanguageAdapterConfig) -> dict[str, tuple[int, ...]]:
+        with torch.device("meta"):
+            prototype = BottleneckAdapter.from_config(model.config.hidden_size, config)
+        shapes = {name: tuple(t.shape) for name, t in prototype.state_dict().items()}
+        return {f"layers.{i}.{name}": shape for i in model.adapter_blocks for name, shape in shapes.items()}
+
+    def modules(self, model: Any, language: str) -> list[nn.Module]:
+        return [block.adapters[language] for block in model.adapter_blocks.values()]
+
+    def holds(self, parameter_name: str, language: str) -> bool:
+        return f"{ADAPTER_MODULE_NAME}.adapters.{language}." in parameter_name

@@ -1,19 +1,18 @@
-"""Dataclass configs for language adapters and their fusion (peft-style ``__post_init__`` checks)."""
+"""Settings of a model's adapters taken together: the defaults new adapters take (:class:`AdapterDefaults`), the
+SimAdapter fusion (:class:`FusionConfig`) and the language codes that name adapters. One language's adapter settings
+are its type's :class:`~adaptspeech.adapters.adapter_types.LanguageAdapterConfig` subclass."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..registry import Registry
-from .bottleneck import ACTIVATIONS, ADAPTER_INITS
-from .simadapter import FUSION_RESIDUALS
-from .types import ADAPTER_TYPES  # the adapter types (bottleneck, lora), checked below
-
-#: fusion types.
-FUSION_TYPES: Registry[str] = Registry("fusion type")
-FUSION_TYPES.register("simadapter")("simadapter")
+from ..settings import Settings
+from .adapter_types import ADAPTER_TYPES, DEFAULT_ADAPTER_TYPE, LanguageAdapterConfig, own_settings
+from .fusion import FUSION_RESIDUALS, FUSION_TYPES
 
 _LANG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
 
@@ -27,70 +26,72 @@ def check_language_code(lang: object) -> str:
     return lang
 
 
-def _from_dict(cls: type, data: dict[str, Any], what: str) -> Any:
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(
-            f"{what}: unknown setting(s) {', '.join(unknown)}; allowed settings: {', '.join(sorted(names))}"
-        )
-    return cls(**data)
+def _type_defaults() -> dict[str, LanguageAdapterConfig]:
+    return {name: ADAPTER_TYPES.options(name)() for name in ADAPTER_TYPES.names()}
 
 
 @dataclass
-class LanguageAdapterConfig:
-    """Settings of one language's adapter.
+class AdapterDefaults(Settings):
+    """What a new adapter takes for the settings it leaves out (``AdaptSpeechConfig.adapter_defaults``): a type, and
+    default settings for every registered type.
+
+    Saved flat (``{"adapter_type": "bottleneck", "bottleneck": 64, ..., "lora_r": 8, ...}``); given as any part of
+    that layout (``{"bottleneck": 128}``), the rest from each type's own defaults.
 
     Args:
-        adapter_type (`str`): ``"bottleneck"`` (LayerNorm -> down -> act -> up, residual, after each chosen encoder
-            layer) or ``"lora"`` (stock PEFT LoRA on the attention projections of the chosen layers).
-        bottleneck (`int`): bottleneck width ``r`` (bottleneck adapters).
-        activation (`str`): activation of the bottleneck adapter.
-        layer_norm (`bool`): LayerNorm at the adapter input.
-        bias (`bool`): biases on the down and up projections (the official SimAdapter adapter has none; MMS's
-            ``Wav2Vec2AttnAdapterLayer`` has them, so adapters read from MMS files set it).
-        dropout (`float`): dropout on the adapter branch.
-        init (`str`): ``"default"`` (official: PyTorch default) or ``"near_identity"`` (zero up projection).
-        lora_r, lora_alpha, lora_dropout, lora_target_modules: LoRA settings (``adapter_type="lora"``).
+        adapter_type (`str`, defaults to ``"bottleneck"``): the type of an adapter whose settings name none.
+        per_type (`dict[str, LanguageAdapterConfig]`): adapter type -> its default settings (each registered type's
+            class defaults where missing).
     """
 
-    adapter_type: str = "bottleneck"
-    bottleneck: int = 64
-    activation: str = "relu"
-    layer_norm: bool = True
-    bias: bool = False
-    dropout: float = 0.0
-    init: str = "default"
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj", "linear_q", "linear_v"])
+    what = "adapter_defaults"
+
+    adapter_type: str = DEFAULT_ADAPTER_TYPE
+    per_type: dict[str, LanguageAdapterConfig] = field(default_factory=_type_defaults)
 
     def __post_init__(self) -> None:
-        ADAPTER_TYPES.check(self.adapter_type, "adapter_type")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"adapter activation {self.activation!r} unknown; allowed values: {', '.join(ACTIVATIONS)}"
-            )
-        if self.init not in ADAPTER_INITS:
-            raise ValueError(f"adapter init {self.init!r} unknown; allowed values: {', '.join(ADAPTER_INITS)}")
-        if not isinstance(self.bottleneck, int) or self.bottleneck < 1:
-            raise ValueError(f"adapter bottleneck must be a positive integer, got {self.bottleneck!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"adapter dropout must be in [0, 1), got {self.dropout}")
-        if self.lora_r < 1:
-            raise ValueError(f"lora_r must be a positive integer, got {self.lora_r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        ADAPTER_TYPES.check(self.adapter_type, "adapter_defaults.adapter_type")
+        self.per_type = {**_type_defaults(), **self.per_type}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LanguageAdapterConfig:
-        return _from_dict(cls, data, "adapter config")
+    def from_dict(cls, data: Mapping[str, Any]) -> AdapterDefaults:
+        """From the flat layout (any part of it)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"adapter_defaults must be a mapping of settings, got {type(data).__name__}")
+        name = data.get("adapter_type", DEFAULT_ADAPTER_TYPE)
+        ADAPTER_TYPES.check(name, "adapter_defaults.adapter_type")
+        per_type = {t: ADAPTER_TYPES.options(t)(**own_settings(t, data, strict=False)) for t in ADAPTER_TYPES.names()}
+        return cls(adapter_type=name, per_type=per_type)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat layout: ``adapter_type`` and every type's default settings."""
+        data: dict[str, Any] = {}
+        for settings in self.per_type.values():
+            data.update(settings.to_dict())
+        data["adapter_type"] = self.adapter_type
+        return data
+
+    def settings(self, given: Mapping[str, Any], strict: bool = False) -> LanguageAdapterConfig:
+        """One language's settings: ``given`` (flat) over these defaults, of the type ``given`` names (else
+        :attr:`adapter_type`).
+
+        Args:
+            given: the language's own settings.
+            strict: refuse a setting of another type (a caller's mistake) instead of ignoring it (a saved file holds
+                every type's settings).
+        """
+        name = given.get("adapter_type", self.adapter_type)
+        ADAPTER_TYPES.check(name, "adapter_type")
+        return dataclasses.replace(self.per_type[name], **own_settings(name, given, strict))
+
+    def saved(self, settings: LanguageAdapterConfig) -> dict[str, Any]:
+        """``settings`` in the flat layout of ``config.json`` and adapter files: these defaults' settings of every
+        type, overlaid by ``settings``' own."""
+        return {**self.to_dict(), **settings.to_dict()}
 
 
 @dataclass
-class FusionConfig:
+class FusionConfig(Settings):
     """Settings of the SimAdapter fusion over several language adapters.
 
     Args:
@@ -105,6 +106,8 @@ class FusionConfig:
         include_self (`bool`): add the layer output itself as one more fused entry.
         residual (`str`): ``"ffn_input"`` (official), ``"query"`` or ``"none"``.
     """
+
+    what = "fusion config"
 
     fusion_type: str = "simadapter"
     languages: list[str] = field(default_factory=list)
@@ -142,9 +145,7 @@ class FusionConfig:
     def num_entries(self) -> int:
         return len(self.languages) + int(self.include_self)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FusionConfig:
-        return _from_dict(cls, data, "fusion config")
+    @property
+    def target_index(self) -> int | None:
+        """Position of ``target_language`` among the fused entries (None without one)."""
+        return None if self.target_language is None else self.languages.index(self.target_language)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .simadapter import SimAdapterFusion, simadapter_output
+from .fusion import SimAdapterFusion, simadapter_output
 
 
 def _param_dtype(module: nn.Module, fallback: torch.dtype) -> torch.dtype:

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from .config import LanguageAdapterConfig
-from .io import (
+from .adapter_types import LanguageAdapterConfig, get_adapter_type
+from .files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     AdapterLoadError,
@@ -29,7 +29,6 @@ from .io import (
     resolve_file,
 )
 from .mms import is_mms_adapter, placement_problem, read_mms_adapter
-from .types import get_adapter_type
 
 HEAD_PREFIXES = ("head.", "las_head.")
 
@@ -156,7 +155,7 @@ def _plan_mms(
             f"{weights_path}: MMS adapter for {language!r} covers encoder layers {mms.layers}, this model has "
             f"{model.config.num_encoder_layers} (adapter layers {sorted(model.adapter_blocks)})"
         )
-    expected = get_adapter_type("bottleneck").expected_shapes(model, language, mms.config)
+    expected = get_adapter_type(mms.config.adapter_type).expected_shapes(model, language, mms.config)
     check_shapes(expected, mms.tensors, weights_path)
     head, head_kind = None, None
     if load_head and mms.head is not None:

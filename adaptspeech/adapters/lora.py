@@ -1,4 +1,5 @@
-"""Stock PEFT LoRA as a per-language adapter type (``LanguageAdapterConfig(adapter_type="lora")``).
+"""Stock PEFT LoRA as a per-language adapter type (``add_language_adapter(lang, adapter_type="lora", lora_r=8)``):
+its settings (:class:`LoraAdapterConfig`), its type (:class:`LoraType`) and the injection into the encoder.
 
 Each LoRA language is one peft adapter, named by its language code, injected with peft's own
 :class:`~peft.LoraConfig` and :func:`~peft.inject_adapter_in_model` into ``model.backbone``. Only the modules
@@ -33,6 +34,7 @@ as it was; the new LoRA weights start trainable, like a new bottleneck adapter.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,16 +43,43 @@ from peft.tuners.lora import LoraLayer
 from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
+from ..settings import is_int
+from .adapter_types import ADAPTER_MODULE_NAME, ADAPTER_TYPES, AdapterType, LanguageAdapterConfig
 from .block import mark_initialized
-from .mixin import ADAPTER_MODULE_NAME
 from .routing import BASE_ROW, AdapterRouting, current_call
 
 #: attribute set on a LoRA layer once the routing pre-hook is registered on it.
 _HOOK_FLAG = "_adaptspeech_lora_routing_hook"
 
 
+@dataclass
+class LoraAdapterConfig(LanguageAdapterConfig):
+    """Settings of one language's LoRA adapter (``adapter_type="lora"``), passed to peft's :class:`~peft.LoraConfig`.
+
+    Args:
+        lora_r (`int`, defaults to 8): rank ``r``.
+        lora_alpha (`int`, defaults to 16): scaling numerator (the update is ``(lora_alpha / r) B A x``).
+        lora_dropout (`float`, defaults to 0.0): dropout on the LoRA branch's input.
+        lora_target_modules (`list[str]`): last name component of the projections to wrap inside the adapter layers
+            (``q_proj`` / ``v_proj`` of wav2vec2, ``linear_q`` / ``linear_v`` of the conformer attention).
+    """
+
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj", "linear_q", "linear_v"])
+
+    def __post_init__(self) -> None:
+        if not is_int(self.lora_r) or self.lora_r < 1:
+            raise ValueError(f"lora_r must be a positive integer, got {self.lora_r!r}")
+        self.lora_target_modules = list(self.lora_target_modules)
+
+    def describe(self) -> str:
+        return f"LoRA r={self.lora_r} on {', '.join(self.lora_target_modules)}"
+
+
 def _lora_languages(model: Any) -> list[str]:
-    return [lang for lang, cfg in model.config.adapters.items() if cfg["adapter_type"] == "lora"]
+    return [lang for lang, settings in model.config.adapters.items() if isinstance(settings, LoraAdapterConfig)]
 
 
 def _encoder_layers(model: Any) -> dict[int, tuple[str, nn.Module]]:
@@ -164,14 +193,13 @@ def sync_lora_languages(model: Any) -> None:
         _apply_routing(model)
 
 
-def add_lora_language(model: Any, language: str, adapter_config: Any) -> None:
+def add_lora_language(model: Any, language: str, adapter_config: LoraAdapterConfig) -> None:
     """Inject a stock peft LoRA adapter named ``language`` (see the module docstring).
 
     Args:
         model: an adaptspeech model (``AdaptSpeechPreTrainedModel``).
         language: the language code, used as the peft adapter name.
-        adapter_config: its :class:`~adaptspeech.adapters.config.LanguageAdapterConfig` (``lora_r``,
-            ``lora_alpha``, ``lora_dropout``, ``lora_target_modules``).
+        adapter_config: its settings.
     """
     if any(language in layer.lora_A for _, _, layer in _lora_layers(model)):
         raise ValueError(f"the model already has a LoRA adapter named {language!r}")
@@ -249,7 +277,9 @@ def lora_modules(model: Any, language: str) -> list[nn.Module]:
     ]
 
 
-def lora_expected_shapes(model: Any, language: str, adapter_config: Any) -> dict[str, tuple[int, ...]]:
+def lora_expected_shapes(
+    model: Any, language: str, adapter_config: LoraAdapterConfig
+) -> dict[str, tuple[int, ...]]:
     """The keys and shapes of :func:`lora_tensors` that a LoRA adapter with ``adapter_config``'s settings would have
     on this model (``lora_A.weight`` [r, in], ``lora_B.weight`` [out, r] per targeted projection); changes nothing.
 
@@ -270,3 +300,29 @@ def lora_expected_shapes(model: Any, language: str, adapter_config: Any) -> dict
             shapes[f"layers.{i}.{sub_name}.lora_A.weight"] = (r, base.in_features)
             shapes[f"layers.{i}.{sub_name}.lora_B.weight"] = (base.out_features, r)
     return shapes
+
+
+@ADAPTER_TYPES.register("lora", options=LoraAdapterConfig)
+class LoraType(AdapterType):
+    """Stock peft LoRA on the attention projections of the adapter layers (see the module docstring)."""
+
+    def build(self, model: Any, language: str, config: LanguageAdapterConfig) -> None:
+        add_lora_language(model, language, config)
+
+    def remove(self, model: Any, language: str) -> None:
+        remove_lora_language(model, language)
+
+    def tensors(self, model: Any, language: str) -> dict[str, torch.Tensor]:
+        return lora_tensors(model, language)
+
+    def expected_shapes(self, model: Any, language: str, config: LanguageAdapterConfig) -> dict[str, tuple[int, ...]]:
+        return lora_expected_shapes(model, language, config)
+
+    def modules(self, model: Any, language: str) -> list[nn.Module]:
+        return lora_modules(model, language)
+
+    def holds(self, parameter_name: str, language: str) -> bool:
+        return f".lora_A.{language}." in parameter_name or f".lora_B.{language}." in parameter_name
+
+    def apply_routing(self, model: Any) -> None:
+        sync_lora_languages(model)

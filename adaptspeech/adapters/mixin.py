@@ -19,9 +19,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from .adapter_types import (
+    ADAPTER_MODULE_NAME,
+    ADAPTER_TYPES,
+    AdapterType,
+    LanguageAdapterConfig,
+    fusable_types,
+    get_adapter_type,
+)
 from .block import LanguageAdapterBlock, mark_initialized
-from .config import FusionConfig, LanguageAdapterConfig, check_language_code
-from .io import (
+from .config import FusionConfig, check_language_code
+from .files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     FUSION_CONFIG,
@@ -35,12 +43,10 @@ from .io import (
     write_tensors,
     write_weights,
 )
+from .fusion import SimAdapterFusion
 from .loading import plan_adapter_load
 from .mms import MMSAdapter, export_problem, to_mms_tensors
-from .simadapter import SimAdapterFusion
-from .types import AdapterType, get_adapter_type
 
-ADAPTER_MODULE_NAME = "language_adapters"
 #: ``save_adapter`` formats
 ADAPTER_FORMATS = ("adaptspeech", "mms")
 
@@ -75,15 +81,17 @@ class LanguageAdapterMixin:
 
         Args:
             language: language code (becomes the adapter's name and file name).
-            **settings: :class:`LanguageAdapterConfig` fields overriding ``config.adapter_defaults``
-                (e.g. ``bottleneck=128``, ``adapter_type="lora"``).
+            **settings: settings of the adapter's type overriding ``config.adapter_defaults`` (e.g.
+                ``bottleneck=128``, or ``adapter_type="lora", lora_r=8``); a setting of another type is refused.
         """
         check_language_code(language)
         if language in self.config.adapters:
             raise ValueError(f"language {language!r} already has an adapter; remove_language_adapter first")
-        adapter_config = LanguageAdapterConfig.from_dict({**self.config.adapter_defaults, **settings})
+        self._add_adapter(language, self.config.adapter_defaults.settings(settings, strict=True))
+
+    def _add_adapter(self, language: str, adapter_config: LanguageAdapterConfig) -> None:
         self._build_language_adapter(language, adapter_config)
-        self.config.adapters = {**self.config.adapters, language: adapter_config.to_dict()}
+        self.config.adapters = {**self.config.adapters, language: adapter_config}
         self._sync_routing()
 
     def _placement(self) -> tuple[torch.device, torch.dtype]:
@@ -117,7 +125,7 @@ class LanguageAdapterMixin:
         self._place(adapter_type.modules(self, language))
 
     def _adapter_type_of(self, language: str) -> AdapterType:
-        return get_adapter_type(self.config.adapters[language]["adapter_type"])
+        return get_adapter_type(self.config.adapters[language].adapter_type)
 
     def remove_language_adapter(self, language: str) -> None:
         """Remove ``language``'s adapter (and its CTC head, if it has one); refused while the language is fused."""
@@ -128,7 +136,7 @@ class LanguageAdapterMixin:
     def _remove_adapter(self, language: str) -> None:
         """Remove the adapter only (a load that replaces it keeps the language's head)."""
         self._check_languages([language], "remove_language_adapter")
-        fusion = self.config.fusion_settings()
+        fusion = self.config.fusion
         if fusion is not None and language in fusion.languages:
             raise ValueError(f"language {language!r} is fused ({fusion.languages}); remove the fusion first")
         self._adapter_type_of(language).remove(self, language)
@@ -143,7 +151,8 @@ class LanguageAdapterMixin:
         """Create SimAdapter fusion over ``languages`` in every adapter layer (replacing an existing one).
 
         Args:
-            languages: the fused languages, in order; each needs a bottleneck adapter.
+            languages: the fused languages, in order; each needs an adapter of a type SimAdapter fuses
+                (bottleneck).
             activate: make the fusion the active path at once.
             **settings: other :class:`FusionConfig` fields (``target_language``, ``temperature``, ...).
         """
@@ -151,12 +160,12 @@ class LanguageAdapterMixin:
         fusion_config = FusionConfig(languages=list(languages), **settings)
         unfusable = [lang for lang in languages if not self._adapter_type_of(lang).fusable]
         if unfusable:
-            kinds = {lang: self.config.adapters[lang]["adapter_type"] for lang in unfusable}
-            raise ValueError(f"SimAdapter fuses bottleneck adapters; {kinds} cannot be fused")
+            types = {lang: self.config.adapters[lang].adapter_type for lang in unfusable}
+            raise ValueError(f"SimAdapter fuses {' or '.join(fusable_types())} adapters; {types} cannot be fused")
         for block in self.adapter_blocks.values():
             block.set_fusion(fusion_config)
         self._place(block.fusion for block in self.adapter_blocks.values())
-        self.config.fusion = fusion_config.to_dict()
+        self.config.fusion = fusion_config
         self.fusion_guide_weight = fusion_config.guide_weight
         if activate:
             self.set_fusion_active(True)
@@ -174,7 +183,7 @@ class LanguageAdapterMixin:
             raise ValueError("no fusion to activate: call add_fusion(languages) first")
         self.config.fusion_active = bool(active)
         if active:
-            self.config.active_languages = list(self.config.fusion["languages"])
+            self.config.active_languages = list(self.config.fusion.languages)
         self._sync_routing()
 
     # --- activation --------------------------------------------------------------------------------------------
@@ -216,10 +225,9 @@ class LanguageAdapterMixin:
         self.routing.language_ids = self.adapter_languages
         self.routing.active_languages = list(self.config.active_languages)
         self.routing.fusion_active = bool(self.config.fusion_active)
-        self.routing.fusion_target = (self.config.fusion or {}).get("target_language")
-        from .lora import sync_lora_languages
-
-        sync_lora_languages(self)
+        self.routing.fusion_target = None if self.config.fusion is None else self.config.fusion.target_language
+        for name in ADAPTER_TYPES.names():
+            get_adapter_type(name).apply_routing(self)
 
     # --- per-language CTC heads --------------------------------------------------------------------------------
     def add_language_head(self, language: str, vocab_size: int) -> None:
@@ -270,6 +278,7 @@ class LanguageAdapterMixin:
 
     # --- trainable parameters ----------------------------------------------------------------------------------
     def _named_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
+        """Parameters by group (see :meth:`_group_of`)."""
         groups: dict[str, list[tuple[str, nn.Parameter]]] = {"backbone": [], "fusion": [], "head": []}
         for lang in self.adapter_languages:
             groups[f"adapter:{lang}"] = []
@@ -280,13 +289,14 @@ class LanguageAdapterMixin:
         return groups
 
     def _group_of(self, name: str) -> str:
-        parts = name.split(".")
-        if ADAPTER_MODULE_NAME in parts:
-            rest = parts[parts.index(ADAPTER_MODULE_NAME) + 1 :]
-            return "fusion" if rest[0] == "fusion" else f"adapter:{rest[1]}"
+        """The group of the parameter called ``name``: ``adapter:<lang>`` (its adapter type holds it), ``fusion``,
+        ``head:<lang>`` (a language's own CTC head), ``backbone`` or ``head``."""
         for lang in self.config.adapters:
-            if f".lora_A.{lang}." in name or f".lora_B.{lang}." in name:
+            if self._adapter_type_of(lang).holds(name, lang):
                 return f"adapter:{lang}"
+        parts = name.split(".")
+        if ADAPTER_MODULE_NAME in parts:  # a language-adapter block holds the adapters and the fusion
+            return "fusion"
         if name.startswith("ctc_head.language_heads."):
             return f"head:{parts[2]}"
         return "backbone" if name.startswith("backbone.") else "head"
@@ -361,7 +371,7 @@ class LanguageAdapterMixin:
             if not config.fusion_active:
                 self.set_fusion_active(True)
         if config.fusion_active:
-            reached, what = list(config.fusion["languages"]), "the fusion's languages"
+            reached, what = list(config.fusion.languages), "the fusion's languages"
             hint = "fuse them (add_fusion) or switch the fusion off (set_active_languages)"
         else:
             if adapters and nothing_active:
@@ -476,7 +486,7 @@ class LanguageAdapterMixin:
         tensors = self._adapter_type_of(language).tensors(self, language)
         meta = {
             "language": language,
-            "adapter": self.config.adapters[language],
+            "adapter": self.config.adapter_defaults.saved(self.config.adapters[language]),
             "include_head": include_head,
             **self._provenance(),
         }
@@ -538,12 +548,12 @@ class LanguageAdapterMixin:
         check_language_code(language)
         plan = plan_adapter_load(self, language, path_or_repo, revision, token, cache_dir, load_head)
         # everything fits: swap
-        replace = language in self.config.adapters and self.config.adapters[language] != plan.config.to_dict()
+        replace = language in self.config.adapters and self.config.adapters[language] != plan.config
         active = list(self.config.active_languages)
         if replace:
             self._remove_adapter(language)  # refuses (before changing anything) if the language is fused
         if language not in self.config.adapters:
-            self.add_language_adapter(language, **plan.config.to_dict())
+            self._add_adapter(language, plan.config)
         if replace and not activate:
             self.config.active_languages = active
             self._sync_routing()
@@ -571,7 +581,7 @@ class LanguageAdapterMixin:
             for i, block in self.adapter_blocks.items()
             for k, v in block.fusion.state_dict().items()
         }
-        meta = {"fusion": self.config.fusion, **self._provenance()}
+        meta = {"fusion": self.config.fusion.to_dict(), **self._provenance()}
         return write_tensors(folder, FUSION_WEIGHTS, FUSION_CONFIG, tensors, meta)
 
     def load_fusion(

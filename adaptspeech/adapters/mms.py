@@ -26,8 +26,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import LanguageAdapterConfig, check_language_code
-from .io import AdapterLoadError
+from .adapter_types import get_adapter_type
+from .bottleneck import BottleneckAdapterConfig
+from .config import check_language_code
+from .files import AdapterLoadError
 
 #: MMS part name -> the bottleneck adapter's module name
 PARTS = {"norm": "layer_norm", "linear_1": "down", "linear_2": "up"}
@@ -45,11 +47,9 @@ def is_mms_adapter(keys: Iterable[str]) -> bool:
     return any(_KEY.match(key) for key in keys)
 
 
-def mms_adapter_config(bottleneck: int) -> LanguageAdapterConfig:
+def mms_adapter_config(bottleneck: int) -> BottleneckAdapterConfig:
     """The adaptspeech settings of an MMS adapter of width ``bottleneck`` (``adapter_attn_dim``)."""
-    return LanguageAdapterConfig(
-        adapter_type="bottleneck", bottleneck=bottleneck, activation="relu", layer_norm=True, bias=True
-    )
+    return BottleneckAdapterConfig(bottleneck=bottleneck, activation="relu", layer_norm=True, bias=True)
 
 
 @dataclass
@@ -64,7 +64,7 @@ class MMSAdapter:
         head: ``{"weight": [V, d], "bias": [V]}`` of the language's ``lm_head``, or None.
     """
 
-    config: LanguageAdapterConfig
+    config: BottleneckAdapterConfig
     layers: list[int]
     hidden_size: int
     tensors: dict[str, torch.Tensor]
@@ -160,15 +160,13 @@ def placement_problem(model: Any) -> str | None:
 
 def export_problem(model: Any, language: str) -> str | None:
     """Why ``language``'s adapter cannot be written as an MMS file that transformers loads (None when it can)."""
-    from .types import get_adapter_type
-
     settings = model.config.adapters[language]
-    if not get_adapter_type(settings["adapter_type"]).mms_format:
-        return f"adapter of {language!r} is {settings['adapter_type']!r}; MMS files hold bottleneck adapters"
+    if not get_adapter_type(settings.adapter_type).mms_format:
+        return f"adapter of {language!r} is {settings.adapter_type!r}; MMS files hold bottleneck adapters"
     wrong = {
-        key: settings[key]
+        key: getattr(settings, key)
         for key, mms in (("bias", True), ("layer_norm", True), ("activation", "relu"))
-        if settings[key] != mms
+        if getattr(settings, key) != mms
     }
     if wrong:
         return (
@@ -178,9 +176,12 @@ def export_problem(model: Any, language: str) -> str | None:
     problem = placement_problem(model)
     if problem is not None:
         return problem
-    kind = model.config.attention.get("kind", "default")
-    if kind != "default":
-        return f"the encoder attention is swapped ({kind!r}); transformers' Wav2Vec2ForCTC runs its own attention"
+    attention = model.config.attention
+    if not attention.is_default:
+        return (
+            f"the encoder attention is swapped ({attention.kind!r}); transformers' Wav2Vec2ForCTC runs its own "
+            "attention"
+        )
     return None
 
 
@@ -275,7 +276,7 @@ def builtin_config_kwargs(
             f"adapter_layers={list(layers)}: the checkpoint's built-in MMS adapter is in encoder layers "
             f"{builtin.layers} of {num_layers}; adaptspeech adapters must be there too"
         )
-    kwargs["adapters"] = {**(kwargs.get("adapters") or {}), language: builtin.config.to_dict()}
+    kwargs["adapters"] = {**(kwargs.get("adapters") or {}), language: builtin.config}
     if lm_head is not None:
         heads = dict(kwargs.get("language_heads") or {})
         heads[language] = {"vocab_size": int(lm_head.out_features)}

@@ -3,7 +3,7 @@
 
 Kinds: ``mhsa`` (SDPA), ``rel_pos`` (Transformer-XL relative positions with chunk masks), ``ldsa`` (multi-head
 local dense synthesizer attention, optionally followed by MHSA), ``synthesizer_dense`` and
-``synthesizer_random`` (optionally initialised with the seed's fixed patterns); seeds/002 Table 1's other
+``synthesizer_random`` (optionally initialised with the fixed patterns of Wu et al. 2022); that paper's Table 1's other
 algorithms: ``shared_qk`` (Baseline (Q)), ``sparse_strided`` / ``sparse_fixed`` (Sparse Transformer patterns),
 ``lsh_sign_alsh``, ``lsh_xbox``, ``lsh_xbox_qnf``, ``lsh_simple``, ``lsh_simple_alsh`` (LSH / ALSH) and
 ``synthesizer_dense_shared`` (SYN. (Dense); ``synthesizer_dense`` is SYN. (Dense+M)). Every kind shares
@@ -24,7 +24,7 @@ from . import (  # noqa: F401  (importing registers the kinds)
     synthesizer_dense_shared,
 )
 from .base import EncoderAttention
-from .config import KIND_SETTINGS, SYNTHESIZER_INITS, AttentionConfig, settings_for_kind
+from .config import AttentionConfig, settings_for_kind
 from .ldsa import LocalDenseSynthesizerAttention
 from .lsh import (
     LSHAttention,
@@ -35,6 +35,7 @@ from .lsh import (
     XBOXQNFAttention,
 )
 from .mhsa import MultiHeadSelfAttention
+from .options import SYNTHESIZER_INITS, KindOptions
 from .registry import ATTENTION, DEFAULT_KIND
 from .rel_pos import RelPositionSelfAttention
 from .shared_qk import SharedQKAttention
@@ -46,12 +47,12 @@ from .synthesizer_dense_shared import SharedDenseSynthesizerAttention
 __all__ = [
     "ATTENTION",
     "DEFAULT_KIND",
-    "KIND_SETTINGS",
     "SYNTHESIZER_INITS",
     "AttentionConfig",
     "DenseSynthesizerAttention",
     "EncoderAttention",
     "FixedSparseAttention",
+    "KindOptions",
     "LSHAttention",
     "LocalDenseSynthesizerAttention",
     "MultiHeadSelfAttention",

@@ -1,13 +1,14 @@
-"""Blockwise Transformer-XL relative-position attention: memory linear in the sequence length (issue 16).
+"""Blockwise Transformer-XL relative-position attention: memory linear in the sequence length.
 
-The scores of seeds/001, per head, with the ``1/sqrt(d_k)`` scale folded into the two query terms::
+The scores of Transformer-XL attention as WeNet computes them, per head, with the ``1/sqrt(d_k)`` scale folded into
+the two query terms::
 
     A_ij = (q_i + u) . k_j / sqrt(d_k) + (q_i + v) . p_{i-j} / sqrt(d_k)        (terms (ac) + (bd))
 
 are formed for one block of ``C <= B`` queries ``i in [s, s + C)`` at a time, against all ``T`` keys. The block's
 ``(bd)`` term needs the relative positions ``i - j in [s - T + 1, s + C - 1]`` only: ``C + T - 1`` rows of the
 projected position table, one contiguous slice, multiplied in one matrix product to ``C x (C + T - 1)`` and
-shifted by the seed's ``rel_shift`` (its chunk form: ``C`` queries that are the last of ``C + M`` keys, here with
+shifted by WeNet's ``rel_shift`` (its chunk form: ``C`` queries that are the last of ``C + M`` keys, here with
 ``M = T - C`` and the slice starting at the right offset). No ``T x T`` matrix exists, in forward or backward:
 
 * **forward** keeps, per query row, only the output and the log-sum-exp of the masked scores (``[B, h, T]``);
@@ -20,7 +21,7 @@ extra score computation per block in backward (the full path keeps its ``T x T``
 
 Deviations from the full path (:meth:`~.rel_pos.RelPositionSelfAttention._attend`), none changing the result:
 
-* the position table given here has ``2T`` rows, relative positions ``T, T-1, ..., -(T-1)``: the seed's padded
+* the position table given here has ``2T`` rows, relative positions ``T, T-1, ..., -(T-1)``: WeNet's padded
   ``rel_shift`` never reads the first column of its padded product, so instead of a zero row (which would cost a
   copy of the table) the row of position ``T`` stands in front; its gradient is zero;
 * masks are built per block from frame indices (:func:`~.masks.attention_mask_rows`), never as ``T x T``;
@@ -264,7 +265,7 @@ def _backward_blocks(
         grad_key.view(rows, frames, head_dim).baddbmm_(
             grad_scores.transpose(1, 2), query_u.view(rows, queries, head_dim)
         )
-        # the seed's rel_shift backwards: dS scattered into the padded [C, C + T] product it was read from
+        # WeNet's rel_shift backwards: dS scattered into the padded [C, C + T] product it was read from
         grad_padded = relative_scores_prepadded_backward(
             grad_scores.view(batch, heads, queries, frames),
             work.view(work.second, batch, heads, queries, queries + frames),
@@ -287,8 +288,8 @@ def _backward_blocks(
 
 
 class BlockwiseRelPositionFunction(torch.autograd.Function):
-    """``softmax(A) V`` of seeds/001 in query blocks, with a backward that recomputes each block (see the module
-    docstring).
+    """``softmax(A) V`` of Transformer-XL attention in query blocks, with a backward that recomputes each block (see
+    the module docstring).
 
     Inputs: ``query / sqrt(d_k)``, ``key``, ``value``, each ``[B, h, T, d_k]`` contiguous, ``u / sqrt(d_k)`` and
     ``v / sqrt(d_k)`` ``[h, d_k]``, ``positions`` ``[h, 2T, d_k]`` contiguous, all of one dtype, the key mask

@@ -1,66 +1,84 @@
 """``AttentionConfig``: which attention the encoder uses, in which layers, with which settings.
 
-A peft-style dataclass: ``__post_init__`` refuses impossible values with a message naming the setting and the
-allowed values, ``to_dict`` / ``from_dict`` round-trip through JSON, and :meth:`AttentionConfig.for_model`
-fills in the widths the backbone knows (``hidden_size``, ``num_heads``) and checks the layer indices against
-the model.
+The settings every kind shares (``kind``, ``layers``, the widths, dropout, bias, the chunk masks) are fields of
+:class:`AttentionConfig`; a kind's own settings are its options class, registered with the kind
+(``@ATTENTION.register("ldsa", options=LDSAOptions)``, :mod:`adaptspeech.attention.options`), so adding a kind with
+settings is its own files and one registration. Both are validated once, at construction, with messages naming the
+setting and the allowed values. Saved (``to_dict`` / ``from_dict``, YAML, ``config.json``) the settings are flat:
+``{"kind": "ldsa", "layers": [1], "context_width": 5}``; an option of another kind is refused unless it holds its
+default (``attention.context_width=7 applies only to kind(s) ldsa, not 'mhsa'``). :meth:`AttentionConfig.for_model`
+fills in the widths the backbone knows (``hidden_size``, ``num_heads``) and checks the layer indices against the
+model.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, fields
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
+from ..settings import Settings, flat_layout, is_int, unknown_settings
+from .options import KindOptions
 from .registry import ATTENTION, DEFAULT_KIND
 
-#: initialisations of the random synthesizer's attention logits.
-SYNTHESIZER_INITS = ("random", "fixed_patterns")
-
-#: the LSH / ALSH kinds of seeds/002 section 3.2 (see :mod:`.lsh`).
-LSH_KINDS = ("lsh_sign_alsh", "lsh_xbox", "lsh_xbox_qnf", "lsh_simple", "lsh_simple_alsh")
-
-
-_SYNTHESIZERS = ("synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random")
-
-#: settings that only some kinds read -> those kinds; a value other than the default on another kind is refused.
-KIND_SETTINGS: dict[str, tuple[str, ...]] = {
-    "max_relative_positions": ("rel_pos",),
-    "memory_efficient_threshold": ("rel_pos",),
-    "query_block_size": ("rel_pos",),
-    "context_width": ("ldsa",),
-    "synthesizer_hidden": ("synthesizer_dense", "synthesizer_dense_shared"),
-    "synthesizer_max_len": _SYNTHESIZERS,
-    "sparse_block_size": ("sparse_strided", "sparse_fixed"),
-    "sparse_summary": ("sparse_fixed",),
-    "lsh_num_keys": LSH_KINDS,
-    "lsh_seed": LSH_KINDS,
-    "sign_alsh_u": ("lsh_sign_alsh",),
-    "sign_alsh_m": ("lsh_sign_alsh",),
-}
+#: the settings every kind shares (the fields of :class:`AttentionConfig` other than its options).
+SHARED_SETTINGS = (
+    "kind", "layers", "hidden_size", "num_heads", "dropout", "init_from_pretrained", "bias", "chunk_size",
+    "num_left_chunks",
+)
 
 
-def settings_for_kind(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` without the kind-specific ones that ``kind`` does not read (:data:`KIND_SETTINGS`, and
-    ``hybrid``, ``synthesizer_init``, ``synthesizer_freeze``, ``memory_efficient``): one set of settings shared by
+def settings_for_kind(kind: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` without the options of other kinds that ``kind`` does not read: one set of settings shared by
     several kinds, e.g. in a comparison, made acceptable to each."""
-    owners = {**KIND_SETTINGS, "hybrid": ("ldsa",), "synthesizer_init": ("synthesizer_random",),
-              "synthesizer_freeze": ("synthesizer_random",), "memory_efficient": ("rel_pos",)}
+    owners = ATTENTION.option_owners()
     return {name: value for name, value in settings.items() if name not in owners or kind in owners[name]}
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _saved_settings() -> list[str]:
+    """Every name the flat layout may hold: the shared settings and every kind's options, sorted."""
+    return sorted([*SHARED_SETTINGS, *ATTENTION.option_owners()])
 
 
-@dataclass
-class AttentionConfig:
+def _option_default(name: str, kinds: list[str]) -> Any:
+    """The default of option ``name`` in the options class of ``kinds[0]``."""
+    field = ATTENTION.options(kinds[0]).__dataclass_fields__[name]
+    return field.default if field.default is not dataclasses.MISSING else field.default_factory()
+
+
+def _kind_options(kind: str, options: KindOptions | None, settings: dict[str, Any]) -> KindOptions | None:
+    """The options of ``kind``: ``options`` as given, or built from the flat ``settings`` (an option of another kind
+    is refused unless it holds its default; an unknown name is refused)."""
+    cls = None if kind == DEFAULT_KIND else ATTENTION.options(kind)
+    if options is not None:
+        if settings:
+            raise ValueError(f"attention: give {sorted(settings)} inside options=, or give no options object")
+        if cls is None or type(options) is not cls:
+            wanted = "no options" if cls is None else cls.__name__
+            raise ValueError(f"attention.options: {type(options).__name__} given; kind {kind!r} takes {wanted}")
+        return options
+    owners = ATTENTION.option_owners()
+    own = set() if cls is None else {f.name for f in fields(cls)}
+    unknown = [name for name in settings if name not in owners]
+    if unknown:
+        raise unknown_settings("attention config", unknown, _saved_settings())
+    for name, value in settings.items():
+        if name not in own and value != _option_default(name, owners[name]):
+            raise ValueError(
+                f"attention.{name}={value!r} applies only to kind(s) {', '.join(owners[name])}, not {kind!r}"
+            )
+    return None if cls is None else cls(**{name: value for name, value in settings.items() if name in own})
+
+
+@dataclass(init=False)
+class AttentionConfig(Settings):
     """Settings of the swappable encoder attention.
 
     Args:
         kind (`str`, defaults to ``"default"``): ``"default"`` keeps the backbone's own attention; otherwise a
-            name registered in ``ATTENTION`` (``mhsa``, ``rel_pos``, ``ldsa``, ``synthesizer_dense``,
-            ``synthesizer_random``).
+            name registered in ``ATTENTION`` (``mhsa``, ``rel_pos``, ``ldsa``, the synthesizers, ...).
         layers (`list[int]`, *optional*): encoder layer indices (0-based) that get the new attention; ``None``
             means every encoder layer.
         hidden_size (`int`, defaults to 0): model width ``D``; 0 = filled in from the backbone's config.
@@ -78,44 +96,13 @@ class AttentionConfig:
             sees its own chunk of ``n`` frames and ``num_left_chunks`` previous chunks. Honoured by every
             kind.
         num_left_chunks (`int`, defaults to -1): previous chunks visible to a frame; -1 = all of them.
-        max_relative_positions (`int`, defaults to 5000): ``rel_pos``: length of the initially cached sinusoid
-            table (as transformers' ``max_source_positions``); longer inputs extend it.
-        memory_efficient (`bool`, *optional*): ``rel_pos``: ``True`` always computes in query blocks (memory
-            linear in ``T``: only ``query_block_size x T`` scores exist at a time, and backward recomputes them
-            block by block), ``False`` always forms the full ``T x T`` scores (faster for short inputs, memory
-            quadratic in ``T``); ``None`` (the default) picks the blockwise path for inputs longer than
-            ``memory_efficient_threshold`` frames. Outputs and gradients are the same either way (to float
-            rounding).
-        memory_efficient_threshold (`int`, defaults to 2048): ``rel_pos`` with ``memory_efficient=None``: inputs
-            of more frames than this use the blockwise path (0 = always).
-        query_block_size (`int`, defaults to 256): ``rel_pos``'s blockwise path: queries per block ``B``; its
-            transient memory is ``O(B T h)`` (a few ``[B, T]`` score matrices per head).
-        context_width (`int`, defaults to 15): ``ldsa``: context width ``c`` (odd; the LDSA paper uses 15).
-        hybrid (`bool`, defaults to `False`): ``ldsa``: LDSA followed by multi-head self-attention in the same
-            sub-layer (the LDSA paper's best combination).
-        synthesizer_hidden (`int`, defaults to 16): ``synthesizer_dense``: hidden size ``N`` of ``F`` (the
-            seed uses 16).
-        synthesizer_max_len (`int`, defaults to 1000): synthesizers: the longest sequence ``L`` (frames); the
-            learned matrices are ``L`` wide and cropped to the input length. Longer inputs are refused.
-        synthesizer_init (`str`, defaults to ``"random"``): ``synthesizer_random``: ``"random"`` (small random
-            logits) or ``"fixed_patterns"`` (the diagonal / shifted / increasing / decreasing / random heads
-            of the seed's Fig. 2a).
-        synthesizer_freeze (`bool`, defaults to `False`): ``synthesizer_random``: keep the attention logits
-            fixed (stored as a buffer, so no optimizer can move them).
-        sparse_block_size (`int`, defaults to 16): ``sparse_strided`` / ``sparse_fixed``: the Sparse
-            Transformer's stride / block length ``l`` (about ``sqrt(T)`` of typical inputs gives ``T sqrt(T)``
-            time). A fixed setting, not derived from ``T``, so padding never changes the pattern.
-        sparse_summary (`int`, defaults to 1): ``sparse_fixed``: summary positions ``c`` per block (the last
-            ``c`` frames of each block); must be at most ``sparse_block_size``.
-        lsh_num_keys (`int`, defaults to 64): LSH kinds: ``C``, the most keys a query attends to (the top ``C``
-            keys sharing its hash, seeds/002 eq. 3).
-        lsh_seed (`int`, defaults to 0): LSH kinds: seed of the random projections ``a`` (a buffer, saved with
-            the module).
-        sign_alsh_u (`float`, defaults to 0.75): ``lsh_sign_alsh``: ``U`` in ``T(x) = U x / M`` (eq. 4), in
-            ``(0, 1)``.
-        sign_alsh_m (`int`, defaults to 2): ``lsh_sign_alsh``: ``m``, extra dimensions of ``S`` and ``R`` (eqs.
-            5-6).
+        options (`KindOptions`, *optional*): the kind's own options (e.g.
+            :class:`~adaptspeech.attention.options.LDSAOptions`); built from ``**settings`` when omitted.
+        **settings: the kind's options by name (``context_width=7`` for ``ldsa``), read back as attributes
+            (``config.context_width``); see each kind's options class for their meaning and defaults.
     """
+
+    what = "attention config"
 
     kind: str = DEFAULT_KIND
     layers: list[int] | None = None
@@ -126,31 +113,43 @@ class AttentionConfig:
     bias: bool = True
     chunk_size: int = 0
     num_left_chunks: int = -1
-    max_relative_positions: int = 5000
-    memory_efficient: bool | None = None
-    memory_efficient_threshold: int = 2048
-    query_block_size: int = 256
-    context_width: int = 15
-    hybrid: bool = False
-    synthesizer_hidden: int = 16
-    synthesizer_max_len: int = 1000
-    synthesizer_init: str = "random"
-    synthesizer_freeze: bool = False
-    sparse_block_size: int = 16
-    sparse_summary: int = 1
-    lsh_num_keys: int = 64
-    lsh_seed: int = 0
-    sign_alsh_u: float = 0.75
-    sign_alsh_m: int = 2
+    options: KindOptions | None = None
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        kind: str = DEFAULT_KIND,
+        layers: list[int] | None = None,
+        hidden_size: int = 0,
+        num_heads: int = 0,
+        dropout: float | None = None,
+        init_from_pretrained: bool = True,
+        bias: bool = True,
+        chunk_size: int = 0,
+        num_left_chunks: int = -1,
+        options: KindOptions | None = None,
+        **settings: Any,
+    ) -> None:
+        self.kind = kind
+        self.layers = layers
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.init_from_pretrained = init_from_pretrained
+        self.bias = bias
+        self.chunk_size = chunk_size
+        self.num_left_chunks = num_left_chunks
         if self.kind != DEFAULT_KIND and self.kind not in ATTENTION:
             raise ValueError(
                 f"attention.kind: unknown attention {self.kind!r}; allowed values: "
                 f"{', '.join([DEFAULT_KIND, *ATTENTION.names()])}"
             )
+        self._check_shared()
+        self.options = _kind_options(self.kind, options, settings)
+
+    def _check_shared(self) -> None:
+        """Ranges of the settings every kind shares."""
         if self.layers is not None:
-            if not isinstance(self.layers, (list, tuple)) or not all(_is_int(i) for i in self.layers):
+            if not isinstance(self.layers, (list, tuple)) or not all(is_int(i) for i in self.layers):
                 raise ValueError(f"attention.layers must be a list of layer indices or None, got {self.layers!r}")
             self.layers = [int(i) for i in self.layers]
             if any(i < 0 for i in self.layers):
@@ -159,14 +158,14 @@ class AttentionConfig:
                 raise ValueError(f"attention.layers has duplicates: {self.layers}")
         for name in ("hidden_size", "num_heads"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ValueError(f"attention.{name} must be an integer >= 0 (0 = from the backbone), got {value!r}")
         if self.hidden_size and self.num_heads and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"attention.hidden_size ({self.hidden_size}) must be divisible by attention.num_heads "
                 f"({self.num_heads}); allowed num_heads: {_divisors(self.hidden_size)}"
             )
-        for name in ("init_from_pretrained", "bias", "hybrid", "synthesizer_freeze"):
+        for name in ("init_from_pretrained", "bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"attention.{name} must be true or false, got {getattr(self, name)!r}")
         if self.dropout is not None and (
@@ -175,99 +174,32 @@ class AttentionConfig:
             raise ValueError(
                 f"attention.dropout must be a number in [0, 1) or null (the backbone's), got {self.dropout!r}"
             )
-        if not _is_int(self.chunk_size) or self.chunk_size < 0:
+        if not is_int(self.chunk_size) or self.chunk_size < 0:
             raise ValueError(
                 f"attention.chunk_size must be 0 (full attention) or a positive frame count, got {self.chunk_size!r}"
             )
-        if not _is_int(self.num_left_chunks) or self.num_left_chunks < -1:
+        if not is_int(self.num_left_chunks) or self.num_left_chunks < -1:
             raise ValueError(
                 f"attention.num_left_chunks must be -1 (all previous chunks) or >= 0, got {self.num_left_chunks!r}"
-            )
-        if not _is_int(self.max_relative_positions) or self.max_relative_positions < 1:
-            raise ValueError(
-                f"attention.max_relative_positions must be a positive integer, got {self.max_relative_positions!r}"
-            )
-        if self.memory_efficient is not None and not isinstance(self.memory_efficient, bool):
-            raise ValueError(
-                "attention.memory_efficient must be true (blockwise), false (full T x T scores) or null (blockwise "
-                f"above attention.memory_efficient_threshold frames), got {self.memory_efficient!r}"
-            )
-        if not _is_int(self.memory_efficient_threshold) or self.memory_efficient_threshold < 0:
-            raise ValueError(
-                "attention.memory_efficient_threshold must be an integer >= 0 (frames; longer inputs use the "
-                f"blockwise path, 0 = always), got {self.memory_efficient_threshold!r}"
-            )
-        if not _is_int(self.query_block_size) or self.query_block_size < 1:
-            raise ValueError(
-                "attention.query_block_size must be a positive integer (queries per block, e.g. 256), got "
-                f"{self.query_block_size!r}"
-            )
-        if not _is_int(self.context_width) or self.context_width < 1 or self.context_width % 2 == 0:
-            raise ValueError(
-                "attention.context_width must be a positive odd integer (the window is centred on the frame: "
-                f"1, 3, 5, ..., e.g. 15), got {self.context_width!r}"
-            )
-        for name in ("synthesizer_hidden", "synthesizer_max_len"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"attention.{name} must be a positive integer, got {value!r}")
-        if self.synthesizer_init not in SYNTHESIZER_INITS:
-            raise ValueError(
-                f"attention.synthesizer_init {self.synthesizer_init!r} unknown; allowed values: "
-                f"{', '.join(SYNTHESIZER_INITS)}"
-            )
-        self._check_kind_specific()
-        self._check_seed002_settings()
-
-    def _check_seed002_settings(self) -> None:
-        """Ranges of the sparse and LSH settings, and refusal of a changed one on a kind that ignores it."""
-        for name in ("sparse_block_size", "sparse_summary", "lsh_num_keys", "sign_alsh_m"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"attention.{name} must be a positive integer, got {value!r}")
-        if not _is_int(self.lsh_seed) or self.lsh_seed < 0:
-            raise ValueError(f"attention.lsh_seed must be an integer >= 0, got {self.lsh_seed!r}")
-        if self.sparse_summary > self.sparse_block_size:
-            raise ValueError(
-                f"attention.sparse_summary ({self.sparse_summary}) must be at most attention.sparse_block_size "
-                f"({self.sparse_block_size})"
-            )
-        if isinstance(self.sign_alsh_u, bool) or not isinstance(self.sign_alsh_u, (int, float)) or not (
-            0 < self.sign_alsh_u < 1
-        ):
-            raise ValueError(f"attention.sign_alsh_u must be a number in (0, 1), got {self.sign_alsh_u!r}")
-        defaults = {f.name: f.default for f in fields(self)}
-        for name, kinds in KIND_SETTINGS.items():
-            if getattr(self, name) != defaults[name] and self.kind not in kinds:
-                raise ValueError(
-                    f"attention.{name}={getattr(self, name)!r} applies only to kind(s) {', '.join(kinds)}, not "
-                    f"{self.kind!r}"
-                )
-
-    def _check_kind_specific(self) -> None:
-        """Settings that only make sense for one kind are refused elsewhere, so a typo does not pass
-        silently."""
-        if self.hybrid and self.kind != "ldsa":
-            raise ValueError(f"attention.hybrid=True applies only to kind 'ldsa', not {self.kind!r}")
-        if self.synthesizer_init != "random" and self.kind != "synthesizer_random":
-            raise ValueError(
-                f"attention.synthesizer_init={self.synthesizer_init!r} applies only to kind "
-                f"'synthesizer_random', not {self.kind!r}"
-            )
-        if self.synthesizer_freeze and self.kind != "synthesizer_random":
-            raise ValueError(
-                f"attention.synthesizer_freeze=True applies only to kind 'synthesizer_random', not {self.kind!r}"
-            )
-        if self.memory_efficient is not None and self.kind != "rel_pos":
-            raise ValueError(
-                f"attention.memory_efficient={self.memory_efficient!r} applies only to kind 'rel_pos', not "
-                f"{self.kind!r}"
             )
         if self.kind == DEFAULT_KIND and self.chunk_size:
             raise ValueError(
                 "attention.chunk_size needs a swapped attention kind (the backbone's own attention has no "
                 f"chunk masks); allowed kinds: {', '.join(ATTENTION.names())}"
             )
+
+    def __getattr__(self, name: str) -> Any:
+        """The kind's options read as attributes (``config.context_width``); only called for names not found
+        otherwise."""
+        options = self.__dict__.get("options")
+        if options is not None and name in options.__dataclass_fields__:
+            return getattr(options, name)
+        owners = ATTENTION.option_owners().get(name) if not name.startswith("__") else None
+        if owners:
+            raise AttributeError(
+                f"attention.{name} is an option of kind(s) {', '.join(owners)}, not {self.__dict__.get('kind')!r}"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- checks against the model ---------------------------------------------------------------------------
     @property
@@ -341,25 +273,39 @@ class AttentionConfig:
 
     # --- serialisation --------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict of every setting."""
-        data = asdict(self)
+        """The flat, JSON-serialisable settings: the shared ones and every option of the kind."""
+        data = {name: getattr(self, name) for name in SHARED_SETTINGS}
         if data["layers"] is not None:
             data["layers"] = list(data["layers"])
+        if self.options is not None:
+            data.update(self.options.to_dict())
         return data
 
+    def to_diff_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` keeping ``kind`` and only the settings that differ from their defaults (what a model's
+        ``config.json`` holds)."""
+        defaults = AttentionConfig(kind=self.kind).to_dict()
+        return {k: v for k, v in self.to_dict().items() if k == "kind" or v != defaults[k]}
+
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AttentionConfig:
-        """Build from :meth:`to_dict`'s output (or a YAML/JSON section), refusing unknown settings."""
-        if not isinstance(data, dict):
+    def from_dict(cls, data: Mapping[str, Any]) -> AttentionConfig:
+        """Build from :meth:`to_dict`'s output (or a YAML / JSON section), refusing unknown settings."""
+        if not isinstance(data, Mapping):
             raise ValueError(f"attention config must be a mapping of settings, got {type(data).__name__}")
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(
-                f"attention config: unknown setting(s) {', '.join(unknown)}; allowed settings: "
-                f"{', '.join(sorted(names))}"
-            )
+        if "options" in data:
+            raise unknown_settings("attention config", ["options"], _saved_settings())
         return cls(**data)
+
+    @classmethod
+    def flat_layout(cls) -> type:
+        """The saved layout (the shared settings and every registered kind's options side by side) as a dataclass,
+        to check a YAML / JSON section against the field annotations before it is typed."""
+        return _flat_attention_layout(tuple(ATTENTION.option_classes()))
+
+
+@functools.cache
+def _flat_attention_layout(options: tuple[type, ...]) -> type:
+    return flat_layout("FlatAttentionSettings", AttentionConfig, options, skip=("options",))
 
 
 def _divisors(n: int) -> str:

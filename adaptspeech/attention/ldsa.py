@@ -1,4 +1,4 @@
-"""``ldsa``: multi-head local dense synthesizer attention, eqs. (1)-(4) of seeds/000.
+"""``ldsa``: multi-head local dense synthesizer attention, eqs. (1)-(4) of the multi-head LDSA (Xu et al. 2021).
 
 Per head ``i`` (``d_k = D / h``, context width ``c`` odd)::
 
@@ -33,10 +33,11 @@ from .config import AttentionConfig
 from .local_sum import local_weighted_sum
 from .masks import local_window_mask, masked_softmax
 from .mhsa import MultiHeadSelfAttention
+from .options.ldsa import LDSAOptions
 from .registry import ATTENTION
 
 
-@ATTENTION.register("ldsa")
+@ATTENTION.register("ldsa", options=LDSAOptions)
 class LocalDenseSynthesizerAttention(EncoderAttention):
     """Multi-head LDSA (optionally followed by MHSA).
 

@@ -1,4 +1,4 @@
-"""The local weighted sum of LDSA, eq. (3) of seeds/000, in ``O(T c)`` memory.
+"""The local weighted sum of LDSA, eq. (3) of the multi-head LDSA (Xu et al. 2021), in ``O(T c)`` memory.
 
 ``Y[b, t, h] = sum_{j=0}^{c-1} W[b, t, h, j] * V[b, t + j - floor(c/2), h]`` with ``V`` zero outside
 ``0..T-1``.

@@ -1,6 +1,6 @@
-"""LSH / ALSH attention, seeds/002 section 3.2: each query attends to at most ``C`` keys that share its hash.
+"""LSH / ALSH attention, Wu et al. 2022, section 3.2: each query attends to at most ``C`` keys that share its hash.
 
-On shared-QK queries and keys (seeds/002 section 4: "We adopt the shared-QK attention for all the methods in
+On shared-QK queries and keys (Wu et al. 2022, section 4: "We adopt the shared-QK attention for all the methods in
 Sections 3.2 and 3.3"; keys ``k = q / ||q||`` per head, see :mod:`.shared_qk`), per head:
 
 1. Norm bound ``M = max ||x||`` over the frames the query may see (eq. 4's ``max_{x in X}``; ``X`` = the real
@@ -28,14 +28,14 @@ Sections 3.2 and 3.3"; keys ``k = q / ||q||`` per head, see :mod:`.shared_qk`), 
    concatenated, ``W_O``; computed as one fused ``scaled_dot_product_attention`` call with the selection
    scattered into a ``[B, h, T, T]`` mask (rows with no selected key give zeros).
 
-Steps 1-3 run without gradient (seeds/002 observation 4: "there is no gradient during hashing") and in float32
-(the seed hashes in 16-bit floats; float32 keeps ``M^2 - ||x||^2`` and ``1 - ||x||^2`` from rounding to noise,
+Steps 1-3 run without gradient (the paper's observation 4: "there is no gradient during hashing") and in float32
+(the paper hashes in 16-bit floats; float32 keeps ``M^2 - ||x||^2`` and ``1 - ||x||^2`` from rounding to noise,
 and selections the same under bf16 autocast); gradients
 reach ``W_Q`` through the scores and keys of step 4. Hashing is ``O(h T^2)`` (as Table 1's
 ``(HL + 2HL^2)/2`` term: each query's ``M`` enters every key code, so the codes are ``[B, h, T, T]``). Step 4 as
 masked dense attention is ``O(h T^2 d_k)`` rather than the ``O(h T C d_k)`` of gathering each query's keys, but
 the hashing already holds ``T x T`` tensors, and on CPU the gather (``T x C`` keys and values) was 15-20x slower
-than the fused kernel at ``T = 500`` (docs/attention.md, "Seed 002 Table 1 reproduced").
+than the fused kernel at ``T = 500`` (docs/attention.md, "Table 1 reproduced").
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from typing import ClassVar
 import torch
 
 from .config import AttentionConfig
+from .options.lsh import LSHOptions, SignALSHOptions
 from .registry import ATTENTION
 from .shared_qk import SharedQKAttention, self_mask
 
@@ -206,7 +207,7 @@ class LSHAttention(SharedQKAttention):
         return f"{super().extra_repr()}, num_keys={self.num_keys}, seed={self.seed}"
 
 
-@ATTENTION.register("lsh_sign_alsh")
+@ATTENTION.register("lsh_sign_alsh", options=SignALSHOptions)
 class SignALSHAttention(LSHAttention):
     """Sign-ALSH (Shrivastava & Li 2015), eqs. 4-6, with ``U = sign_alsh_u``, ``m = sign_alsh_m``."""
 
@@ -222,7 +223,7 @@ class SignALSHAttention(LSHAttention):
         )
 
 
-@ATTENTION.register("lsh_xbox")
+@ATTENTION.register("lsh_xbox", options=LSHOptions)
 class XBOXAttention(LSHAttention):
     """XBOX (Bachrach et al. 2014), eqs. 7-8."""
 
@@ -230,7 +231,7 @@ class XBOXAttention(LSHAttention):
         return xbox_query, xbox_key
 
 
-@ATTENTION.register("lsh_xbox_qnf")
+@ATTENTION.register("lsh_xbox_qnf", options=LSHOptions)
 class XBOXQNFAttention(LSHAttention):
     """XBOX with the query normalised first (QNF, Huang et al. 2018), eqs. 13-14."""
 
@@ -238,7 +239,7 @@ class XBOXQNFAttention(LSHAttention):
         return qnf_query, xbox_key
 
 
-@ATTENTION.register("lsh_simple")
+@ATTENTION.register("lsh_simple", options=LSHOptions)
 class SimpleLSHAttention(LSHAttention):
     """Simple LSH (Neyshabur & Srebro 2015), eqs. 9-10 (symmetric)."""
 
@@ -246,7 +247,7 @@ class SimpleLSHAttention(LSHAttention):
         return simple_lsh, simple_lsh
 
 
-@ATTENTION.register("lsh_simple_alsh")
+@ATTENTION.register("lsh_simple_alsh", options=LSHOptions)
 class SimpleALSHAttention(LSHAttention):
     """Simple ALSH (Neyshabur & Srebro 2015), eqs. 9, 11-12."""
 

@@ -4,7 +4,7 @@ rows with no allowed key.
 Conventions: a *padding mask* is bool ``[B, T]`` with True on real frames (None = no padding); an *allowed*
 mask is bool and broadcastable to the scores, True where a query may attend to a key.
 
-Chunk masks follow seeds/001's chunk section: frames are grouped into chunks of ``chunk_size``; a query in
+Chunk masks follow WeNet's chunk attention: frames are grouped into chunks of ``chunk_size``; a query in
 chunk ``q`` sees every key in chunks ``q - num_left_chunks .. q`` (all previous chunks when ``num_left_chunks
 == -1``), so training with the mask equals decoding chunk by chunk with a cache of the previous chunks. Full
 attention is the special case of one chunk as long as the sequence (``chunk_size == 0`` or ``>= T``).

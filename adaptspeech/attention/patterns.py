@@ -1,4 +1,4 @@
-"""The fixed attention patterns of seeds/002 (Fig. 2a) used to initialise the random synthesizer.
+"""The fixed attention patterns of Wu et al. 2022 (Fig. 2a) used to initialise the random synthesizer.
 
 The seed's 12 heads: five *diagonal* heads (the diagonal, shifted left by one and two, shifted right by one
 and two), one *increasing* and one *decreasing* head, and five *small random* heads. Here "shifted left by
@@ -9,11 +9,11 @@ L - j``).
 The patterns are attention *weights*; the synthesizer learns *logits* that go through a softmax, so we store
 ``log(max(P, floor))`` (``floor = 1e-4``): the softmax then reproduces ``P`` up to the floor (a one-hot
 diagonal keeps ~95% of the mass at ``T = 500`` frames) and every logit stays finite and trainable. Random
-heads are ``N(0, 0.02^2)`` logits (near-uniform attention), as the seed's "small random numbers".
+heads are ``N(0, 0.02^2)`` logits (near-uniform attention), as the paper's "small random numbers".
 
-Other head counts (the seed only shows 12): for ``h < 12`` head ``k`` takes entry ``floor(k * 12 / h)`` of the
+Other head counts (the paper only shows 12): for ``h < 12`` head ``k`` takes entry ``floor(k * 12 / h)`` of the
 12-head layout, an even subsample that keeps each family's share (4 heads: diagonal, right 1, decreasing,
-random); for ``h > 12`` the first 12 heads follow the seed and the extra heads are small random.
+random); for ``h > 12`` the first 12 heads follow the paper and the extra heads are small random.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import math
 
 import torch
 
-#: the seed's 12-head layout (Fig. 2a, left to right).
+#: the paper's 12-head layout (Fig. 2a, left to right).
 SEED_LAYOUT: tuple[str, ...] = (
     "diagonal",
     "shift_left_1",
@@ -75,7 +75,7 @@ def pattern_weights(name: str, length: int) -> torch.Tensor:
 
 
 def fixed_pattern_logits(num_heads: int, length: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Logits ``[h, L, L]`` whose softmax over keys gives the seed's patterns (random heads: small random)."""
+    """Logits ``[h, L, L]`` whose softmax over keys gives the paper's patterns (random heads: small random)."""
     logits = torch.empty(num_heads, length, length)
     floor = math.log(PATTERN_FLOOR)
     for head, name in enumerate(fixed_pattern_layout(num_heads)):

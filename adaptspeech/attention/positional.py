@@ -1,4 +1,5 @@
-"""Relative sinusoidal position embeddings and the ``rel_shift`` trick of seeds/001 (Transformer-XL, wenet).
+"""Relative sinusoidal position embeddings and the ``rel_shift`` trick of Transformer-XL (Dai et al. 2019), as WeNet
+implements it.
 
 Ordering. The table holds the embeddings ``R_r`` of relative positions ``r = T-1, T-2, ..., 0, ..., -(T-1)``
 (``2T-1`` rows; ``r = i - j`` is the query position minus the key position), as in Transformer-XL, ESPnet and
@@ -84,7 +85,7 @@ def relative_scores(scores: torch.Tensor, num_keys: int) -> torch.Tensor:
 
 
 def relative_scores_prepadded(padded: torch.Tensor, num_keys: int) -> torch.Tensor:
-    """The views of :func:`rel_shift` on a matrix that already carries the seed's zero first column.
+    """The views of :func:`rel_shift` on a matrix that already carries WeNet's zero first column.
 
     ``[..., C, 2L]`` (column 0 all zeros) -> ``[..., C, L]``, a view: no copy. ``relative_scores(x, L)`` equals
     ``relative_scores_prepadded(F.pad(x, (1, 0)), L)``; ``rel_pos`` gets the padded matrix for free by giving the

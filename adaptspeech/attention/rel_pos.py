@@ -1,12 +1,13 @@
-"""``rel_pos``: Transformer-XL relative-position self-attention (seeds/001), with chunk (streaming) masks.
+"""``rel_pos``: Transformer-XL relative-position self-attention (Dai et al. 2019, as WeNet implements it), with chunk
+(streaming) masks.
 
 Scores, per head, with ``q_i, k_j`` the projected query / key, ``p_r = W_pos R_r`` the projected sinusoid of
 the relative position ``r = i - j`` and the learnable biases ``u = pos_bias_u``, ``v = pos_bias_v``::
 
-    A_ij = ((q_i + u) . k_j + (q_i + v) . p_{i-j}) / sqrt(d_k)        (terms (ac) + (bd) of the seed)
+    A_ij = ((q_i + u) . k_j + (q_i + v) . p_{i-j}) / sqrt(d_k)        (terms (ac) + (bd) of Transformer-XL)
 
 The ``(bd)`` term is one matrix product with all ``2T-1`` positions followed by :func:`~.positional.rel_shift`
-(pad and reshape), exactly as the seed and transformers' ``Wav2Vec2ConformerSelfAttention`` compute it. Names
+(pad and reshape), exactly as WeNet and transformers' ``Wav2Vec2ConformerSelfAttention`` compute it. Names
 and shapes match that module (``linear_q/k/v/out``, ``linear_pos`` without bias, ``pos_bias_u/v``
 ``[h, d_k]``), so wav2vec2-conformer rel-pos checkpoints load unchanged and the outputs agree to float
 rounding.
@@ -16,7 +17,7 @@ seed's zero column is put into the position matrix (one zero row, ``O(T D)``) in
 ``T x 2T`` score matrix to pad it, the ``1/sqrt(d_k)`` scale is folded into ``q + v``, and one ``baddbmm``
 computes the content scores and adds the position scores in the same pass.
 
-Memory (issue 16): the full path holds ``h x T x T`` content and position scores and their gradients (3.2 GB for
+Memory: the full path holds ``h x T x T`` content and position scores and their gradients (3.2 GB for
 one width-768 layer's forward + backward at T = 4000, as transformers' module). Above
 ``attention.memory_efficient_threshold`` frames (or always with ``attention.memory_efficient: true``) the same
 equations are computed in blocks of ``attention.query_block_size`` queries by
@@ -36,6 +37,7 @@ from .base import EncoderAttention
 from .blockwise import blockwise_relative_attention
 from .config import AttentionConfig
 from .masks import masked_softmax
+from .options.rel_pos import RelPosOptions
 from .positional import RelativePositionTable, relative_scores_prepadded
 from .registry import ATTENTION
 
@@ -44,7 +46,7 @@ from .registry import ATTENTION
 ChunkCache = tuple[torch.Tensor, torch.Tensor]
 
 
-@ATTENTION.register("rel_pos")
+@ATTENTION.register("rel_pos", options=RelPosOptions)
 class RelPositionSelfAttention(EncoderAttention):
     """Multi-head self-attention with Transformer-XL relative positions and optional chunk masks.
 
@@ -191,7 +193,7 @@ class RelPositionSelfAttention(EncoderAttention):
 
     # --- streaming ------------------------------------------------------------------------------------------
     def forward_chunk(self, chunk: torch.Tensor, cache: ChunkCache | None = None) -> tuple[torch.Tensor, ChunkCache]:
-        """Streaming decoding, one chunk at a time (seeds/001, chunk section): ``C`` queries attend to the
+        """Streaming decoding, one chunk at a time (WeNet's chunk attention): ``C`` queries attend to the
         ``M`` cached keys of the previous chunks and to their own chunk, with the chunk form of ``rel_shift``
         (``C x (2L-1)`` scores, ``L = M + C``, first ``L`` columns kept).
 

@@ -1,7 +1,7 @@
-"""Shared-QK attention, seeds/002 Table 1 "Baseline (Q)" (Reformer, Kitaev et al. 2020, section 2.2).
+"""Shared-QK attention, "Baseline (Q)" of Wu et al. 2022, Table 1 (Reformer, Kitaev et al. 2020, section 2.2).
 
 One projection ``W_Q`` gives the queries; the keys are the same vectors normalised per head,
-``k_j = q_j / ||q_j||``, so ``A_ij = q_i . k_j / sqrt(d_k)`` (seeds/002 eq. 1 with tied ``Q`` and ``K``). As in
+``k_j = q_j / ||q_j||``, so ``A_ij = q_i . k_j / sqrt(d_k)`` (the paper's eq. 1 with tied ``Q`` and ``K``). As in
 Reformer, a token does not attend to itself (``q_i . k_i`` would dominate its row) unless it must: when no other
 key is allowed (padding, chunk masks, or for the sparse / LSH kinds their patterns), the token attends to itself.
 
@@ -9,7 +9,7 @@ The attention is one call of PyTorch's fused ``scaled_dot_product_attention`` wi
 key but the own one, unless it is the only one" (:func:`exclude_self`), so it runs on the same fused kernels as
 ``mhsa`` instead of materialising the ``T x T`` scores and weights itself.
 
-seeds/002 section 4 uses shared-QK attention for every LSH (section 3.2) and sparse (section 3.3) kind, so
+Wu et al. 2022, section 4, uses shared-QK attention for every LSH (section 3.2) and sparse (section 3.3) kind, so
 :class:`SharedQKAttention` is also their base class (its :meth:`~SharedQKAttention.queries_and_keys`,
 :func:`exclude_self` and :func:`self_mask` serve them).
 """

@@ -1,6 +1,6 @@
-"""Sparse Transformer attention patterns (Child et al. 2019), seeds/002 section 3.3, Fig. 1b/1c, eq. 15.
+"""Sparse Transformer attention patterns (Child et al. 2019), Wu et al. 2022, section 3.3, Fig. 1b/1c, eq. 15.
 
-Shared-QK queries and keys (seeds/002 section 4, see :mod:`.shared_qk`); with stride / block length ``l =
+Shared-QK queries and keys (Wu et al. 2022, section 4, see :mod:`.shared_qk`); with stride / block length ``l =
 sparse_block_size``, the heads are split between two patterns (the first ``ceil(h/2)`` heads take the first,
 the others the second; Sparse Transformer's "one head per pattern" arrangement):
 
@@ -43,6 +43,7 @@ import torch
 
 from .config import AttentionConfig
 from .masks import fill_empty_rows
+from .options.sparse import FixedSparseOptions, SparseOptions
 from .registry import ATTENTION
 from .shared_qk import SharedQKAttention, exclude_self
 
@@ -258,7 +259,7 @@ class SparseAttention(SharedQKAttention):
         return f"{super().extra_repr()}, block_size={self.block_size}"
 
 
-@ATTENTION.register("sparse_strided")
+@ATTENTION.register("sparse_strided", options=SparseOptions)
 class StridedSparseAttention(SparseAttention):
     """Strided pattern (Fig. 1b), bidirectional: local ``|i - j| < l``, strided ``(i - j) mod l = 0``."""
 
@@ -274,7 +275,7 @@ class StridedSparseAttention(SparseAttention):
         return (queries - keys).abs() < self.block_size
 
 
-@ATTENTION.register("sparse_fixed")
+@ATTENTION.register("sparse_fixed", options=FixedSparseOptions)
 class FixedSparseAttention(SparseAttention):
     """Fixed pattern (Fig. 1c), bidirectional: own block, and the last ``c = sparse_summary`` frames of every
     block."""

@@ -1,14 +1,15 @@
-"""Synthesizer attention (seeds/002 section 3.4): attention weights synthesised without query-key products.
+"""Synthesizer attention (Wu et al. 2022, section 3.4, after Tay et al. 2021): attention weights synthesised without
+query-key products.
 
 ``synthesizer_dense`` (eq. 16), per head ``i``: ``A^i = F^i(X) = W2^i(ReLU(W1^i X + b1^i)) + b2^i`` with
 ``W1^i: D -> N`` and ``W2^i: N -> L`` (``L = synthesizer_max_len``), so each frame produces its own row of
-logits over up to ``L`` key positions: the seed's "SYN. (Dense+M)". ``synthesizer_dense_shared``
+logits over up to ``L`` key positions: the paper's "SYN. (Dense+M)". ``synthesizer_dense_shared``
 (:mod:`.synthesizer_dense_shared`) is "SYN. (Dense)": one ``F`` whose weights all heads share.
 
 ``synthesizer_random``: ``A`` is a learnable ``[h, L, L]`` matrix, independent of the input and shared by the
-batch (the seed's "SYN. (Random)"). With ``synthesizer_init="fixed_patterns"`` it starts from the seed's Fig.
+batch (the paper's "SYN. (Random)"). With ``synthesizer_init="fixed_patterns"`` it starts from the paper's Fig.
     2a
-patterns (see :mod:`.patterns`), the seed's own proposal, and ``synthesizer_freeze=True`` keeps those weights
+patterns (see :mod:`.patterns`), the paper's own proposal, and ``synthesizer_freeze=True`` keeps those weights
 fixed (a buffer, not a parameter).
 
 Both: the logits are cropped to the sequence (``[h, T, T]``), masked (padded keys, chunk masks), softmaxed
@@ -26,6 +27,7 @@ from torch import nn
 from .base import EncoderAttention, linear_uniform_
 from .config import AttentionConfig
 from .masks import masked_softmax
+from .options.synthesizer import DenseSynthesizerOptions, RandomSynthesizerOptions
 from .patterns import RANDOM_STD, fixed_pattern_logits
 from .registry import ATTENTION
 
@@ -72,13 +74,13 @@ class SynthesizerAttention(EncoderAttention):
         return f"{super().extra_repr()}, max_len={self.max_len}"
 
 
-@ATTENTION.register("synthesizer_dense")
+@ATTENTION.register("synthesizer_dense", options=DenseSynthesizerOptions)
 class DenseSynthesizerAttention(SynthesizerAttention):
     """Dense synthesizer, eq. (16) per head: ``dense1`` is ``W1`` of all heads (``D -> h N``),
     ``dense2_weight`` ``[h, N, L]`` and ``dense2_bias`` ``[h, L]`` are ``W2``, ``b2``; only the first ``T``
     columns are computed.
 
-    This per-head version is the seed's "SYN. (Dense+M)" (Table 1: ``2HLN + 2HL^2``); the subclass with
+    This per-head version is the paper's "SYN. (Dense+M)" (Table 1: ``2HLN + 2HL^2``); the subclass with
     :attr:`shared_logits` set (``synthesizer_dense_shared``) is "SYN. (Dense)" (``2LN + 2L^2``).
     """
 
@@ -106,7 +108,7 @@ class DenseSynthesizerAttention(SynthesizerAttention):
         return logits + self.dense2_bias[None, :, None, :frames]  # [B, h or 1, T, T]
 
 
-@ATTENTION.register("synthesizer_random")
+@ATTENTION.register("synthesizer_random", options=RandomSynthesizerOptions)
 class RandomSynthesizerAttention(SynthesizerAttention):
     """Random synthesizer: input-independent logits ``attention_logits`` ``[h, L, L]`` (a buffer when
     frozen)."""
@@ -122,7 +124,7 @@ class RandomSynthesizerAttention(SynthesizerAttention):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Small random logits, or the seed's fixed patterns (``synthesizer_init="fixed_patterns"``)."""
+        """Small random logits, or the paper's fixed patterns (``synthesizer_init="fixed_patterns"``)."""
         with torch.no_grad():
             if self.pattern_init == "fixed_patterns":
                 self.logits.copy_(fixed_pattern_logits(self.num_heads, self.max_len))

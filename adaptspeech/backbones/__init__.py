@@ -1,6 +1,6 @@
 """Backbone specs: HF wav2vec2 (both layer-norm variants), wav2vec2-conformer, and a from-scratch fbank Conformer."""
 
-from .base import BACKBONES, BackboneSpec, get_backbone_spec
+from .base import BACKBONES, BackboneSpec, backbone_type_of_model_type, get_backbone_spec
 from .conformer import Wav2Vec2ConformerSpec
 from .fbank_conformer import FbankConformerConfig, FbankConformerModel, FbankConformerSpec
 from .wav2vec2 import Wav2Vec2Spec
@@ -13,5 +13,6 @@ __all__ = [
     "FbankConformerSpec",
     "Wav2Vec2ConformerSpec",
     "Wav2Vec2Spec",
+    "backbone_type_of_model_type",
     "get_backbone_spec",
 ]

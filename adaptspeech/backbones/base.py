@@ -103,3 +103,13 @@ BACKBONES: Registry[type[BackboneSpec]] = Registry("backbone")
 def get_backbone_spec(name: str) -> BackboneSpec:
     """Instantiate the registered spec ``name``."""
     return BACKBONES.get(name)()
+
+
+def backbone_type_of_model_type(model_type: str, origin: str = "the checkpoint") -> str:
+    """The registered backbone whose HF config has ``model_type`` (ValueError naming ``origin`` and the supported
+    model types otherwise)."""
+    for name in BACKBONES.names():
+        if BACKBONES.get(name).model_type == model_type:
+            return name
+    supported = ", ".join(BACKBONES.get(name).model_type for name in BACKBONES.names())
+    raise ValueError(f"{origin}: model_type {model_type!r} is not a supported backbone; supported: {supported}")

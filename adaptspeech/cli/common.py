@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from ..decoding.registry import DECODING_METHODS, decoders_for, method_names
+from ..heads import HEADS, head_with_outputs, model_outputs
 
 PROG = "adaptspeech"
 
@@ -77,18 +78,8 @@ def _float_range(text: str) -> tuple[float, float]:
 
 # ---- shared helpers of the model commands ----------------------------------------------------------------
 
-DECODING_CHOICES = ("ctc_greedy", "ctc_beam", "attention_greedy", "attention_beam", "joint")
-"""``adaptspeech.decoding.DECODING_METHODS.names()``, spelled out so that ``--help`` does not import torch."""
-_METHOD_NEEDS: dict[str, tuple[str, ...]] = {
-    "ctc_greedy": ("ctc",),
-    "ctc_beam": ("ctc",),
-    "attention_greedy": ("las",),
-    "attention_beam": ("las",),
-    "joint": ("ctc", "las"),
-}
-"""The output layers each decoding method reads: ``ctc`` (a CTC head), ``las`` (an attention decoder)."""
-_LAYER_NAMES = {"ctc": "a CTC head", "las": "an attention (LAS) head"}
-_BEAM_METHODS = ("ctc_beam", "attention_beam", "joint")
+DECODING_CHOICES: tuple[str, ...] = method_names()
+"""The decoding methods ``--method`` accepts (:data:`~adaptspeech.decoding.registry.DECODING_METHODS`)."""
 
 
 def _split_list(text: str | None) -> list[str]:
@@ -117,19 +108,14 @@ def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _supported_methods(model: Any) -> tuple[str, tuple[str, ...]]:
+def _supported_methods(model: Any) -> tuple[str | None, tuple[str, ...]]:
     """``(default method, methods the model can decode with)``: from the head registry for a registered head, else
-    from the output layers the model has."""
+    from the output layers the model has (the default: that of the registered head with the same layers)."""
     head = getattr(getattr(model, "config", None), "head", None)
-    try:
-        from ..heads import get_head
-
-        spec = get_head(head)
-    except (ImportError, KeyError, TypeError, ValueError):
-        layers = {name for name in ("ctc", "las") if getattr(model, f"{name}_head", None) is not None}
-        methods = tuple(m for m, needs in _METHOD_NEEDS.items() if set(needs) <= layers)
-        return ("ctc_greedy" if "ctc" in layers else "attention_beam"), methods
-    return spec.default_decoder, tuple(spec.decoders)
+    spec = HEADS.get(head) if isinstance(head, str) and head in HEADS else None
+    outputs = spec.outputs if spec is not None else model_outputs(model)
+    default = spec or head_with_outputs(outputs)
+    return (default.default_decoder if default is not None else None), decoders_for(outputs)
 
 
 def _decoding_options(args: argparse.Namespace, model: Any) -> tuple[str, dict[str, float | int]]:
@@ -143,19 +129,22 @@ def _decoding_options(args: argparse.Namespace, model: Any) -> tuple[str, dict[s
     method = args.method or default
     if method not in supported:
         head = getattr(getattr(model, "config", None), "head", "?")
-        needs = " and ".join(_LAYER_NAMES[layer] for layer in _METHOD_NEEDS.get(method, ()))
+        needs = DECODING_METHODS.get(method).needs if method in DECODING_METHODS else ""
         raise CommandError(
             f"--method {method} needs {needs or 'a decoder this model lacks'}; this model has head={head!r}, "
             f"which supports: {', '.join(supported) or '(no decoding method)'}"
         )
+    decoder = DECODING_METHODS.get(method)
     options: dict[str, float | int] = {}
     if args.beam_size is not None:
-        if method not in _BEAM_METHODS:
-            raise CommandError(f"--beam-size applies to {', '.join(_BEAM_METHODS)}, not to --method {method}")
+        if not decoder.beam:
+            beams = [name for name in method_names() if DECODING_METHODS.get(name).beam]
+            raise CommandError(f"--beam-size applies to {', '.join(beams)}, not to --method {method}")
         options["beam_size"] = args.beam_size
     if args.ctc_weight is not None:
-        if method != "joint":
-            raise CommandError(f"--ctc-weight applies to --method joint, not to --method {method}")
+        if "ctc_weight" not in decoder.options:
+            weighted = [name for name in method_names() if "ctc_weight" in DECODING_METHODS.get(name).options]
+            raise CommandError(f"--ctc-weight applies to --method {', '.join(weighted)}, not to --method {method}")
         if not 0.0 <= args.ctc_weight <= 1.0:
             raise CommandError(f"--ctc-weight must be between 0 and 1, got {args.ctc_weight}")
         options["ctc_weight"] = args.ctc_weight
@@ -263,7 +252,7 @@ def _lm_decoder(
             if getattr(args, name, None) is not None:
                 raise CommandError(f"--{name} applies with --lm")
         return None, options
-    if method not in ("ctc_greedy", "ctc_beam") or getattr(model, "ctc_head", None) is None:
+    if not DECODING_METHODS.get(method).ctc_only or getattr(model, "ctc_head", None) is None:
         raise CommandError(f"--lm decodes the CTC output: it needs a CTC head and --method ctc_beam, not {method}")
     from ..lm.decoder import LMDecoder, build_decoder
 
@@ -274,25 +263,3 @@ def _lm_decoder(
     beam = int(options.pop("beam_size", 32))
     return LMDecoder(decoder, beam_width=beam, hotwords=_split_list(args.hotwords) or None,
                      hotword_weight=args.hotword_weight), options
-
-
-@contextlib.contextmanager
-def library_progress_bars(enabled: bool) -> Iterator[None]:
-    """``--no-progress`` (or a recipe's ``progress: false``) also hides the bars ``datasets`` (filter, map) and
-    ``transformers`` (weight loading) draw; their previous state is restored afterwards."""
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    if enabled:
-        yield
-        return
-    had_datasets, had_hf = datasets.is_progress_bar_enabled(), hf_logging.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if had_datasets:
-            datasets.enable_progress_bars()
-        if had_hf:
-            hf_logging.enable_progress_bar()

@@ -88,7 +88,8 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from ..lm.decoder import LMDecoder, build_decoder, save_processor_with_lm
+    from ..lm.decoder import LMDecoder, build_decoder
+    from ..lm.processor import save_processor_with_lm
     from ..lm.tune import dev_log_probs, grid_search
     from ..training.stage import load_prepared
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..data.feature_types import DEFAULT_FEATURE_TYPE, FEATURE_TYPES
 from .common import _float_range, _positive_float, _positive_int
 
 # ---- prepare -------------------------------------------------------------------------------------------
@@ -57,7 +58,8 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
         "--splits", default="train,dev,test", help="comma-separated splits; the first builds the vocabulary"
     )
     cv.add_argument(
-        "--feature-type", choices=("waveform", "fbank"), default="waveform", help="model input (default waveform)"
+        "--feature-type", choices=FEATURE_TYPES.names(), default=DEFAULT_FEATURE_TYPE,
+        help=f"model input (default {DEFAULT_FEATURE_TYPE})",
     )
     cv.add_argument("--per-language-vocab", action="store_true", help="one vocabulary per language (nested, MMS-style)")
     cv.add_argument("--train-subset", default=None, help="low-resource budget per language, e.g. 30min, 1h, 200utt")
@@ -101,7 +103,7 @@ def _run_prepare_synthetic(args: argparse.Namespace) -> int:
 
 
 def _run_prepare_common_voice(args: argparse.Namespace) -> int:
-    from ..data.pipeline import prepare_corpus
+    from ..data.prepared_corpus import prepare_corpus
 
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
     result = prepare_corpus(

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import PROG, CommandError, _positive_int, _process_rank, library_progress_bars
+from ..progress import library_progress_bars
+from .common import PROG, CommandError, _positive_int, _process_rank
 
 # ---- train ---------------------------------------------------------------------------------------------------
 

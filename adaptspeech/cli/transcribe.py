@@ -175,9 +175,8 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
 
 
 def _run_transcribe(args: argparse.Namespace) -> int:
-    from ..data import BadClipError, feature_type_of, load_audio
-    from ..evaluation import feature_type_of_model
-    from ..heads import CTC_DECODERS
+    from ..data import BadClipError, feature_type_of, feature_type_of_model, load_audio
+    from ..decoding.registry import DECODING_METHODS
     from ..inference.transcriber import transcribe
 
     device = _resolve_device(args.device)
@@ -188,18 +187,21 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             "preprocessor_config.json); folders written by `adaptspeech train` have one"
         )
     _check_vocabulary(model, processor, args.model)
-    if feature_type_of(processor.feature_extractor) == "fbank" and feature_type_of_model(model) == "waveform":
-        raise CommandError(f"--model {args.model}: the processor makes fbank features but the model reads waveforms")
+    made, read = feature_type_of(processor.feature_extractor), feature_type_of_model(model)
+    if made != read:
+        raise CommandError(f"--model {args.model}: the processor makes {made} features but the model reads {read} ones")
     lang_ids = _model_language(model, args.language, args.model)
     method, options = _decoding_options(args, model)
     lm_decoder, options = _lm_decoder(args, model, processor, method, options)
-    chunked_ctc = method in CTC_DECODERS or lm_decoder is not None
+    decoder = DECODING_METHODS.get(method)
+    chunked_ctc = decoder.ctc_only or lm_decoder is not None
     if chunked_ctc and args.chunk_length <= 2 * args.stride_length:
         raise CommandError(
             f"--chunk-length {args.chunk_length:g} must be longer than twice --stride-length {args.stride_length:g}"
         )
-    if args.timestamps is not None and method != "ctc_greedy" and lm_decoder is None:
-        raise CommandError(f"--timestamps needs --method ctc_greedy (the best CTC path) or --lm, not --method {method}")
+    if args.timestamps is not None and not decoder.best_path and lm_decoder is None:
+        best = ", ".join(name for name in DECODING_METHODS if DECODING_METHODS.get(name).best_path)
+        raise CommandError(f"--timestamps needs --method {best} (the best CTC path) or --lm, not --method {method}")
     if not chunked_ctc and args.cut_by == "ctc_blank" and getattr(model, "ctc_head", None) is None:
         raise CommandError(f"--cut-by ctc_blank needs a CTC head; this model has head={model.config.head!r}: use "
                            "--cut-by energy")

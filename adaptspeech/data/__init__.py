@@ -7,8 +7,10 @@ See ``docs/data.md`` for usage, the normalisation policy, the skip report and th
 from .audio import BadClipError, load_audio, log_mel, mel_filterbank, num_frames
 from .collator import IGNORE_INDEX, DataCollatorCTCWithPadding
 from .common_voice import CV_COLUMNS, CV_SPLITS, load_common_voice, prepare_dataset, read_tsv
-from .features import extract_features, feature_type_of
-from .pipeline import PreparedCorpus, prepare_corpus
+from .feature_types import FEATURE_TYPES, FeatureType, feature_type_of, feature_type_of_model
+from .features import extract_features
+from .prepared_corpus import PreparedCorpus, prepare_corpus
+from .processor import build_processor
 from .report import SKIP_REASONS, SkippedClip, SkipReport
 from .subsets import (
     SubsetSize,
@@ -20,17 +22,19 @@ from .subsets import (
     temperature_mix,
 )
 from .synthetic import DEFAULT_LANGUAGES, SyntheticConfig, build_synthetic_corpus, supported_languages
-from .text import SPECIAL_TOKENS, build_processor, build_vocab, count_oov, normalize_text
+from .text import SPECIAL_TOKENS, build_vocab, count_oov, normalize_text
 
 __all__ = [
     "CV_COLUMNS",
     "CV_SPLITS",
     "DEFAULT_LANGUAGES",
+    "FEATURE_TYPES",
     "IGNORE_INDEX",
     "SKIP_REASONS",
     "SPECIAL_TOKENS",
     "BadClipError",
     "DataCollatorCTCWithPadding",
+    "FeatureType",
     "PreparedCorpus",
     "SkipReport",
     "SkippedClip",
@@ -43,6 +47,7 @@ __all__ = [
     "count_oov",
     "extract_features",
     "feature_type_of",
+    "feature_type_of_model",
     "language_sampling_probabilities",
     "load_audio",
     "load_common_voice",

@@ -247,6 +247,25 @@ def num_frames(num_samples: int, sr: int = 16000, win_ms: float = 25.0, hop_ms: 
     return 1 + max(num_samples - win, 0) // hop
 
 
+def digital_silence(samples: np.ndarray, sr: int = 16000) -> np.ndarray:
+    """``[S]`` bool: samples inside a run of exact zeros at least one :func:`log_mel` window long (25 ms, 400 samples
+    at 16 kHz): digital silence (muted stretches, zero padding, clips joined by zeros), which a recorded utterance
+    never holds.
+
+    Args:
+        samples: ``[S]`` float samples.
+        sr: their sampling rate.
+    """
+    zero = np.concatenate([[False], np.asarray(samples) == 0, [False]])
+    edges = np.flatnonzero(np.diff(zero.astype(np.int8)))
+    starts, ends = edges[::2], edges[1::2]  # runs of zeros [start, end)
+    long = ends - starts >= frame_params(sr)[0]
+    marks = np.zeros(len(samples) + 1, dtype=np.int64)
+    np.add.at(marks, starts[long], 1)
+    np.add.at(marks, ends[long], -1)
+    return np.cumsum(marks[:-1]) > 0
+
+
 @lru_cache(maxsize=16)
 def mel_filterbank(
     n_mels: int = 80, sr: int = 16000, n_fft: int = 512, f_min: float = 20.0, f_max: float | None = None
@@ -290,7 +309,7 @@ def log_mel(
     a clip shorter than one window is zero-padded to one frame), a periodic Hann window, the power
     spectrum of an ``n_fft``-point real FFT (``n_fft`` the next power of two >= the window, 512 at 16 kHz),
     :func:`mel_filterbank`, then ``log(max(energy, eps))``. No dither, pre-emphasis or normalisation
-    (the data preparation normalises per utterance, see ``features.py``).
+    (the data preparation normalises per utterance, see :func:`~adaptspeech.data.feature_types.normalize_utterance`).
 
     Args:
         waveform (`np.ndarray` or `torch.Tensor`): ``[S]`` or ``[B, S]`` float samples.

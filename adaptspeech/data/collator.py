@@ -9,8 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .features import INPUT_KEYS, extract_features
-from .text import FEATURE_TYPES
+from .feature_types import DEFAULT_FEATURE_TYPE, FEATURE_TYPES
 
 IGNORE_INDEX = -100
 
@@ -23,7 +22,8 @@ class DataCollatorCTCWithPadding:
         processor: the ``Wav2Vec2Processor`` (its tokenizer gives the ``[PAD]``, ``<s>`` and ``</s>`` ids, its
             feature extractor the padding value and, for on-the-fly fbank, the rate and ``n_mels``).
         language_to_id (`dict[str, int]`, *optional*): maps each row's ``language`` to the id in ``lang_ids``.
-        feature_type (`str`, defaults to ``"waveform"``): ``"waveform"`` pads ``input_values``; ``"fbank"``
+        feature_type (`str`, defaults to ``"waveform"``): the model's feature type (a name in
+            :data:`~adaptspeech.data.feature_types.FEATURE_TYPES`): ``"waveform"`` pads ``input_values``; ``"fbank"``
             pads ``input_features`` (computed on the fly from ``input_values`` when a row has only those).
         add_decoder_targets (`bool`, defaults to `False`): also build the attention decoder's inputs/targets.
         pad_to_multiple_of (`int`, *optional*): round the input length up to a multiple of this.
@@ -41,33 +41,21 @@ class DataCollatorCTCWithPadding:
 
     processor: Any
     language_to_id: Mapping[str, int] | None = None
-    feature_type: str = "waveform"
+    feature_type: str = DEFAULT_FEATURE_TYPE
     add_decoder_targets: bool = False
     pad_to_multiple_of: int | None = None
 
     def __post_init__(self) -> None:
-        if self.feature_type not in FEATURE_TYPES:
-            raise ValueError(
-                f"feature_type: unknown value {self.feature_type!r}; allowed values: {', '.join(FEATURE_TYPES)}"
-            )
+        FEATURE_TYPES.check(self.feature_type, "feature_type")
         tokenizer = self.processor.tokenizer
         if self.add_decoder_targets and (tokenizer.bos_token_id is None or tokenizer.eos_token_id is None):
             raise ValueError("add_decoder_targets needs a tokenizer with <s> and </s> tokens (see build_processor)")
 
-    def _inputs(self, row: Mapping[str, Any]) -> np.ndarray:
-        key = INPUT_KEYS[self.feature_type]
-        if key in row:
-            return np.asarray(row[key], dtype=np.float32)
-        if self.feature_type == "fbank" and "input_values" in row:
-            extractor = self.processor.feature_extractor
-            fbank_view = _FbankView(extractor)
-            return extract_features(np.asarray(row["input_values"], dtype=np.float32), fbank_view)[1]
-        raise KeyError(f"a row for feature_type={self.feature_type!r} needs {key!r}; it has {', '.join(row)}")
-
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         if not features:
             raise ValueError("cannot collate an empty batch")
-        inputs = [self._inputs(row) for row in features]
+        kind = FEATURE_TYPES.get(self.feature_type).from_extractor(self.processor.feature_extractor)
+        inputs = [kind.collate_input(row) for row in features]
         lengths = [x.shape[0] for x in inputs]
         longest = max(lengths)
         if self.pad_to_multiple_of:
@@ -79,7 +67,7 @@ class DataCollatorCTCWithPadding:
             padded[i, : x.shape[0]] = x
             mask[i, : x.shape[0]] = True
         batch: dict[str, torch.Tensor] = {
-            INPUT_KEYS[self.feature_type]: torch.from_numpy(padded),
+            kind.input_name: torch.from_numpy(padded),
             "attention_mask": torch.from_numpy(mask),
         }
         if "labels" in features[0]:
@@ -103,17 +91,6 @@ class DataCollatorCTCWithPadding:
                 f"allowed values: {', '.join(self.language_to_id)}"
             )
         return int(self.language_to_id[language])
-
-
-class _FbankView:
-    """The feature extractor seen as an fbank one (for rows that carry waveforms only)."""
-
-    feature_type = "fbank"
-
-    def __init__(self, extractor: Any) -> None:
-        self.sampling_rate = extractor.sampling_rate
-        self.do_normalize = getattr(extractor, "do_normalize", True)
-        self.n_mels = getattr(extractor, "n_mels", 80)
 
 
 def _pad(sequences: Sequence[Sequence[int]], value: int) -> torch.Tensor:

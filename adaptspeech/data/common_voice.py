@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from datasets import Array2D, Audio, Dataset, DatasetDict, Features, List, Value, concatenate_datasets
+from datasets import Audio, Dataset, DatasetDict, Features, List, Value, concatenate_datasets
 
 from .audio import DEFAULT_SILENCE_THRESHOLD, BadClipError, load_audio
-from .features import INPUT_KEYS, extract_features, feature_type_of
+from .feature_types import FeatureType
 from .report import DIGITS, EMPTY_SENTENCE, TOO_SHORT, SkipReport
 from .text import count_oov, normalize_text
 
@@ -343,8 +343,8 @@ class _Preparer:
             torch.set_num_threads(threads)
 
     def _prepare(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        fe = self.processor.feature_extractor
-        input_key = INPUT_KEYS[feature_type_of(fe)]
+        features_of = FeatureType.of(self.processor.feature_extractor)
+        input_key = features_of.input_name
         out: dict[str, list[Any]] = {
             k: []
             for k in (input_key, "labels", "input_length", "duration", "text", "_skip_reason", "_skip_detail", "_oov")
@@ -380,10 +380,10 @@ class _Preparer:
                     detail = f"{frames} encoder frames for {len(labels)} labels with {repeats} repeats"
                 else:
                     oov = "".join(c * n for c, n in count_oov(text, tokenizer.encoder).items())
-                    _, features = extract_features(wave, fe)
+                    features = features_of.extract(wave)
             if reason:
                 labels, wave = [], wave[:0]
-                features = np.zeros((0,) if input_key == "input_values" else (0, int(fe.n_mels)), np.float32)
+                features = features_of.empty()
             out[input_key].append(features)
             out["labels"].append(labels)
             out["input_length"].append(len(features))
@@ -426,7 +426,8 @@ def prepare_dataset(
             per-language (nested) vocabulary each row is tokenised with its language's vocabulary.
         max_seconds (`float`, *optional*, defaults to 20.0): longest clip kept.
         encoder_stride (`int`, *optional*): samples per encoder output frame; default 320 (wav2vec2's
-            20 ms) for ``waveform`` and 640 (10 ms fbank hop, two stride-2 convolutions) for ``fbank``.
+            20 ms) for ``waveform`` and 640 (10 ms fbank hop, two stride-2 convolutions) for ``fbank``: the feature
+            type's ``encoder_stride``.
         num_proc, batch_size: passed to ``Dataset.map``.
         cache_dir: write the prepared arrays under this folder instead of keeping them in memory.
         report_path: also write the :class:`SkipReport` there as JSON.
@@ -437,7 +438,7 @@ def prepare_dataset(
         ``text`` (normalised sentence), plus ``path``, ``sentence``, ``client_id``, ``language``.
     """
     if encoder_stride is None:
-        encoder_stride = 320 if feature_type_of(processor.feature_extractor) == "waveform" else 640
+        encoder_stride = FeatureType.of(processor.feature_extractor).encoder_stride
     if encoder_stride < 1:
         raise ValueError(f"encoder_stride must be >= 1, got {encoder_stride}")
     if max_seconds is not None and not max_seconds > 0:
@@ -517,12 +518,9 @@ def _check_languages(splits: dict[str, Dataset] | DatasetDict, tokenizer: Any) -
 
 
 def _prepared_features(feature_extractor: Any) -> Features:
-    feature_type = feature_type_of(feature_extractor)
+    features = FeatureType.of(feature_extractor)
     spec: dict[str, Any] = {name: Value("string") for name in _KEPT_COLUMNS}
-    if feature_type == "waveform":
-        spec["input_values"] = List(Value("float32"))
-    else:
-        spec["input_features"] = Array2D(shape=(None, int(feature_extractor.n_mels)), dtype="float32")
+    spec[features.input_name] = features.dataset_feature()
     spec.update(
         labels=List(Value("int32")),
         input_length=Value("int32"),

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from .registry import DecodingInputs, decode
+
 
 @contextmanager
 def evaluating(model: Any) -> Iterator[None]:
@@ -42,8 +44,6 @@ def model_decoding_inputs(
         ``encoder_padding_mask`` ``[B, T]``. The CTC head is the one the forward picks for these utterances'
         languages (per-language heads; mixing languages whose heads differ is refused as in the forward).
     """
-    from . import DecodingInputs
-
     hidden, frame_mask, _, _ = model.encode(inputs, attention_mask, lang_ids)
     ctc_log_probs = None
     if getattr(model, "ctc_head", None) is not None:
@@ -65,8 +65,6 @@ def transcribe_batch(
         method: one of ``DECODING_METHODS.names()``.
         **options: passed to the decoder (``beam_size``, ``ctc_weight``, ``length_penalty`` ...).
     """
-    from . import decode
-
     inputs = batch.get(model.main_input_name)
     if inputs is None:
         raise ValueError(f"the batch has no {model.main_input_name!r} (keys: {sorted(batch)})")

@@ -1,8 +1,10 @@
 """Output heads. :data:`HEADS` holds, per head name a config may use, a :class:`HeadSpec`: the model class that
-carries the head, the decoders that can read it and the default one.
+carries the head, the output layers it has and the decoder used when none is asked for.
 
-Everything that must know a head (stage building, model loading in the CLI, the recipe, pre-flight checks, the
-decoding options) asks this table; adding a head is its module plus one :func:`register_head` call here.
+Everything that must know a head (stage building, model loading in the CLI, the recipe, pre-flight checks) asks this
+table; which decoders can read a head follows from the output layers each decoder reads
+(:func:`adaptspeech.decoding.registry.decoders_for`). Adding a head is its module plus one :func:`register_head` call
+here.
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ from typing import Any
 from ..registry import Registry
 from .ctc import CTCHead
 
-#: decoders that read a CTC head / an attention (LAS) head / both.
-CTC_DECODERS = ("ctc_greedy", "ctc_beam")
-ATTENTION_DECODERS = ("attention_greedy", "attention_beam")
-JOINT_DECODERS = ("joint",)
+HEAD_OUTPUTS: dict[str, str] = {"ctc": "a CTC head", "las": "an attention (LAS) head"}
+"""The output layers a model may carry (as its attribute ``<name>_head``), in the order messages name them."""
 
 
 @dataclass(frozen=True)
@@ -28,19 +28,22 @@ class HeadSpec:
         name: the ``AdaptSpeechConfig.head`` value.
         model_class_path: ``"module:Class"`` of the model class that carries it (imported on first use, so that the
             config can be checked without importing the models).
-        decoders: the decoding methods (names of ``adaptspeech.decoding.DECODING_METHODS``) it supports.
+        outputs: the output layers the model has (names of :data:`HEAD_OUTPUTS`).
         default_decoder: the decoder used when none is asked for.
-        has_ctc / has_las: which output layers the model has (for messages and checks).
         description: one line for ``--help`` and errors.
     """
 
     name: str
     model_class_path: str
-    decoders: tuple[str, ...]
+    outputs: frozenset[str]
     default_decoder: str
-    has_ctc: bool
-    has_las: bool
     description: str
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.outputs) - set(HEAD_OUTPUTS))
+        if unknown:
+            raise ValueError(f"head {self.name!r}: unknown output layer(s) {unknown}; allowed values: "
+                             f"{', '.join(HEAD_OUTPUTS)}")
 
     @property
     def model_class(self) -> Any:
@@ -48,19 +51,15 @@ class HeadSpec:
         module, _, name = self.model_class_path.partition(":")
         return getattr(importlib.import_module(module), name)
 
-    def check_decoder(self, method: str) -> None:
-        """Raise ``ValueError`` naming the head and the decoders it supports unless it supports ``method``."""
-        if method not in self.decoders:
-            needs = (
-                "a CTC head and an attention (LAS) head" if method in JOINT_DECODERS
-                else "a CTC head" if method in CTC_DECODERS
-                else "an attention (LAS) head" if method in ATTENTION_DECODERS
-                else "a decoder this head does not have"
-            )
-            raise ValueError(
-                f"decoding method {method!r} needs {needs}; head {self.name!r} ({self.description}) supports: "
-                f"{', '.join(self.decoders)}"
-            )
+    @property
+    def has_ctc(self) -> bool:
+        """The model has a CTC output layer."""
+        return "ctc" in self.outputs
+
+    @property
+    def has_las(self) -> bool:
+        """The model has an attention (LAS) decoder."""
+        return "las" in self.outputs
 
 
 HEADS: Registry[HeadSpec] = Registry("head")
@@ -76,33 +75,38 @@ def get_head(name: str) -> HeadSpec:
     return HEADS.get(name)
 
 
+def model_outputs(model: Any) -> frozenset[str]:
+    """The output layers a model object carries (its ``<name>_head`` attributes that are set)."""
+    return frozenset(name for name in HEAD_OUTPUTS if getattr(model, f"{name}_head", None) is not None)
+
+
+def head_with_outputs(outputs: frozenset[str]) -> HeadSpec | None:
+    """The registered head with exactly these output layers (the first by name), or ``None``: what answers for a
+    model whose head the registry does not know."""
+    return next((HEADS.get(name) for name in HEADS if HEADS.get(name).outputs == outputs), None)
+
+
 register_head(HeadSpec(
     name="ctc",
     model_class_path="adaptspeech.modeling:AdaptSpeechForCTC",
-    decoders=CTC_DECODERS,
+    outputs=frozenset({"ctc"}),
     default_decoder="ctc_greedy",
-    has_ctc=True,
-    has_las=False,
     description="CTC only",
 ))
 register_head(HeadSpec(
     name="las",
     model_class_path="adaptspeech.modeling:AdaptSpeechForJointCTCAttention",
-    decoders=ATTENTION_DECODERS,
+    outputs=frozenset({"las"}),
     default_decoder="attention_beam",
-    has_ctc=False,
-    has_las=True,
     description="Listen-Attend-Spell attention decoder only",
 ))
 register_head(HeadSpec(
     name="ctc_las",
     model_class_path="adaptspeech.modeling:AdaptSpeechForJointCTCAttention",
-    decoders=CTC_DECODERS + ATTENTION_DECODERS + JOINT_DECODERS,
+    outputs=frozenset({"ctc", "las"}),
     default_decoder="ctc_greedy",
-    has_ctc=True,
-    has_las=True,
     description="CTC and Listen-Attend-Spell, trained jointly",
 ))
 
-__all__ = ["ATTENTION_DECODERS", "CTC_DECODERS", "HEADS", "JOINT_DECODERS", "CTCHead", "HeadSpec", "get_head",
+__all__ = ["HEADS", "HEAD_OUTPUTS", "CTCHead", "HeadSpec", "get_head", "head_with_outputs", "model_outputs",
            "register_head"]

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..settings import strict_from_dict
+
 
 def _fail(name: str, value: object, allowed: str) -> None:
     raise ValueError(f"LASConfig.{name}={value!r} is not allowed; allowed values: {allowed}")
@@ -131,9 +133,4 @@ class LASConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> LASConfig:
         """Build from a dict written by :meth:`to_dict`; unknown keys are refused, naming them."""
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(values) - set(allowed))
-        if unknown:
-            raise ValueError(f"LASConfig: unknown setting(s) {', '.join(unknown)}; allowed settings: "
-                             f"{', '.join(allowed)}")
-        return cls(**values)
+        return strict_from_dict(cls, values, "LASConfig", allowed=[f.name for f in dataclasses.fields(cls)])

@@ -1,4 +1,11 @@
-"""Inference the way users run it: long recordings chunk by chunk, timestamps, the Python API behind ``transcribe``.
+"""Inference the way users run it: long recordings in bounded memory, timestamps, the Python API behind
+``transcribe`` (:mod:`.transcriber`).
+
+A recording makes one pass through stages, each a module with one input and one output: the recording on the model's
+frame grid (:mod:`.recording`) -> speech regions (:mod:`.regions`, from :mod:`.pauses`) -> segments
+(:mod:`.segmenting`) -> features (:mod:`.local_norm`) -> encoder (:mod:`.encoding`) -> decoder
+(:mod:`adaptspeech.decoding`) -> stitched text and timestamps (:mod:`.stitching`, :mod:`.timestamps`). A stage module
+imports only the stages before it.
 
 Heavy modules are imported by their users; this package's ``__init__`` holds only the shared defaults, so that the
 command line can show them without importing torch.

@@ -1,4 +1,5 @@
-"""Local normalisation of long recordings: each encoder call's input is normalised over nearby audio only.
+"""Stage 3 of inference, features: a recording's model input, computed once, each encoder call's normalised over
+nearby audio only.
 
 ``prepare`` (and so training) normalises every utterance over itself: fbank features to zero mean and unit variance
 per mel bin, waveforms (``do_normalize``) to zero mean and unit variance. A long recording holds many utterances,
@@ -12,53 +13,33 @@ normalises an utterance. Otherwise unit ``t`` is normalised with the mean and va
 ``[s, s + W)``, ``s = min(max(t - W // 2, a), b - W)``: a centred window of ``W`` units (``window_s`` seconds) shifted
 at the span's edges to stay inside the span (Kaldi's rule), so nothing outside the encoder call is read, and a span of
 at most ``W`` units is normalised over itself: exactly the per-utterance normalisation of that span's audio. Digital
-silence (:func:`digital_silence`: muted stretches, zero padding, clips joined by zeros, which per-utterance statistics
-never hold) is left out of the statistics; a window holding nothing else uses all its units. Statistics are per mel
-bin for fbank features, over samples for waveforms. Without ``do_normalize`` the raw input is used everywhere.
+silence (the feature type's ``digital_silence``: muted stretches, zero padding, clips joined by zeros, which
+per-utterance statistics never hold) is left out of the statistics; a window holding nothing else uses all its units.
+Statistics are per mel bin for fbank features, over samples for waveforms. Without ``do_normalize`` the raw input is
+used everywhere.
+
+A segment (stage 2) says how its input is read (:func:`segment_input`): as a recording of its own (each encoder call
+by the rule above), as one encoder call, or as one utterance (:meth:`RecordingInput.utterance`).
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import inspect
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..data.audio import frame_params, log_mel
-from ..data.features import extract_features, feature_type_of, normalize_utterance
+from ..data.audio import digital_silence
+from ..data.feature_types import FeatureType, normalize_utterance
 from .model_mixin import MODEL_SAMPLING_RATE
+from .segmenting import Segment, SegmentInput
 
 DEFAULT_NORM_WINDOW_S = 4.0
 """Width of the sliding normalisation window, in seconds (chosen on the long-form CER check, docs/inference.md)."""
-DIGITAL_SILENCE_MARGIN = 1.0
-"""Nats above ``log_mel``'s floor below which every mel bin of a frame marks it as digital silence."""
-_LOG_FLOOR = math.log(inspect.signature(log_mel).parameters["eps"].default)
 _NORMALIZE_EPS = inspect.signature(normalize_utterance).parameters["eps"].default
-_ZERO_RUN = frame_params(MODEL_SAMPLING_RATE)[0]
-"""Shortest run of exact zeros (one fbank window, 25 ms) that marks waveform samples as digital silence."""
-
-
-def digital_silence(raw: np.ndarray) -> np.ndarray:
-    """``[N]`` bool: units of digital silence in an unnormalised model input.
-
-    Args:
-        raw: ``[T, n_mels]`` log-mel features (a frame whose every bin lies within ``DIGITAL_SILENCE_MARGIN`` of
-            ``log_mel``'s floor), or ``[S]`` samples (a sample inside a run of at least 400 exact zeros, 25 ms).
-    """
-    if raw.ndim == 2:
-        return raw.max(axis=1) <= _LOG_FLOOR + DIGITAL_SILENCE_MARGIN
-    zero = np.concatenate([[False], raw == 0, [False]])
-    edges = np.flatnonzero(np.diff(zero.astype(np.int8)))
-    starts, ends = edges[::2], edges[1::2]  # runs of zeros [start, end)
-    long = ends - starts >= _ZERO_RUN
-    marks = np.zeros(len(raw) + 1, dtype=np.int64)
-    np.add.at(marks, starts[long], 1)
-    np.add.at(marks, ends[long], -1)
-    return np.cumsum(marks[:-1]) > 0
 
 
 def sliding_normalize(x: np.ndarray, window: int, silent: np.ndarray | None = None) -> np.ndarray:
@@ -70,7 +51,7 @@ def sliding_normalize(x: np.ndarray, window: int, silent: np.ndarray | None = No
         silent: ``[N]`` units left out of the statistics (all units where a window holds only such units).
 
     Returns:
-        float32, the shape of ``x``; ``N <= W`` gives ``normalize_utterance`` over the kept units.
+        float32, the shape of ``x``; ``N <= W`` gives :func:`normalize_utterance` over the kept units.
     """
     if window < 1:
         raise ValueError(f"normalisation window of {window} units: must be at least 1")
@@ -106,7 +87,7 @@ class RecordingInput:
 
     Attributes:
         raw: ``[S]`` samples or ``[T, n_mels]`` log-mel features, unnormalised.
-        silent: ``[S]`` or ``[T]`` digital silence (:func:`digital_silence`).
+        silent: ``[S]`` or ``[T]`` digital silence (the feature type's ``digital_silence``).
         normalize: the feature extractor's ``do_normalize``.
         window: ``W``, units per normalisation window.
     """
@@ -116,12 +97,12 @@ class RecordingInput:
     normalize: bool
     window: int
     waveform: np.ndarray | None = None
-    """``[S]`` the recording's samples (fbank only): :meth:`utterance` re-reads an utterance that digital silence
-    delimits from its own samples."""
-    extractor: Any = None
-    """The feature extractor with ``do_normalize`` off (with ``waveform``)."""
+    """``[S]`` the recording's samples (framed features only): :meth:`utterance` re-reads an utterance that digital
+    silence delimits from its own samples."""
+    features: FeatureType | None = None
+    """The feature type that computed ``raw`` (with ``waveform``)."""
     waveform_silent: np.ndarray | None = None
-    """``[S]`` digital silence of ``waveform`` (:func:`digital_silence`)."""
+    """``[S]`` digital silence of ``waveform`` (:func:`~adaptspeech.data.audio.digital_silence`)."""
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -149,8 +130,8 @@ class RecordingInput:
         start, end = max(start, 0), min(end, len(self.raw))
         samples = self.utterance_samples(start, end)
         if samples is not None:
-            assert self.waveform is not None
-            _, raw = extract_features(self.waveform[samples[0] : samples[1]], self.extractor)
+            assert self.waveform is not None and self.features is not None
+            raw = self.features.raw(self.waveform[samples[0] : samples[1]])
             if len(raw) > 0:
                 return torch.from_numpy(normalize_utterance(raw, axis=0) if self.normalize else raw)
         if not self.normalize:
@@ -158,12 +139,12 @@ class RecordingInput:
         return torch.from_numpy(sliding_normalize(self.raw[start:end], max(1, end - start), self.silent[start:end]))
 
     def utterance_samples(self, start: int, end: int) -> tuple[int, int] | None:
-        """``(first, end)`` samples of fbank units ``[start, end)`` with each edge moved to the digital silence
+        """``(first, end)`` samples of framed units ``[start, end)`` with each edge moved to the digital silence
         within one window and hop of it (the silence's end on the left, its start on the right), or ``None`` when
         neither edge has such silence (or no ``waveform``): an edge without it keeps the grid's sample."""
-        if self.waveform is None or self.waveform_silent is None or self.raw.ndim != 2:
+        if self.waveform is None or self.waveform_silent is None or self.features is None:
             return None
-        win, hop, _ = frame_params(MODEL_SAMPLING_RATE)
+        win, hop = self.features.unit_window, self.features.unit_hop
         total, reach = len(self.waveform), win + hop
         first, last = start * hop, min(total, (end - 1) * hop + win)
         low = max(0, first - reach)
@@ -184,7 +165,7 @@ class RecordingInput:
 
 
 ModelInput = torch.Tensor | RecordingInput
-"""What the long-form functions read: a tensor (used as it is: already normalised) or a :class:`RecordingInput`."""
+"""What the encoder stage reads: a tensor (used as it is: already normalised) or a :class:`RecordingInput`."""
 
 
 def recording_input(waveform: np.ndarray, feature_extractor: Any,
@@ -193,47 +174,33 @@ def recording_input(waveform: np.ndarray, feature_extractor: Any,
 
     Args:
         waveform: ``[S]`` float samples.
-        feature_extractor: the processor's feature extractor (``extract_features`` reads it).
+        feature_extractor: the processor's feature extractor (its feature type and settings).
         window_s: width of the normalisation window in seconds.
     """
+    check_norm_window(window_s)
+    features = FeatureType.of(feature_extractor)
+    raw = features.raw(waveform)
+    per_second = MODEL_SAMPLING_RATE / features.unit_hop
+    samples = np.asarray(waveform, dtype=np.float32) if features.framed else None
+    return RecordingInput(raw, features.digital_silence(raw), features.do_normalize,
+                          max(1, round(window_s * per_second)), samples, features if samples is not None else None,
+                          digital_silence(samples, MODEL_SAMPLING_RATE) if samples is not None else None)
+
+
+def check_norm_window(window_s: float) -> None:
+    """Refuse a normalisation window that is not positive (``ValueError``)."""
     if window_s <= 0:
         raise ValueError(f"norm_window_s must be positive, got {window_s}")
-    fbank = feature_type_of(feature_extractor) == "fbank"
-    raw_extractor = copy.copy(feature_extractor)
-    raw_extractor.do_normalize = False
-    _, raw = extract_features(waveform, raw_extractor)
-    per_second = MODEL_SAMPLING_RATE / frame_params(MODEL_SAMPLING_RATE)[1] if fbank else MODEL_SAMPLING_RATE
-    samples = np.asarray(waveform, dtype=np.float32) if fbank else None
-    return RecordingInput(raw, digital_silence(raw), bool(getattr(feature_extractor, "do_normalize", True)),
-                          max(1, round(window_s * per_second)), samples, raw_extractor if fbank else None,
-                          digital_silence(samples) if samples is not None else None)
 
 
-def touches_digital_silence(waveform: np.ndarray, fbank: bool, num_units: int) -> np.ndarray:
-    """``[num_units]`` bool: model input units that read digital silence (a run of at least 400 exact zeros,
-    :func:`digital_silence`): the samples themselves, or the fbank frames whose 25-ms window reads any such sample.
+def model_input(waveform: np.ndarray, feature_extractor: Any) -> torch.Tensor:
+    """``prepare``'s model input of one utterance, normalised over all of it: ``[S]`` samples or ``[T, n_mels]``.
 
     Args:
-        waveform: ``[S]`` the recording at 16 kHz.
-        fbank: the model reads fbank frames (else samples).
-        num_units: length of the model input.
+        waveform: ``[S]`` the recording at the feature extractor's rate.
+        feature_extractor: the processor's feature extractor (its feature type and settings).
     """
-    silent = digital_silence(np.asarray(waveform))
-    if not fbank:
-        return np.pad(silent, (0, max(0, num_units - len(silent))))[:num_units]
-    window, hop, _ = frame_params(MODEL_SAMPLING_RATE)
-    counts = np.concatenate([[0], np.cumsum(silent, dtype=np.int64)])
-    starts = np.minimum(np.arange(num_units) * hop, len(waveform))
-    return counts[np.minimum(starts + window, len(waveform))] - counts[starts] > 0
-
-
-def span_audio(waveform: np.ndarray, start: int, end: int, fbank: bool) -> np.ndarray:
-    """The samples that model input units ``[start, end)`` read: ``waveform[start:end]``, or for fbank frames from the
-    first frame's start to the last frame's window end (``prepare`` of these samples gives exactly those frames)."""
-    if not fbank:
-        return waveform[start:end]
-    window, hop, _ = frame_params(MODEL_SAMPLING_RATE)
-    return waveform[start * hop : (end - 1) * hop + window]
+    return torch.from_numpy(FeatureType.of(feature_extractor).extract(waveform))
 
 
 def input_span(inputs: ModelInput, start: int, end: int) -> torch.Tensor:
@@ -242,3 +209,30 @@ def input_span(inputs: ModelInput, start: int, end: int) -> torch.Tensor:
     if isinstance(inputs, RecordingInput):
         return inputs.span(start, end)
     return inputs[start:end]
+
+
+def slice_input(inputs: ModelInput, start: int, end: int) -> ModelInput:
+    """Units ``[start, end)`` of a recording's model input as a recording of their own (a :class:`RecordingInput`
+    sliced, unnormalised, or a tensor sliced)."""
+    if isinstance(inputs, RecordingInput):
+        return dataclasses.replace(inputs, raw=inputs.raw[start:end], silent=inputs.silent[start:end], waveform=None,
+                                   features=None, waveform_silent=None)  # its samples would not match the units
+    return inputs[start:end]
+
+
+def utterance_input(inputs: ModelInput, start: int, end: int) -> torch.Tensor:
+    """Units ``[start, end)`` normalised as one utterance (:meth:`RecordingInput.utterance`), or a tensor sliced."""
+    return inputs.utterance(start, end) if isinstance(inputs, RecordingInput) else inputs[start:end]
+
+
+def segment_input(inputs: ModelInput, segment: Segment) -> ModelInput:
+    """A segment's model input, read as the segment says (:class:`~adaptspeech.inference.segmenting.SegmentInput`):
+    a recording of its own (the whole recording's input, or a slice), one encoder call (:func:`input_span`), or one
+    utterance (:func:`utterance_input`)."""
+    if segment.read_as is SegmentInput.UTTERANCE:
+        return utterance_input(inputs, segment.start, segment.end)
+    if segment.read_as is SegmentInput.WINDOW:
+        return input_span(inputs, segment.start, segment.end)
+    if (segment.start, segment.end) == (0, len(inputs)):
+        return inputs
+    return slice_input(inputs, segment.start, segment.end)

@@ -7,21 +7,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..data.audio import frame_params
+from ..data.feature_types import FeatureType
 
 MODEL_SAMPLING_RATE = 16000
 """The rate of every adaptspeech model's input (the feature extractors refuse other rates)."""
 
 
 def inputs_to_logits_ratio(model: Any) -> int:
-    """Input samples (at 16 kHz) per encoder output frame: the backbone's convolution strides for waveform models
-    (320 for wav2vec2), the fbank hop times the subsampling for fbank models (160 x 4 = 640)."""
-    if model.main_input_name == "input_features":
-        hop = frame_params(MODEL_SAMPLING_RATE)[1]
-        probe = 4096
-        frames = int(model._get_feat_extract_output_lengths(probe))
-        return hop * round(probe / frames)
-    return int(model.backbone.config.inputs_to_logits_ratio)
+    """Input samples (at 16 kHz) per encoder output frame, as the model's feature type counts them: the backbone's
+    convolution strides for waveform models (320 for wav2vec2), the fbank hop times the subsampling for fbank models
+    (160 x 4 = 640)."""
+    return FeatureType.of_model(model).inputs_to_logits_ratio(model)
 
 
 class InferenceMixin:

@@ -1,15 +1,21 @@
-"""Attention and joint decoding of long recordings: cut into segments no longer than the chunk length, at pauses.
+"""Stage 2 of inference: a recording's speech regions -> segments, each decoded on its own.
 
-An attention (LAS) decoder reads the whole encoder output and emits a label sequence, so chunks cannot overlap and be
-stitched frame by frame as CTC log-probabilities are (:mod:`adaptspeech.inference.long_form`): two label sequences
-decoded from overlapping audio have no frame alignment to cut them at. Long recordings are instead cut into
-consecutive segments, each decoded on its own with the model's attention or joint beam search, and the texts joined.
+Everything lies on the model's output-frame grid (:class:`~adaptspeech.inference.recording.FrameGrid`: ``u`` input
+units per output frame), and the features of the whole recording are computed once and read per segment, so segment
+``[a, b)`` of output frames is input units ``[a u, b u)`` (the last segment runs to the end of the input). A
+:class:`Segment` says how its input is read (:class:`SegmentInput`, stage 3): as a recording of its own (its encoder
+calls normalised over their own audio), as one encoder call normalised by the sliding-window rule, or as one
+utterance (:mod:`~adaptspeech.inference.local_norm`).
 
-**Segmentation rule.** Everything lies on the model's output-frame grid (``inputs_to_logits_ratio`` samples per
-frame: 640 for the fbank front end, 320 for wav2vec2), and the features of the whole recording are computed once
-and sliced, so segment ``[a, b)`` of output frames is input units ``[a u, b u)`` (``u`` input units per frame; the
-last segment runs to the end of the input). Each segment's input is normalised over the segment's own audio, as a
-CTC chunk's is (:mod:`~adaptspeech.inference.local_norm`).
+**CTC decoders** read the log-probabilities of a whole recording on one frame grid (stage 4 stitches them), so their
+segments are the speech regions themselves (:func:`plan_ctc_segments`): a recording that fits one encoder call (its
+unchunked output frames span at most ``chunk_length_s``), or is split in chunks, or has no pause, is one segment read
+as a recording (chunked with strides when longer than ``chunk_length_s``); otherwise each speech region is one
+segment, read as one utterance when it spans at most ``chunk_length_s``, else as a recording of its own.
+
+**Attention and joint decoders** emit a label sequence per encoder call: chunks cannot overlap and be stitched frame
+by frame, so a long recording is cut into consecutive segments (:func:`plan_segments`), each decoded alone, and the
+texts are joined.
 
 - A recording of at most ``M = floor(chunk_length_s / frame seconds)`` output frames is one segment: the whole input,
   decoded exactly as without segmentation.
@@ -18,48 +24,117 @@ CTC chunk's is (:mod:`~adaptspeech.inference.local_norm`).
   more than the chunk length) and at least ``M - Z``. The cut is the frame of lowest *cut cost* in the zone after a
   moving average over ``smoothing_s`` (so that a pause wins over one quiet frame inside a word); among equal lowest
   values (digital silence) the middle of their first run is taken. The next segment starts at ``c``.
-- Cut costs: ``"energy"`` (default, any model): the log power, in dB, of the waveform samples of each output frame;
-  ``"ctc_blank"`` (models with a CTC head): ``-log P(blank)`` per frame from the chunked CTC pass (one extra encoder
-  pass over the recording, in bounded memory), so cuts fall where CTC emits nothing.
+- Cut costs: ``"energy"`` (default, any model): the log power, in dB, of the waveform samples of each output frame
+  (:func:`~adaptspeech.inference.pauses.energy_cost`); ``"ctc_blank"`` (models with a CTC head): ``-log P(blank)``
+  per frame from a chunked CTC pass over the recording (:func:`blank_cost`), so cuts fall where CTC emits nothing.
 - Segments do not overlap; their texts are joined with one space. Where the zone holds no pause, the cut falls at
   the quietest frame and can split a word.
-
-**At pauses** (``split_by="pauses"``, the default of ``transcribe``): the recording's speech regions come first, as
-CTC decoding finds them (:func:`~adaptspeech.inference.long_form.speech_spans`: cut at every pause of at least
-``min_pause_s``, digital silence at their ends left out); a region of at most ``M`` frames is one segment, normalised
-as one utterance, and a longer one is cut inside by the rule above. Pauses between regions are not decoded.
+- **At pauses** (``split_by="pauses"``): the recording's speech regions (stage 1) come first; a region of at most
+  ``M`` frames is one segment, read as one utterance, and a longer one is cut inside by the rule above. Pauses
+  between regions are not decoded.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from ..decoding import transcribe_batch
-from . import CUT_COSTS, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
-from .local_norm import ModelInput, input_span
-from .long_form import chunked_ctc_log_probs, input_units_per_frame, speech_spans, utterance_input
-from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
-from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S, energy_cost
+from . import DEFAULT_SEARCH_LENGTH_S
+from .recording import FrameGrid
+from .regions import SpeechRegions
 
 DEFAULT_SMOOTHING_S = 0.2
 """Width of the moving average over the cut cost."""
+_EPS_S = 1e-9
+"""Seconds of slack when a length is compared with the chunk length (float rounding)."""
+
+
+class SegmentInput(enum.Enum):
+    """How a segment's model input is read from the recording's features (stage 3)."""
+
+    RECORDING = "recording"
+    """As a recording of its own: each encoder call over it (a CTC chunk) normalised over its own audio."""
+    WINDOW = "window"
+    """One encoder call, normalised by the sliding-window rule inside it (over all of it when it is the whole
+    recording)."""
+    UTTERANCE = "utterance"
+    """One utterance, normalised over all of it (re-read from its own samples next to digital silence)."""
 
 
 @dataclass(frozen=True)
 class Segment:
-    """One decoder call: model input units ``[start, end)``, output frames ``[first_frame, last_frame)``;
-    ``utterance``: a whole speech region, normalised as one utterance (else by the sliding-window rule)."""
+    """One piece of a recording decoded on its own: model input units ``[start, end)``, output frames
+    ``[first_frame, last_frame)``, read as ``read_as``."""
 
     start: int
     end: int
     first_frame: int
     last_frame: int
-    utterance: bool = False
+    read_as: SegmentInput = SegmentInput.WINDOW
+
+
+def whole_recording(grid: FrameGrid, num_units: int, read_as: SegmentInput) -> Segment:
+    """The segment of a whole recording of ``num_units`` input units."""
+    return Segment(0, num_units, 0, grid.frames_of(num_units), read_as)
+
+
+# ---- CTC decoders ------------------------------------------------------------------------------------------------
+
+
+def fits_ctc_call(grid: FrameGrid, num_units: int, chunk_length_s: float) -> bool:
+    """A recording of ``num_units`` whose unchunked output frames span at most ``chunk_length_s``: one encoder call."""
+    return grid.output_frames(num_units) * grid.seconds_per_frame <= chunk_length_s + _EPS_S
+
+
+def plan_ctc_segments(grid: FrameGrid, num_units: int, chunk_length_s: float,
+                      regions: SpeechRegions | None = None) -> list[Segment]:
+    """The segments of a recording for a CTC decoder (see the module docstring).
+
+    Args:
+        grid: the model's frame grid.
+        num_units: length of the recording's model input.
+        chunk_length_s: seconds of audio per encoder call.
+        regions: the recording's speech regions, or ``None`` (split in chunks): one segment, the whole recording.
+
+    Returns:
+        The segments in order: ``[]`` when the recording is longer than one call and no region holds speech
+        (digital silence, clicks).
+    """
+    whole = regions is None or regions.spans == [(0, num_units)]
+    if whole or fits_ctc_call(grid, num_units, chunk_length_s):
+        return [whole_recording(grid, num_units, SegmentInput.RECORDING)]
+    per_frame = grid.units_per_frame
+    segments = []
+    for start, end in regions.spans:
+        short = (end - start) / per_frame * grid.seconds_per_frame <= chunk_length_s + _EPS_S
+        segments.append(Segment(start, end, start // per_frame, -(-end // per_frame),
+                                SegmentInput.UTTERANCE if short else SegmentInput.RECORDING))
+    return segments
+
+
+# ---- attention and joint decoders ----------------------------------------------------------------------------------
+
+
+def max_segment_frames(grid: FrameGrid, chunk_length_s: float) -> int:
+    """``M``: the most output frames of an attention segment, ``floor(chunk_length_s / frame seconds)``.
+
+    Raises:
+        ValueError: ``chunk_length_s`` is shorter than one output frame.
+    """
+    max_frames = int(chunk_length_s / grid.seconds_per_frame + _EPS_S)
+    if max_frames < 1:
+        raise ValueError(f"chunk_length_s {chunk_length_s:g} is shorter than one output frame "
+                         f"({grid.seconds_per_frame} s)")
+    return max_frames
+
+
+def fits_segment(grid: FrameGrid, num_units: int, chunk_length_s: float) -> bool:
+    """A recording of at most ``M`` output frames: one attention segment."""
+    return grid.frames_of(num_units) <= max_segment_frames(grid, chunk_length_s)
 
 
 def plan_cuts(cost: np.ndarray, max_frames: int, search_frames: int, smoothing_frames: int = 1) -> list[int]:
@@ -109,102 +184,50 @@ def blank_cost(log_probs: torch.Tensor, blank_id: int, num_frames: int) -> np.nd
 
 
 def plan_segments(
-    model: Any,
-    inputs: ModelInput,
-    waveform: np.ndarray,
+    grid: FrameGrid,
+    num_units: int,
     chunk_length_s: float,
-    cut_by: str = "energy",
+    cost: np.ndarray | None = None,
+    regions: SpeechRegions | None = None,
     search_length_s: float = DEFAULT_SEARCH_LENGTH_S,
     smoothing_s: float = DEFAULT_SMOOTHING_S,
-    lang_ids: torch.Tensor | None = None,
-    split_by: str = "chunks",
-    min_pause_s: float = DEFAULT_MIN_PAUSE_S,
-    speech_pad_s: float = DEFAULT_SPEECH_PAD_S,
 ) -> list[Segment]:
-    """The segments of one recording (see the module docstring).
+    """The segments of a recording for an attention or joint decoder (see the module docstring).
 
     Args:
-        model: an adaptspeech model (with a CTC head for ``cut_by="ctc_blank"``).
-        inputs: the recording's model input, a :class:`~adaptspeech.inference.local_norm.RecordingInput` or a
-            normalised tensor ``[S]`` samples or ``[T_fbank, n_mels]`` (read for its length, and by the CTC pass).
-        waveform: ``[S]`` the recording at 16 kHz (read for ``cut_by="energy"``).
+        grid: the model's frame grid.
+        num_units: length of the recording's model input.
         chunk_length_s: the longest segment, in seconds (rounded down to whole output frames).
-        cut_by: ``"energy"`` or ``"ctc_blank"``.
+        cost: ``[T]`` cut cost per output frame of the recording (``T = ceil(num_units / u)``); not needed when the
+            recording is one segment (:func:`fits_segment`).
+        regions: the speech regions (``split_by="pauses"``), or ``None``: the segments tile the recording.
         search_length_s: seconds before a segment's longest end searched for the cut.
         smoothing_s: width of the moving average over the cut cost.
-        lang_ids: ``[1]`` language index, for the CTC pass of ``"ctc_blank"`` (models routing several languages).
-        split_by: ``"chunks"`` (segments tile the recording) or ``"pauses"`` (speech regions first, see the module
-            docstring; a recording longer than ``chunk_length_s`` with no speech region gets no segment).
-        min_pause_s, speech_pad_s: the pause rule's settings (``split_by="pauses"``).
+
+    Returns:
+        The segments in order: ``[]`` when ``regions`` holds none (digital silence, clicks): nothing to decode.
     """
-    if split_by not in LONG_FORM_SPLITS:
-        raise ValueError(f"split_by {split_by!r}; allowed values: {', '.join(LONG_FORM_SPLITS)}")
-    if cut_by not in CUT_COSTS:
-        raise ValueError(f"cut_by {cut_by!r}; allowed values: {', '.join(CUT_COSTS)}")
     if search_length_s <= 0:
         raise ValueError(f"search_length_s must be positive, got {search_length_s}")
-    ratio = inputs_to_logits_ratio(model)
-    per_frame = input_units_per_frame(model)
-    seconds_per_frame = ratio / MODEL_SAMPLING_RATE
-    max_frames = int(chunk_length_s / seconds_per_frame + 1e-9)
-    if max_frames < 1:
-        raise ValueError(f"chunk_length_s {chunk_length_s:g} is shorter than one output frame ({seconds_per_frame} s)")
-    num_units = len(inputs)
-    num_frames = -(-num_units // per_frame)
+    max_frames = max_segment_frames(grid, chunk_length_s)
+    per_frame, num_frames = grid.units_per_frame, grid.frames_of(num_units)
     if num_frames <= max_frames:
-        return [Segment(0, num_units, 0, num_frames)]
-    if cut_by == "ctc_blank":
-        if getattr(model, "ctc_head", None) is None:
-            raise ValueError(f"cut_by='ctc_blank' needs a CTC head; head {model.config.head!r} has none: use 'energy'")
-        stride_s = min(DEFAULT_STRIDE_LENGTH_S, chunk_length_s / 4)
-        log_probs = chunked_ctc_log_probs(model, inputs, chunk_length_s, stride_s, lang_ids=lang_ids)
-        cost = blank_cost(log_probs, model.config.pad_token_id, num_frames)
-    else:
-        cost = energy_cost(waveform, ratio, num_frames)
-    search_frames = min(max_frames, max(1, round(search_length_s / seconds_per_frame)))
-    smoothing_frames = max(1, round(smoothing_s / seconds_per_frame))
-    if split_by == "chunks":
+        return [whole_recording(grid, num_units, SegmentInput.WINDOW)]
+    if cost is None:
+        raise ValueError(f"a recording of {num_frames} output frames is longer than one segment: it needs a cut cost")
+    search_frames = min(max_frames, max(1, round(search_length_s / grid.seconds_per_frame)))
+    smoothing_frames = max(1, round(smoothing_s / grid.seconds_per_frame))
+    if regions is None:
         bounds = [0, *plan_cuts(cost, max_frames, search_frames, smoothing_frames), num_frames]
         return [Segment(a * per_frame, min(b * per_frame, num_units), a, b) for a, b in itertools.pairwise(bounds)]
-    spans, _ = speech_spans(model, num_units, waveform, min_pause_s, speech_pad_s)
     segments = []
-    for start, end in spans:
+    for start, end in regions.spans:
         first, last = start // per_frame, -(-end // per_frame)
         if last - first <= max_frames:
-            segments.append(Segment(start, end, first, last, utterance=True))
+            segments.append(Segment(start, end, first, last, SegmentInput.UTTERANCE))
             continue
         cuts = [first + c for c in plan_cuts(cost[first:last], max_frames, search_frames, smoothing_frames)]
         units = [start, *[c * per_frame for c in cuts], end]
         frames = [first, *cuts, last]
         segments += [Segment(units[i], units[i + 1], frames[i], frames[i + 1]) for i in range(len(cuts) + 1)]
-    return segments  # none when no region holds speech (digital silence, clicks): nothing to decode
-
-
-@torch.no_grad()
-def decode_segments(
-    model: Any,
-    inputs: ModelInput,
-    segments: list[Segment],
-    method: str,
-    lang_ids: torch.Tensor | None = None,
-    **options: Any,
-) -> list[list[int]]:
-    """Label ids of every segment, each decoded alone with ``method`` (one encoder call per segment).
-
-    Args:
-        model: an adaptspeech model (in eval mode).
-        inputs: the recording's model input (a :class:`~adaptspeech.inference.local_norm.RecordingInput`: each
-            segment normalised over its own audio; or a normalised tensor ``[S]`` or ``[T_fbank, n_mels]``, sliced).
-        segments: from :func:`plan_segments`.
-        method: a decoding method (``attention_beam``, ``joint`` ...).
-        lang_ids: ``[1]`` language index (models routing several languages).
-        **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
-    """
-    ids = []
-    for segment in segments:
-        span = (utterance_input if segment.utterance else input_span)(inputs, segment.start, segment.end)
-        batch = {model.main_input_name: span[None].to(model.device)}
-        if lang_ids is not None:
-            batch["lang_ids"] = lang_ids.to(model.device)
-        ids.append(transcribe_batch(model, batch, method, **options)[0])
-    return ids
+    return segments

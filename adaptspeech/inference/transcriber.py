@@ -1,55 +1,110 @@
 """The Python API behind ``adaptspeech transcribe``: recordings of any length -> text (+ timestamps), any decoder.
 
+Each recording makes one pass through the stages, in order, each with one input and one output:
+
+0. the recording: the reason it has nothing to decode, or its unnormalised model input, computed once, on the model's
+   frame grid (:mod:`.recording`, :func:`~.local_norm.recording_input`);
+1. speech regions: where it holds speech, cut at pauses (:mod:`.regions`, from :mod:`.pauses`);
+2. segments: the pieces decoded on their own (:mod:`.segmenting`);
+3. features: each segment's model input, normalised over its own audio (:mod:`.local_norm`; a view that normalises
+   each encoder call's input as the encoder reads it);
+4. encoder: CTC log-probabilities stitched on the recording's frame grid, or each segment's encoder output
+   (:mod:`.encoding`);
+5. decoder: any method of the decoding registry (:mod:`adaptspeech.decoding`), or an n-gram LM;
+6. stitched text and timestamps (:mod:`.stitching`).
+
+Streaming will run the same stages on a growing recording.
+
 CTC decoders (``ctc_greedy``, ``ctc_beam``, and an n-gram LM through pyctcdecode) read the recording's CTC
 log-probabilities on one frame grid, so memory stays bounded however long the recording; a recording no longer than
 ``chunk_length_s`` is one encoder call, exactly as unchunked. A longer one is split by ``split_by``:
 
 - ``"pauses"`` (default): one speech region at a time, cut at pauses, each normalised as an utterance; pauses are
-  blank frames and a word boundary (:func:`~adaptspeech.inference.long_form.paused_ctc_log_probs`); speech without a
-  pause longer than ``chunk_length_s`` is chunked inside its region;
-- ``"chunks"``: overlapping chunks stitched frame by frame (transformers' pipeline stride rule,
-  :func:`~adaptspeech.inference.long_form.chunked_ctc_log_probs`), each chunk's input normalised over its own audio
-  (:mod:`adaptspeech.inference.local_norm`: a sliding window of ``norm_window_s``, digital silence left out).
+  blank frames and a word boundary; speech without a pause longer than ``chunk_length_s`` is chunked inside its
+  region;
+- ``"chunks"``: overlapping chunks stitched frame by frame (transformers' pipeline stride rule), each chunk's input
+  normalised over its own audio (a sliding window of ``norm_window_s``, digital silence left out).
 
 The long-form CER check of docs/inference.md compares both with decoding the utterances one by one. The attention
-and joint decoders cut a recording longer than ``chunk_length_s`` into consecutive segments at pauses
-(:mod:`adaptspeech.inference.segmenting`; with ``split_by="pauses"`` the speech regions first), decode each alone
-and join the texts; the segments and their times are in
-``Transcription.extra["segments"]`` (the CTC speech regions in ``extra["speech"]``). A recording with nothing to
-decode (no samples, non-finite samples, digital silence or a peak below ``prepare``'s silence threshold, fewer samples
-than one output frame needs: :func:`nothing_to_decode`, the rule of ``prepare``) gets the empty text and
-``extra["skipped"]`` saying why, without a model call; the other recordings are transcribed as usual.
+and joint decoders cut a recording longer than ``chunk_length_s`` into consecutive segments at pauses (with
+``split_by="pauses"`` the speech regions first), decode each alone and join the texts; the segments and their times
+are in ``Transcription.extra["segments"]`` (the CTC speech regions in ``extra["speech"]``). A recording with nothing
+to decode (no samples, non-finite samples, digital silence or a peak below ``prepare``'s silence threshold, fewer
+samples than one output frame needs: :func:`~adaptspeech.inference.recording.nothing_to_decode`, the rule of
+``prepare``) gets the empty text and ``extra["skipped"]`` saying why, without a model call; the other recordings are
+transcribed as usual.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..data.audio import DEFAULT_SILENCE_THRESHOLD, num_frames
-from ..decoding import ctc_greedy_decode, ctc_prefix_beam_search, evaluating
-from ..heads import CTC_DECODERS
-from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_SEARCH_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
-from .local_norm import DEFAULT_NORM_WINDOW_S, ModelInput, recording_input
-from .long_form import chunked_ctc_log_probs, paused_ctc_log_probs
-from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
-from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
-from .segmenting import Segment, decode_segments, plan_segments
+from ..decoding import DECODING_METHODS, decode, evaluating
+from . import (
+    CUT_COSTS,
+    DEFAULT_CHUNK_LENGTH_S,
+    DEFAULT_SEARCH_LENGTH_S,
+    DEFAULT_STRIDE_LENGTH_S,
+    LONG_FORM_SPLITS,
+)
+from .encoding import chunked_ctc_log_probs, encode_segment, stitch_ctc
+from .local_norm import DEFAULT_NORM_WINDOW_S, ModelInput, check_norm_window, recording_input, segment_input
+from .model_mixin import MODEL_SAMPLING_RATE
+from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost
+from .recording import FrameGrid, nothing_to_decode
+from .regions import check_pause_settings, find_speech
+from .segmenting import (
+    DEFAULT_SMOOTHING_S,
+    Segment,
+    blank_cost,
+    fits_segment,
+    plan_ctc_segments,
+    plan_segments,
+)
+from .stitching import Transcription, frame_spans, join_segments, label_text
 from .timestamps import ctc_timestamps
 
 
-@dataclass
-class Transcription:
-    """One recording's result: ``text``, and with timestamps ``chunks`` = ``[{"text", "start", "end"}, ...]``."""
+@dataclass(frozen=True)
+class LongFormSettings:
+    """How a recording longer than one encoder call is split and read; checked at construction.
 
-    text: str
-    chunks: list[dict[str, Any]] | None = None
-    seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    Args:
+        chunk_length_s: seconds of audio per encoder call (CTC), and the longest segment (attention / joint).
+        stride_length_s: seconds of context on each side of a CTC chunk's kept frames.
+        chunk_batch_size: CTC chunks per encoder call.
+        split_by: ``"pauses"`` (speech regions first) or ``"chunks"``.
+        cut_by: the cut cost of attention / joint segments: ``"energy"`` or ``"ctc_blank"``.
+        search_length_s: seconds before a segment's longest end searched for its cut.
+        norm_window_s: seconds of the sliding normalisation window (:mod:`.local_norm`).
+        min_pause_s: shortest pause between two speech regions.
+        speech_pad_s: seconds of pause kept on each side of a speech region.
+    """
+
+    chunk_length_s: float = DEFAULT_CHUNK_LENGTH_S
+    stride_length_s: float = DEFAULT_STRIDE_LENGTH_S
+    chunk_batch_size: int = 4
+    split_by: str = "pauses"
+    cut_by: str = "energy"
+    search_length_s: float = DEFAULT_SEARCH_LENGTH_S
+    norm_window_s: float = DEFAULT_NORM_WINDOW_S
+    min_pause_s: float = DEFAULT_MIN_PAUSE_S
+    speech_pad_s: float = DEFAULT_SPEECH_PAD_S
+
+    def __post_init__(self) -> None:
+        if self.split_by not in LONG_FORM_SPLITS:
+            raise ValueError(f"split_by {self.split_by!r}; allowed values: {', '.join(LONG_FORM_SPLITS)}")
+        if self.cut_by not in CUT_COSTS:
+            raise ValueError(f"cut_by {self.cut_by!r}; allowed values: {', '.join(CUT_COSTS)}")
+        if self.search_length_s <= 0:
+            raise ValueError(f"search_length_s must be positive, got {self.search_length_s}")
+        check_norm_window(self.norm_window_s)
+        check_pause_settings(self.min_pause_s, self.speech_pad_s)
 
 
 @torch.no_grad()
@@ -79,9 +134,10 @@ def transcribe(
         processor: its ``Wav2Vec2Processor`` (feature extractor + tokenizer).
         waveforms: ``[S_i]`` float32 arrays at the feature extractor's rate.
         method: a decoding method name (any length: CTC chunked, attention / joint segmented).
-        chunk_length_s, stride_length_s: the chunking of CTC decoding (see :mod:`~adaptspeech.inference.long_form`);
+        chunk_length_s, stride_length_s: the chunking of CTC decoding (see :mod:`~adaptspeech.inference.encoding`);
             ``chunk_length_s`` is also the longest segment of attention / joint decoding.
-        timestamps: ``"word"`` or ``"char"`` start / end times (``ctc_greedy``, or the LM decoder for ``"word"``).
+        timestamps: ``"word"`` or ``"char"`` start / end times (a best-path CTC method, or the LM decoder for
+            ``"word"``).
         lm_decoder: an :class:`~adaptspeech.lm.decoder.LMDecoder` (n-gram LM beam search over the CTC output).
         lang_ids: ``[1]`` language index (models routing several languages per utterance).
         chunk_batch_size: chunks per encoder call.
@@ -95,117 +151,177 @@ def transcribe(
         speech_pad_s: seconds of pause kept on each side of a speech region (``split_by="pauses"``).
         **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
     """
-    if timestamps is not None and method != "ctc_greedy" and lm_decoder is None:
+    DECODING_METHODS.check(method, "method")
+    decoder = DECODING_METHODS.get(method)
+    if timestamps is not None and not decoder.best_path and lm_decoder is None:
         raise ValueError(f"timestamps need the best CTC path (method ctc_greedy or an LM), not method {method!r}")
     if lm_decoder is not None and timestamps == "char":
         raise ValueError("the LM decoder gives word timestamps only; use timestamps='word'")
-    if split_by not in LONG_FORM_SPLITS:
-        raise ValueError(f"split_by {split_by!r}; allowed values: {', '.join(LONG_FORM_SPLITS)}")
-    tokenizer = processor.tokenizer
-    delimiter = getattr(tokenizer, "word_delimiter_token_id", None)
-    seconds_per_frame = inputs_to_logits_ratio(model) / MODEL_SAMPLING_RATE
+    settings = LongFormSettings(chunk_length_s, stride_length_s, chunk_batch_size, split_by, cut_by, search_length_s,
+                                norm_window_s, min_pause_s, speech_pad_s)
+    grid = FrameGrid.of(model)
     results = []
     with evaluating(model):
         for waveform in waveforms:
             seconds = len(waveform) / MODEL_SAMPLING_RATE
-            reason = nothing_to_decode(model, waveform)
+            reason = nothing_to_decode(model, waveform)  # stage 0
             if reason is not None:
                 results.append(Transcription("", [] if timestamps else None, seconds, {"skipped": reason}))
                 continue
-            inputs = recording_input(waveform, processor.feature_extractor, norm_window_s)
-            if method not in CTC_DECODERS and lm_decoder is None:
-                segments = plan_segments(model, inputs, waveform, chunk_length_s, cut_by, search_length_s,
-                                         lang_ids=lang_ids, split_by=split_by, min_pause_s=min_pause_s,
-                                         speech_pad_s=speech_pad_s)
-                results.append(_decode_segmented(model, inputs, segments, waveform, tokenizer, method, lang_ids,
-                                                 options))
-                continue
-            extra: dict[str, Any] = {}
-            if split_by == "pauses":
-                log_probs, regions = paused_ctc_log_probs(
-                    model, inputs, waveform, chunk_length_s, stride_length_s, chunk_batch_size, lang_ids, delimiter,
-                    min_pause_s, speech_pad_s)
-                extra["speech"] = [{"start": round(a * seconds_per_frame, 6),
-                                    "end": round(min(b * seconds_per_frame, seconds), 6)} for a, b in regions]
+            features = recording_input(waveform, processor.feature_extractor, norm_window_s)  # stage 0
+            if decoder.ctc_only or lm_decoder is not None:
+                results.append(_decode_ctc(model, grid, processor.tokenizer, features, waveform, settings, method,
+                                           timestamps, lm_decoder, lang_ids, options))
             else:
-                log_probs = chunked_ctc_log_probs(model, inputs, chunk_length_s, stride_length_s, chunk_batch_size,
-                                                  lang_ids)
-            if lm_decoder is not None:
-                text, words = lm_decoder.decode(log_probs, seconds_per_frame=seconds_per_frame, **options)
-                results.append(Transcription(text, words if timestamps else None, seconds, extra))
-            elif method == "ctc_beam":
-                ids = ctc_prefix_beam_search(log_probs[None], blank_id=model.config.pad_token_id, **options)[0]
-                results.append(Transcription(_text(tokenizer, ids[0].tokens if ids else []), seconds=seconds,
-                                             extra=extra))
-            else:
-                ids = ctc_greedy_decode(log_probs[None], blank_id=model.config.pad_token_id)[0]
-                chunks = None
-                if timestamps is not None:
-                    chunks = ctc_timestamps(log_probs.argmax(-1).tolist(), tokenizer, seconds_per_frame, timestamps)
-                results.append(Transcription(_text(tokenizer, ids), chunks, seconds, extra))
+                results.append(_decode_segments(model, grid, processor.tokenizer, features, waveform, settings,
+                                                method, lang_ids, options))
     return results
 
 
-def nothing_to_decode(model: Any, waveform: np.ndarray,
-                      silence_threshold: float = DEFAULT_SILENCE_THRESHOLD) -> str | None:
-    """Why a recording gives no text without running the model, or ``None`` when it has something to decode.
+def _decode_ctc(model: Any, grid: FrameGrid, tokenizer: Any, features: ModelInput, waveform: np.ndarray,
+                settings: LongFormSettings, method: str, timestamps: str | None, lm_decoder: Any,
+                lang_ids: torch.Tensor | None, options: dict[str, Any]) -> Transcription:
+    """One recording through the stages for a CTC decoder (or the LM decoder)."""
+    seconds = len(waveform) / MODEL_SAMPLING_RATE
+    delimiter = getattr(tokenizer, "word_delimiter_token_id", None)
+    log_probs, filled = recording_ctc_log_probs(model, features, waveform, settings, lang_ids,
+                                                delimiter)  # stages 1 - 4
+    extra = {} if filled is None else {"speech": frame_spans(filled, grid.seconds_per_frame, seconds)}
+    if lm_decoder is not None:  # stages 5 - 6
+        text, words = lm_decoder.decode(log_probs, seconds_per_frame=grid.seconds_per_frame, **options)
+        return Transcription(text, words if timestamps else None, seconds, extra)
+    ids = decode(method, ctc_log_probs=log_probs[None], blank_id=model.config.pad_token_id, **options)[0]  # stage 5
+    chunks = None  # stage 6
+    if timestamps is not None:
+        chunks = ctc_timestamps(log_probs.argmax(-1).tolist(), tokenizer, grid.seconds_per_frame, timestamps)
+    return Transcription(label_text(tokenizer, ids), chunks, seconds, extra)
 
-    The rule of ``adaptspeech prepare`` (which skips such clips as ``empty``, ``nan``, ``silent`` and ``too_short``):
-    a recording with no samples, with a non-finite sample, of nothing but digital silence (exact zeros) or whose peak
-    amplitude lies below the silence threshold, and one shorter than :func:`shortest_input` (one encoder frame
-    needs one encoder stride of samples, and wav2vec2's feature encoder its receptive field) has no text; running
-    the model on it would give a guess (the fbank front end pads a short clip to one frame) or a crash.
+
+def recording_ctc_log_probs(
+    model: Any,
+    features: ModelInput,
+    waveform: np.ndarray,
+    settings: LongFormSettings = LongFormSettings(),
+    lang_ids: torch.Tensor | None = None,
+    word_delimiter_id: int | None = None,
+    pause_db: float = DEFAULT_PAUSE_DB,
+) -> tuple[torch.Tensor, list[tuple[int, int]] | None]:
+    """Stages 1 - 4 for a CTC decoder: one recording's CTC log-probabilities ``[T, V]`` on its frame grid.
+
+    A recording that fits one encoder call, or is split in chunks, or has no pause, is one segment (chunked with
+    strides when longer than ``chunk_length_s``); otherwise each speech region is decoded on its own and the grid
+    between regions is blank, with a word boundary in every pause (:mod:`~adaptspeech.inference.encoding`). A
+    recording where no region is left (digital silence, a click shorter than ``MIN_SPEECH_S``) is blank throughout.
 
     Args:
-        model: an adaptspeech model (its front end's stride and output length).
-        waveform: ``[S]`` the recording at 16 kHz.
-        silence_threshold: peak amplitude below which a recording is silent (``prepare``'s default, about -80 dBFS).
+        model: an adaptspeech model with a CTC head.
+        features: the recording's model input (:func:`~adaptspeech.inference.local_norm.recording_input`, or a
+            normalised tensor).
+        waveform: ``[S]`` the recording at 16 kHz (its frame energies find the pauses).
+        settings: the long-form settings.
+        lang_ids: ``[1]`` the recording's language index (models routing several languages).
+        word_delimiter_id: the tokenizer's word delimiter (``|``), or ``None``: pauses stay blank.
+        pause_db: decibels below the speech level under which a frame is a pause frame.
+
+    Returns:
+        ``([T, V] log-probabilities, regions)``: with ``split_by="pauses"`` the ``[(first_frame, end_frame), ...]``
+        each segment filled (``[]`` for no speech), else ``None``.
     """
-    waveform = np.asarray(waveform)
-    if waveform.size == 0:
-        return "no samples"
-    if not np.isfinite(waveform).all():
-        return "non-finite samples (NaN or infinity)"
-    peak = float(np.abs(waveform).max())
-    if peak == 0.0:
-        return "digital silence only"
-    if peak < silence_threshold:
-        return f"silent (peak amplitude {peak:.2e} < {silence_threshold:.0e})"
-    shortest = shortest_input(model)
-    if len(waveform) < shortest:
-        return f"too short for one output frame ({len(waveform)} samples; the model needs at least {shortest})"
-    return None
+    if getattr(model, "ctc_head", None) is None:
+        raise ValueError("CTC decoding of a recording needs a model with a CTC head")
+    grid = FrameGrid.of(model)
+    num_units = len(features)
+    regions = None
+    if settings.split_by == "pauses":
+        regions = find_speech(grid, num_units, waveform, settings.min_pause_s, settings.speech_pad_s,
+                              pause_db)  # stage 1
+    segments = plan_ctc_segments(grid, num_units, settings.chunk_length_s, regions)  # stage 2
+    pieces = [chunked_ctc_log_probs(model, segment_input(features, segment), settings.chunk_length_s,  # stages 3, 4
+                                    settings.stride_length_s, settings.chunk_batch_size, lang_ids)
+              for segment in segments]
+    log_probs, filled = stitch_ctc(model, num_units, segments, pieces, regions.boundaries if regions else [],
+                                   word_delimiter_id, lang_ids)  # stage 4: the recording's grid
+    return log_probs, filled if settings.split_by == "pauses" else None
 
 
-def shortest_input(model: Any) -> int:
-    """The fewest 16-kHz samples a recording needs to be decoded: at least one encoder stride
-    (:func:`~adaptspeech.inference.model_mixin.inputs_to_logits_ratio`: 640 for fbank models, 320 for wav2vec2, as
-    ``prepare`` counts encoder frames) and one output frame from the front end (wav2vec2's 400-sample receptive
-    field)."""
-    fbank = model.main_input_name == "input_features"
-    stride = inputs_to_logits_ratio(model)
-    return next((n for n in range(stride, 100 * stride)
-                 if int(model._get_feat_extract_output_lengths(num_frames(n) if fbank else n)) >= 1), stride)
+def _decode_segments(model: Any, grid: FrameGrid, tokenizer: Any, features: ModelInput, waveform: np.ndarray,
+                     settings: LongFormSettings, method: str, lang_ids: torch.Tensor | None,
+                     options: dict[str, Any]) -> Transcription:
+    """One recording through the stages for an attention or joint decoder: each segment decoded alone."""
+    segments = attention_segments(model, features, waveform, settings, lang_ids)  # stages 1, 2
+    ids = []
+    for segment in segments:
+        encoded = encode_segment(model, segment_input(features, segment), lang_ids)  # stages 3, 4
+        ids.append(decode(method, ctc_log_probs=encoded.ctc_log_probs, ctc_lengths=encoded.ctc_lengths,  # stage 5
+                          decoder=encoded.decoder, encoder_hidden_states=encoded.encoder_hidden_states,
+                          encoder_padding_mask=encoded.encoder_padding_mask, **options)[0])
+    return join_segments(tokenizer, segments, ids, grid.seconds_per_frame,  # stage 6
+                         len(waveform) / MODEL_SAMPLING_RATE)
 
 
-def _text(tokenizer: Any, ids: list[int]) -> str:
-    """Label ids (already CTC-collapsed) -> text, as ``transcribe_dataset`` writes it, runs of spaces made one (two
-    word delimiters around a blank, as at a pause's forced word boundary, decode to two spaces)."""
-    return " ".join(tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True).split())
+def attention_segments(
+    model: Any,
+    features: ModelInput,
+    waveform: np.ndarray,
+    settings: LongFormSettings = LongFormSettings(),
+    lang_ids: torch.Tensor | None = None,
+) -> list[Segment]:
+    """Stages 1 - 2 for an attention or joint decoder: the segments of one recording
+    (:func:`~adaptspeech.inference.segmenting.plan_segments`), with the cut cost of ``settings.cut_by``
+    (:func:`cut_cost`) and, with ``split_by="pauses"``, the speech regions first.
+
+    Args:
+        model: an adaptspeech model (with a CTC head for ``cut_by="ctc_blank"``).
+        features: the recording's model input (read for its length, and by the CTC pass of ``"ctc_blank"``).
+        waveform: ``[S]`` the recording at 16 kHz.
+        settings: the long-form settings.
+        lang_ids: ``[1]`` language index, for the CTC pass of ``"ctc_blank"``.
+
+    Returns:
+        The segments in order (none when no region holds speech: nothing to decode).
+    """
+    grid = FrameGrid.of(model)
+    num_units = len(features)
+    regions = None
+    if settings.split_by == "pauses":
+        regions = find_speech(grid, num_units, waveform, settings.min_pause_s, settings.speech_pad_s)  # stage 1
+    cost = None
+    if not fits_segment(grid, num_units, settings.chunk_length_s):  # where to cut (a CTC pass for "ctc_blank")
+        cost = cut_cost(model, features, waveform, settings.cut_by, settings.chunk_length_s, lang_ids)
+    return plan_segments(grid, num_units, settings.chunk_length_s, cost, regions, settings.search_length_s,
+                         DEFAULT_SMOOTHING_S)  # stage 2
 
 
-def _decode_segmented(model: Any, inputs: ModelInput, segments: list[Segment], waveform: np.ndarray, tokenizer: Any,
-                      method: str, lang_ids: torch.Tensor | None, options: dict[str, Any]) -> Transcription:
-    """Attention / joint decoding of one recording, segment by segment (:func:`plan_segments`: one segment, the whole
-    input, when it is no longer than ``chunk_length_s``); the texts joined with a space, ``extra["segments"]`` the
-    per-segment ``{"text", "start", "end"}`` (seconds)."""
-    ids = decode_segments(model, inputs, segments, method, lang_ids, **options)
-    seconds_per_frame = inputs_to_logits_ratio(model) / MODEL_SAMPLING_RATE
-    seconds = len(waveform) / MODEL_SAMPLING_RATE
-    spans = [
-        {"text": _text(tokenizer, row).strip(), "start": round(s.first_frame * seconds_per_frame, 6),
-         "end": round(min(s.last_frame * seconds_per_frame, seconds), 6)}
-        for s, row in zip(segments, ids, strict=True)
-    ]
-    text = _text(tokenizer, ids[0]) if len(ids) == 1 else " ".join(span["text"] for span in spans if span["text"])
-    return Transcription(text, seconds=seconds, extra={"segments": spans})
+def cut_cost(model: Any, features: ModelInput, waveform: np.ndarray, cut_by: str, chunk_length_s: float,
+             lang_ids: torch.Tensor | None = None) -> np.ndarray:
+    """``[T]`` cut cost per output frame of a recording (``T = ceil(units / u)``; lower: a better place to cut).
+
+    ``"energy"``: the log power of each frame's samples; ``"ctc_blank"``: ``-log P(blank)`` from a chunked CTC pass
+    over the recording (stages 3 - 4 run once more, with strides of ``min(5 s, chunk_length_s / 4)``).
+
+    Raises:
+        ValueError: ``"ctc_blank"`` for a model without a CTC head, or an unknown ``cut_by``.
+    """
+    if cut_by not in _CUT_COSTS:
+        raise ValueError(f"cut_by {cut_by!r}; allowed values: {', '.join(CUT_COSTS)}")
+    grid = FrameGrid.of(model)
+    return _CUT_COSTS[cut_by](model, grid, features, waveform, grid.frames_of(len(features)), chunk_length_s,
+                              lang_ids)
+
+
+def _energy_cost(model: Any, grid: FrameGrid, features: ModelInput, waveform: np.ndarray, num_frames: int,
+                 chunk_length_s: float, lang_ids: torch.Tensor | None) -> np.ndarray:
+    return energy_cost(waveform, grid.samples_per_frame, num_frames)
+
+
+def _ctc_blank_cost(model: Any, grid: FrameGrid, features: ModelInput, waveform: np.ndarray, num_frames: int,
+                    chunk_length_s: float, lang_ids: torch.Tensor | None) -> np.ndarray:
+    if getattr(model, "ctc_head", None) is None:
+        raise ValueError(f"cut_by='ctc_blank' needs a CTC head; head {model.config.head!r} has none: use 'energy'")
+    stride_s = min(DEFAULT_STRIDE_LENGTH_S, chunk_length_s / 4)
+    log_probs = chunked_ctc_log_probs(model, features, chunk_length_s, stride_s, lang_ids=lang_ids)
+    return blank_cost(log_probs, model.config.pad_token_id, num_frames)
+
+
+_CUT_COSTS = {"energy": _energy_cost, "ctc_blank": _ctc_blank_cost}
+"""The cut cost of each ``cut_by`` (:data:`~adaptspeech.inference.CUT_COSTS`)."""

@@ -10,8 +10,9 @@ import torch
 from datasets import Dataset
 
 from ..data.collator import DataCollatorCTCWithPadding
+from ..data.feature_types import feature_type_of_model
 from ..decoding import evaluating, model_decoding_inputs
-from ..evaluation import _routing_languages, feature_type_of_model
+from ..evaluation import _routing_languages
 from ..metrics import compute_error_rates
 
 

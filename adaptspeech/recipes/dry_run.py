@@ -45,18 +45,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..progress import log
 from .cv_layout import write_common_voice_layout
-from .simadapter import (
-    BASELINE_NAMES,
-    STAGE_NAMES,
-    RecipeError,
-    evaluate_recipe,
-    load_recipe,
-    load_stage_outputs,
-    prepare_data,
-    recipe_plan,
-    train_recipe_stage,
-)
+from .engine import comma_list, load_recipe, spec_from_dict
+from .protocol_evaluation import evaluate_recipe
+from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
+from .protocol_stages import load_stage_outputs, prepare_data, recipe_plan, train_recipe_stage
+from .spec import RecipeError
 
 XLSR_300M_BACKBONE: dict[str, Any] = {
     # facebook/wav2vec2-xls-r-300m's config.json: the shape ...
@@ -91,6 +86,10 @@ parameters): wav2vec2 with stable (pre-) layer norm, 24 layers of width 1024, 16
 convolutional feature encoder (512 channels, 320x downsampling: 50 frames per second of 16 kHz audio)."""
 
 STEP_PREPARE, STEP_EVALUATE = "prepare", "evaluate"
+TAG = "dry-run"
+"""The dry run's log lines start ``[dry-run]``."""
+FOLDER_KEY = "folder"
+"""``dry_run_recipe.json`` (what each worker process reads): the recipe's settings and its folder under this key."""
 STEP_NAMES = (STEP_PREPARE, *STAGE_NAMES, *BASELINE_NAMES, STEP_EVALUATE)
 MIB = 2**20
 
@@ -204,68 +203,79 @@ def _make_probe() -> Any:
 # ---- the recipe, adjusted -------------------------------------------------------------------------------------
 
 
-def dry_run_output_dir(recipe: dict[str, Any]) -> Path:
-    """Where a dry run of ``recipe`` writes (never the real run's folder: its prepared data would be reused)."""
-    return Path(str(recipe["output_dir"]).rstrip("/") + "-dry-run")
+def dry_run_output_dir(spec: SimAdapterRecipe) -> Path:
+    """Where a dry run of ``spec`` writes (never the real run's folder: its prepared data would be reused)."""
+    return Path(f"{spec.output_dir}-dry-run")
 
 
-def dry_run_overrides(recipe: dict[str, Any], settings: DryRunSettings, out: Path) -> list[str]:
-    """``key=value`` overrides turning ``recipe`` into its dry run (see the module docstring)."""
+def _stages(spec: SimAdapterRecipe) -> dict[str, dict[str, Any]]:
+    """Every stage and baseline of ``spec`` by name."""
+    return {**spec.stages, **spec.baselines}
+
+
+def dry_run_overrides(spec: SimAdapterRecipe, settings: DryRunSettings, out: Path) -> list[str]:
+    """``key=value`` overrides turning ``spec`` into its dry run (see the module docstring)."""
     import torch
 
     on_cpu = not torch.cuda.is_available()
     overrides = [
         f"output_dir={out}",
-        "corpus.kind=common_voice",
+        "corpus.type=common_voice",
         f"corpus.root={out / 'cv-corpus-dry-run'}",
         f"evaluation.batch_size={settings.batch}",
     ]
-    for group in ("stages", "baselines"):
-        for name, stage in recipe.get(group, {}).items():
+    for name, stage in _stages(spec).items():
+        overrides += [
+            f"{name}.training.max_steps={settings.steps}",
+            f"{name}.training.per_device_train_batch_size={settings.batch}",
+            f"{name}.training.per_device_eval_batch_size={settings.batch}",
+            f"{name}.training.gradient_accumulation_steps=1",
+            f"{name}.training.warmup_steps=0",
+            f"{name}.training.logging_steps=1",
+            f"{name}.training.save_strategy=no",
+            f"{name}.training.eval_strategy=no",
+            f"{name}.training.dataloader_num_workers=0",
+            f"{name}.data.max_eval_rows={settings.eval_rows}",
+        ]
+        if on_cpu:  # the Trainer refuses bf16 without a GPU unless told to train on the CPU (bf16 autocast there)
+            overrides.append(f"{name}.training.use_cpu=true")
+        if settings.precision == "fp32":
+            overrides += [f"{name}.training.bf16=false", f"{name}.training.fp16=false"]
+        elif settings.precision != "recipe":
+            raise RecipeError(f"dry run precision {settings.precision!r} unknown; allowed values: recipe, fp32")
+        model = dict(stage.get("model") or {})
+        if model.get("init") == "backbone":
+            config = dict(model.get("config") or {})
+            backbone = {**XLSR_300M_BACKBONE, **dict(config.get("backbone_config") or {})}
+            config["backbone_config"] = {**backbone, **settings.backbone_config}
             overrides += [
-                f"{name}.training.max_steps={settings.steps}",
-                f"{name}.training.per_device_train_batch_size={settings.batch}",
-                f"{name}.training.per_device_eval_batch_size={settings.batch}",
-                f"{name}.training.gradient_accumulation_steps=1",
-                f"{name}.training.warmup_steps=0",
-                f"{name}.training.logging_steps=1",
-                f"{name}.training.save_strategy=no",
-                f"{name}.training.eval_strategy=no",
-                f"{name}.training.dataloader_num_workers=0",
-                f"{name}.data.max_eval_rows={settings.eval_rows}",
+                f"{name}.model.init=config",
+                f"{name}.model.path=null",
+                f"{name}.model.config={json.dumps(config)}",
             ]
-            if on_cpu:  # the Trainer refuses bf16 without a GPU unless told to train on the CPU (bf16 autocast there)
-                overrides.append(f"{name}.training.use_cpu=true")
-            if settings.precision == "fp32":
-                overrides += [f"{name}.training.bf16=false", f"{name}.training.fp16=false"]
-            elif settings.precision != "recipe":
-                raise RecipeError(f"dry run precision {settings.precision!r} unknown; allowed values: recipe, fp32")
-            model = dict(stage.get("model") or {})
-            if model.get("init") == "backbone":
-                config = dict(model.get("config") or {})
-                backbone = {**XLSR_300M_BACKBONE, **dict(config.get("backbone_config") or {})}
-                config["backbone_config"] = {**backbone, **settings.backbone_config}
-                overrides += [
-                    f"{name}.model.init=config",
-                    f"{name}.model.path=null",
-                    f"{name}.model.config={json.dumps(config)}",
-                ]
     return overrides
+
+
+def _protocol_recipe(recipe_dir: str | os.PathLike, overrides: list[str]) -> SimAdapterRecipe:
+    spec = load_recipe(recipe_dir, overrides)
+    if not isinstance(spec, SimAdapterRecipe):
+        raise RecipeError(f"{recipe_dir}: a dry run runs the stages of a SimAdapter protocol recipe (task {spec.task})")
+    return spec
 
 
 def load_dry_run_recipe(
     recipe_dir: str | os.PathLike, overrides: list[str] | None, settings: DryRunSettings
-) -> dict[str, Any]:
+) -> SimAdapterRecipe:
     """The recipe at ``recipe_dir`` with the user's ``overrides``, then the dry run's (which win)."""
-    recipe = load_recipe(recipe_dir, overrides)
-    out = dry_run_output_dir(recipe)
-    return load_recipe(recipe_dir, [*(overrides or []), *dry_run_overrides(recipe, settings, out)])
+    spec = _protocol_recipe(recipe_dir, list(overrides or []))
+    out = dry_run_output_dir(spec)
+    return _protocol_recipe(recipe_dir, [*(overrides or []), *dry_run_overrides(spec, settings, out)])
 
 
 # ---- one step (in a worker process or here) -------------------------------------------------------------------
 
 
-def run_step(recipe: dict[str, Any], step: str) -> dict[str, Any]:
+def run_step(spec: SimAdapterRecipe, step: str) -> dict[str, Any]:
     """Run one dry-run step (``prepare``, a stage name or ``evaluate``) and measure it."""
     import torch
     import transformers.trainer
@@ -273,24 +283,24 @@ def run_step(recipe: dict[str, Any], step: str) -> dict[str, Any]:
     reset = reset_peak_rss()
     start = time.perf_counter()
     record: dict[str, Any] = {"step": step, "peak_reset": reset}
-    progress = bool(recipe.get("progress", True))
+    prepared = spec.output_dir / "prepared"
     if step == STEP_PREPARE:
-        prepare_data(recipe)
+        prepare_data(spec)
     elif step == STEP_EVALUATE:
         results, histories = {}, {}
-        for stage in recipe_plan(recipe):
-            results[stage.name], histories[stage.name] = load_stage_outputs(recipe, stage.name)
-        evaluated = evaluate_recipe(recipe, Path(recipe["output_dir"]) / "prepared", results, histories)
+        for stage in recipe_plan(spec):
+            results[stage.name], histories[stage.name] = load_stage_outputs(spec, stage.name)
+        evaluated = evaluate_recipe(spec, prepared, results, histories)
         record["device"] = evaluated["device"]
         record["systems"] = {row["system"]: row["cer"] for row in evaluated["rows"]}
     else:
-        stage = {s.name: s for s in recipe_plan(recipe)}.get(step)
+        stage = {s.name: s for s in recipe_plan(spec)}.get(step)
         if stage is None:
             raise RecipeError(f"dry run: the recipe has no stage {step!r}")
         probe = _make_probe()
         transformers.trainer.DEFAULT_CALLBACKS.append(probe)  # every Trainer built from now on reports to it
         try:
-            summary, _ = train_recipe_stage(recipe, stage, Path(recipe["output_dir"]) / "prepared", progress)
+            summary, _ = train_recipe_stage(spec, stage, prepared, spec.progress)
         finally:
             transformers.trainer.DEFAULT_CALLBACKS.remove(probe)
         steps = probe.step_seconds
@@ -338,9 +348,11 @@ def _error_text(err: BaseException) -> str:
 
 
 def _worker(step: str, recipe_json: str, result_json: str) -> int:
-    recipe = json.loads(Path(recipe_json).read_text())
+    values = json.loads(Path(recipe_json).read_text())
     try:
-        record = run_step(recipe, step)
+        spec = spec_from_dict(values, values.pop(FOLDER_KEY))
+        assert isinstance(spec, SimAdapterRecipe)
+        record = run_step(spec, step)
         code = 0
     except Exception as err:  # reported in the table; the next steps still run
         traceback.print_exc()
@@ -351,10 +363,6 @@ def _worker(step: str, recipe_json: str, result_json: str) -> int:
 
 
 # ---- the whole dry run ----------------------------------------------------------------------------------------
-
-
-def _log(message: str) -> None:
-    print(f"[dry-run] {message}", flush=True)
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -400,24 +408,24 @@ def run_dry_run(
     import torch
 
     settings = settings or DryRunSettings()
-    recipe = load_dry_run_recipe(recipe_dir, overrides, settings)
+    spec = load_dry_run_recipe(recipe_dir, overrides, settings)
     unknown = sorted(set(only or []) - set(STEP_NAMES))
     if unknown:
         raise RecipeError(f"dry run: unknown step(s) {', '.join(unknown)}; allowed values: {', '.join(STEP_NAMES)}")
-    out = Path(recipe["output_dir"])
+    out = spec.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    languages = [*recipe["sources"], recipe["target"]]
-    corpus = Path(recipe["corpus"]["root"])
+    languages = [*spec.sources, spec.target]
+    corpus = Path(str(spec.corpus.root))
     total_start = time.perf_counter()
     missing = [lang for lang in languages if not (corpus / lang / "test.tsv").is_file()]
     if missing:  # e.g. a later dry run with another target adds that language only
         start = time.perf_counter()
-        seed = int(recipe.get("seed", 0))
-        write_common_voice_layout(corpus, missing, settings.clips, settings.seconds, seed, settings.audio_format)
-        _log(f"wrote a Common Voice layout for {', '.join(missing)} in {time.perf_counter() - start:.0f} s: {corpus}")
+        write_common_voice_layout(corpus, missing, settings.clips, settings.seconds, spec.seed, settings.audio_format)
+        seconds = time.perf_counter() - start
+        log(f"wrote a Common Voice layout for {', '.join(missing)} in {seconds:.0f} s: {corpus}", TAG)
     recipe_json = out / "dry_run_recipe.json"
-    recipe_json.write_text(json.dumps(recipe, indent=1) + "\n")
-    plan = recipe_plan(recipe)
+    recipe_json.write_text(json.dumps({**spec.to_dict(), FOLDER_KEY: str(spec.folder)}, indent=1) + "\n")
+    plan = recipe_plan(spec)
     steps = [STEP_PREPARE, *(s.name for s in plan), STEP_EVALUATE]
     previous = {s.name: s.previous for s in plan}
     records: list[dict[str, Any]] = []
@@ -429,29 +437,30 @@ def run_dry_run(
         blockers = [b for b in [*blockers, STEP_PREPARE] if b in failed and b != step]
         if blockers:
             record = {"step": step, "skipped": f"skipped: {', '.join(dict.fromkeys(blockers))} failed"}
-            _log(f"{index}/{len(steps)} {step}: {record['skipped']}")
+            log(f"{index}/{len(steps)} {step}: {record['skipped']}", TAG)
             failed.add(step)
             records.append(record)
             continue
-        _log(f"{index}/{len(steps)} {step}: running" + (" in its own process" if settings.isolate else ""))
+        log(f"{index}/{len(steps)} {step}: running" + (" in its own process" if settings.isolate else ""), TAG)
         if settings.isolate:
             record = _run_isolated(recipe_json, step, out / f"dry_run_{step}.json")
         else:
             try:
-                record = run_step(recipe, step)
+                record = run_step(spec, step)
             except Exception as err:  # reported in the table; the next steps still run
                 traceback.print_exc()
                 record = {"step": step, "error": _error_text(err)}
         if "error" in record:
             failed.add(step)
-            _log(f"{index}/{len(steps)} {step}: FAILED: {record['error']}")
+            log(f"{index}/{len(steps)} {step}: FAILED: {record['error']}", TAG)
         else:
-            _log(
+            log(
                 f"{index}/{len(steps)} {step}: trainable {_fmt(record.get('trainable'), ',')}, "
                 f"s/step {_fmt(record.get('seconds_per_step'), '.2f')} "
                 f"(CPU time {_fmt(record.get('cpu_seconds_per_step'), '.2f')}), "
                 f"peak RSS training {_fmt(record.get('peak_train_mib'), ',.0f')} MiB, "
-                f"process {_fmt(record.get('peak_process_mib'), ',.0f')} MiB, {record['wall_seconds']:.0f} s"
+                f"process {_fmt(record.get('peak_process_mib'), ',.0f')} MiB, {record['wall_seconds']:.0f} s",
+                TAG,
             )
         records.append(record)
     total = time.perf_counter() - total_start
@@ -461,8 +470,7 @@ def run_dry_run(
         "settings": asdict(settings),
         "backbone_stages": {
             name: (stage.get("model") or {}).get("config", {}).get("backbone_config")
-            for group in ("stages", "baselines")
-            for name, stage in recipe.get(group, {}).items()
+            for name, stage in _stages(spec).items()
             if (stage.get("model") or {}).get("init") == "config"
         },
         "machine": {
@@ -501,23 +509,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = settings_from_arguments(args, prefix="")
     settings.isolate = not args.in_process
-    only = [s for s in (args.only or "").split(",") if s] or None
+    only = comma_list(args.only) or None
     result = run_dry_run(args.recipe_dir, args.overrides, settings, only=only)
     print(result["markdown"])
     return 1 if result["failed"] else 0
 
 
-def add_dry_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The dry run's options as ``scripts/dry_run_recipe.py`` takes them (``adaptspeech recipe`` has the same ones
-    prefixed ``--dry-run-``); unset ones take :class:`DryRunSettings`'s defaults."""
-    parser.add_argument("--steps", type=int, default=None, metavar="N", help="optimizer steps per stage (3)")
-    parser.add_argument("--batch", type=int, default=None, metavar="N", help="utterances per step (2)")
-    parser.add_argument("--seconds", type=float, default=None, metavar="S", help="mean clip length (2.0)")
+def add_dry_run_arguments(parser: Any, prefix: str = "") -> None:
+    """The dry run's options (a parser or an argument group): ``--steps``, ``--batch``, ``--seconds``, ``--backbone``,
+    ``--precision`` as ``scripts/dry_run_recipe.py`` takes them, ``prefix="dry-run-"`` for ``adaptspeech recipe``'s
+    ``--dry-run-steps`` ...; unset ones take :class:`DryRunSettings`'s defaults (:func:`settings_from_arguments`)."""
+    parser.add_argument(f"--{prefix}steps", type=int, default=None, metavar="N", help="optimizer steps per stage (3)")
+    parser.add_argument(f"--{prefix}batch", type=int, default=None, metavar="N", help="utterances per step (2)")
+    parser.add_argument(f"--{prefix}seconds", type=float, default=None, metavar="S", help="mean clip length (2.0)")
     parser.add_argument(
-        "--backbone", default=None, metavar="JSON", help="backbone config fields merged over XLS-R 300M's"
+        f"--{prefix}backbone", default=None, metavar="JSON", help="backbone config fields merged over XLS-R 300M's"
     )
     parser.add_argument(
-        "--precision", choices=("recipe", "fp32"), default=None, help="recipe: the stages' bf16 settings (default)"
+        f"--{prefix}precision",
+        choices=("recipe", "fp32"),
+        default=None,
+        help="recipe: the stages' own bf16 settings (default); fp32: off (CPUs without native bfloat16)",
     )
 
 

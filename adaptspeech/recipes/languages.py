@@ -10,20 +10,22 @@ per-stage overrides apply, and refuses a stage whose languages still disagree (:
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..training.errors import StageConfigError
 
 
-def retarget_stages(recipe: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``recipe`` whose language-specific stage settings follow its ``sources`` and ``target``.
+def retarget_stages(stages: Mapping[str, Any], sources: Sequence[str], target: str) -> dict[str, Any]:
+    """A copy of a recipe's ``stages`` (stage name -> settings) whose language-specific settings follow its
+    ``sources`` and ``target``.
 
     ``target=it sources="[cs, pl, sl, sk, es]"`` then trains the source adapters of those sources (each with the
     settings of the stage file's first adapter unless it names that language), the target adapter of ``it`` and a
     fusion over ``[*sources, it]`` with ``it`` as its target. Settings the stage files leave out stay out.
     """
-    recipe = copy.deepcopy(recipe)
-    sources, target = list(recipe["sources"]), recipe["target"]
+    stages = copy.deepcopy(dict(stages))
+    sources = list(sources)
 
     def follow(model: dict[str, Any], languages: list[str]) -> None:
         current = model.get("add_adapters")
@@ -35,14 +37,13 @@ def retarget_stages(recipe: dict[str, Any]) -> dict[str, Any]:
         if (model.get("trainable") or {}).get("adapters"):
             model["trainable"]["adapters"] = list(languages)
 
-    stages = recipe["stages"]
     follow(stages["source_adapters"].setdefault("model", {}), sources)
     follow(stages["target_adapter"].setdefault("model", {}), [target])
     fusion = (stages["fusion"].get("model") or {}).get("fusion")
     if fusion is not None:
         fusion["languages"] = [*sources, target]
         fusion["target_language"] = target
-    return recipe
+    return stages
 
 
 def _adapter_languages(stage: dict[str, Any]) -> set[str]:
@@ -53,14 +54,13 @@ def _adapter_languages(stage: dict[str, Any]) -> set[str]:
     return found
 
 
-def check_stage_languages(recipe: dict[str, Any]) -> None:
+def check_stage_languages(stages: Mapping[str, Any], sources: Sequence[str], target: str) -> None:
     """Refuse stages whose language settings disagree with ``sources`` / ``target`` (one line naming both).
 
     Raises:
         StageConfigError: e.g. ``stages.target_adapter adds / trains adapter(s) ['ro'], but the recipe's target 'sk'``.
     """
-    sources, target = list(recipe["sources"]), recipe["target"]
-    stages = recipe.get("stages") or {}
+    sources = list(sources)
     wanted = {"source_adapters": set(sources), "target_adapter": {target}}
     for name, languages in wanted.items():
         found = _adapter_languages(stages.get(name) or {})

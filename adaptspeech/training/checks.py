@@ -29,10 +29,11 @@ _SIMPLE_TYPES: dict[type, str] = {
 
 
 def supported_decoders(model: Any) -> list[str]:
-    """The decoding methods the model's head supports (``HEADS.get(head).decoders``)."""
+    """The decoding methods the model's head supports (those reading the output layers it has)."""
+    from ..decoding.registry import decoders_for
     from ..heads import HEADS
 
-    return list(HEADS.get(model.config.head).decoders)
+    return list(decoders_for(HEADS.get(model.config.head).outputs))
 
 
 def _simple_alternatives(annotation: Any) -> tuple[type, ...] | None:

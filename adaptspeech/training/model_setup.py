@@ -12,7 +12,7 @@ def load_adapters(model: Any, entries: dict[str, Any]) -> None:
     """``model.load_adapters``: language -> ``{path, load_head}`` (or just the path): adapter files in adaptspeech's
     or MMS's format (see ``load_adapter``), loaded before ``add_adapters`` and the fusion, none of them activated
     (the stage's trainable / active settings decide that)."""
-    from ..adapters.io import AdapterLoadError
+    from ..adapters.files import AdapterLoadError
 
     for language, entry in entries.items():
         settings = {"path": entry} if isinstance(entry, str) else dict(entry or {})

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..settings import is_int as _is_int
 from .errors import StageConfigError
 
 _ISO_LIKE = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
@@ -52,10 +53,6 @@ class SettingType:
     description: str
     accepts: Callable[[Any], bool]
     normalise: Callable[[Any], Any] = lambda value: value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
@@ -400,14 +397,14 @@ def check_model_config(section: str, values: Any, init: str) -> None:
     if values.get("backbone_config") is not None:
         check_backbone_config(f"{section}.backbone_config", values.get("backbone_type", "wav2vec2"),
                               values["backbone_config"])
-    for key, cls in (("adapter_defaults", LanguageAdapterConfig), ("fusion", FusionConfig),
-                     ("attention", AttentionConfig), ("las", LASConfig)):
+    for key, cls in (("adapter_defaults", LanguageAdapterConfig.flat_layout()), ("fusion", FusionConfig),
+                     ("attention", AttentionConfig.flat_layout()), ("las", LASConfig)):
         if values.get(key) is not None:
             check_dataclass_values(f"{section}.{key}", cls, values[key])
     for language, settings in (values.get("adapters") or {}).items():
         check_value(f"{section}.adapters", LANGUAGE_CODE, language)
         if settings is not None:
-            check_dataclass_values(f"{section}.adapters.{language}", LanguageAdapterConfig, settings)
+            check_dataclass_values(f"{section}.adapters.{language}", LanguageAdapterConfig.flat_layout(), settings)
     fusion = values.get("fusion") or {}
     check_fusion_languages(f"{section}.fusion", fusion)
 
@@ -439,7 +436,7 @@ def check_model_section(model: Mapping[str, Any]) -> dict[str, Any]:
     for language, settings in (model.get("add_adapters") or {}).items():
         check_value("model.add_adapters", LANGUAGE_CODE, language)
         if settings is not None:
-            check_dataclass_values(f"model.add_adapters.{language}", LanguageAdapterConfig, settings)
+            check_dataclass_values(f"model.add_adapters.{language}", LanguageAdapterConfig.flat_layout(), settings)
     if model.get("fusion") is not None:
         check_dataclass_values("model.fusion", FusionConfig, model["fusion"])
         check_fusion_languages("model.fusion", model["fusion"])

@@ -218,7 +218,7 @@ def load_prepared(prepared_dir: str | os.PathLike) -> tuple[Any, Any]:
     from datasets import load_from_disk
     from transformers import Wav2Vec2Processor
 
-    from ..data.pipeline import COMPLETE_MARKER
+    from ..data.prepared_corpus import COMPLETE_MARKER
 
     prepared_dir = Path(prepared_dir)
     for sub in ("dataset", "processor"):

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from adaptspeech.attention import ATTENTION, AttentionConfig, settings_for_kind
+from adaptspeech.attention.options import LDSAOptions, RelPosOptions, SignALSHOptions
 
 
 def test_kinds_are_registered() -> None:
@@ -21,7 +22,10 @@ def test_defaults_keep_the_backbone_attention() -> None:
     config = AttentionConfig()
     assert config.is_default
     assert config.layer_indices(12) == []
-    assert config.context_width == 15 and config.chunk_size == 0 and config.num_left_chunks == -1
+    assert config.options is None and config.chunk_size == 0 and config.num_left_chunks == -1
+    with pytest.raises(AttributeError, match=r"attention\.context_width is an option of kind\(s\) ldsa, not 'default'"):
+        config.context_width  # noqa: B018
+    assert AttentionConfig(kind="ldsa").context_width == 15  # the kind's options read as attributes
 
 
 @pytest.mark.parametrize(
@@ -58,7 +62,7 @@ def test_json_round_trip(settings: dict) -> None:
         ({"kind": "mhsa", "hidden_size": -8}, ["attention.hidden_size"]),
         ({"kind": "synthesizer_random", "synthesizer_init": "eye"}, ["synthesizer_init", "random, fixed_patterns"]),
         ({"kind": "synthesizer_dense", "synthesizer_max_len": 0}, ["attention.synthesizer_max_len"]),
-        ({"kind": "mhsa", "hybrid": True}, ["attention.hybrid", "'ldsa'"]),
+        ({"kind": "mhsa", "hybrid": True}, ["attention.hybrid=True applies only to kind(s) ldsa, not 'mhsa'"]),
         ({"kind": "synthesizer_dense", "synthesizer_freeze": True}, ["synthesizer_freeze", "synthesizer_random"]),
         ({"kind": "mhsa", "synthesizer_init": "fixed_patterns"}, ["synthesizer_init", "synthesizer_random"]),
         ({"chunk_size": 4}, ["attention.chunk_size", "mhsa"]),
@@ -138,3 +142,40 @@ def test_settings_shared_by_several_kinds_are_filtered_per_kind() -> None:
                                                               "synthesizer_max_len": 16}
     for kind in ATTENTION.names():
         AttentionConfig(kind=kind, **settings_for_kind(kind, shared))  # accepted by every kind
+
+
+def test_each_kind_registers_its_options_class() -> None:
+    assert ATTENTION.options("ldsa") is LDSAOptions and ATTENTION.options("rel_pos") is RelPosOptions
+    assert ATTENTION.options("mhsa") is None and ATTENTION.options("shared_qk") is None
+    owners = ATTENTION.option_owners()
+    assert owners["context_width"] == ["ldsa"]
+    assert owners["synthesizer_max_len"] == ["synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random"]
+    assert set(owners["lsh_seed"]) == {k for k in ATTENTION.names() if k.startswith("lsh_")}
+
+
+def test_the_options_are_typed_and_saved_flat() -> None:
+    config = AttentionConfig(kind="lsh_sign_alsh", layers=[1], sign_alsh_m=3)
+    assert config.options == SignALSHOptions(sign_alsh_m=3) and config.sign_alsh_m == 3 and config.lsh_num_keys == 64
+    assert config.to_dict()["sign_alsh_m"] == 3 and "options" not in config.to_dict()
+    assert "context_width" not in config.to_dict()  # another kind's options are not saved
+    assert AttentionConfig(kind="lsh_sign_alsh", layers=[1], options=SignALSHOptions(sign_alsh_m=3)) == config
+    assert config.to_diff_dict() == {"kind": "lsh_sign_alsh", "layers": [1], "sign_alsh_m": 3}
+    assert AttentionConfig().to_diff_dict() == {"kind": "default"}
+    with pytest.raises(ValueError, match=r"attention\.options: LDSAOptions given; kind 'rel_pos' takes RelPosOptions"):
+        AttentionConfig(kind="rel_pos", options=LDSAOptions())
+
+
+def test_a_saved_dict_with_every_kind_s_defaults_still_loads() -> None:
+    """Dicts written when every option of every kind was saved (at its default) load as before."""
+    flat = {f: getattr(AttentionConfig.flat_layout()(), f) for f in AttentionConfig.flat_layout().__dataclass_fields__}
+    config = AttentionConfig.from_dict({**flat, "kind": "ldsa", "context_width": 5})
+    assert config == AttentionConfig(kind="ldsa", context_width=5)
+
+
+def test_the_flat_layout_has_every_setting_with_its_annotation() -> None:
+    import typing
+
+    layout = AttentionConfig.flat_layout()
+    hints = typing.get_type_hints(layout)
+    assert hints["context_width"] is int and hints["memory_efficient"] == bool | None and "options" not in hints
+    assert {"kind", "layers", "chunk_size", "synthesizer_init", "lsh_seed", "sign_alsh_u"} <= set(hints)

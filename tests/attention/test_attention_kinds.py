@@ -25,7 +25,7 @@ VARIANTS: dict[str, dict] = {
 
 #: kinds whose exact dependency structure is not "every frame of the allowed chunks": the shared-QK kinds leave a
 #: frame's own key out (Reformer), so a frame with one other visible key does not depend on itself, and the LSH
-#: kinds' keys depend on the hashes. tests/attention/test_attention_seed002_kinds.py checks their structure.
+#: kinds' keys depend on the hashes. tests/attention/test_attention_table1_kinds.py checks their structure.
 NOT_DENSE_STRUCTURE = {
     "shared_qk", "sparse_strided", "sparse_fixed",
     "lsh_sign_alsh", "lsh_xbox", "lsh_xbox_qnf", "lsh_simple", "lsh_simple_alsh",

@@ -1,4 +1,5 @@
-"""LDSA's local weighted sum (eq. 3 of seeds/000): values against loops, gradients against finite differences."""
+"""LDSA's local weighted sum (eq. 3 of Xu et al. 2021, the LDSA paper): values against loops, gradients against
+finite differences."""
 
 from __future__ import annotations
 

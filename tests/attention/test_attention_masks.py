@@ -9,7 +9,7 @@ from adaptspeech.attention.masks import attention_mask, chunk_mask, local_window
 
 
 def allowed_by_definition(query: int, key: int, chunk_size: int, num_left_chunks: int) -> bool:
-    """The seed's chunk rule: a frame sees its own chunk and ``num_left_chunks`` previous ones (-1 = all)."""
+    """WeNet's chunk rule: a frame sees its own chunk and ``num_left_chunks`` previous ones (-1 = all)."""
     if chunk_size <= 0:
         return True
     diff = query // chunk_size - key // chunk_size

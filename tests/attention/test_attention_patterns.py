@@ -1,4 +1,5 @@
-"""The fixed attention patterns of seeds/002 Fig. 2a that initialise the random synthesizer."""
+"""The fixed attention patterns of Fig. 2a of Wu et al. 2022 ("Input-independent attention weights are expressive
+enough") that initialise the random synthesizer."""
 
 from __future__ import annotations
 

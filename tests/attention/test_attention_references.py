@@ -1,13 +1,14 @@
-"""Each kind against a naive reference written straight from the seeds' equations with explicit loops.
+"""Each kind against a naive reference written straight from the papers' equations with explicit loops.
 
 Reference formulas (loops over batch, head, query, key / window offset; nothing shared with the package):
 
 * ``mhsa``: ``A_ij = q_i . k_j / sqrt(d_k)``.
-* ``rel_pos`` (seeds/001): ``A_ij = ((q_i + u) . k_j + (q_i + v) . (W_pos R_{i-j})) / sqrt(d_k)`` with the sinusoid
+* ``rel_pos`` (Transformer-XL, Dai et al. 2019, as in WeNet):
+  ``A_ij = ((q_i + u) . k_j + (q_i + v) . (W_pos R_{i-j})) / sqrt(d_k)`` with the sinusoid
   ``R_r[2m] = sin(r / 10000^(2m/D))``, ``R_r[2m+1] = cos(r / 10000^(2m/D))``.
-* ``ldsa`` (seeds/000 eqs. 1-4): ``B_tj = softmax_j(ReLU(x_t W1^i) W2^i)`` over the valid neighbours,
+* ``ldsa`` (Xu et al. 2021, eqs. 1-4): ``B_tj = softmax_j(ReLU(x_t W1^i) W2^i)`` over the valid neighbours,
   ``Y_t = sum_j B_tj V_{t+j-floor(c/2)}``, heads concatenated, ``W_O``.
-* ``synthesizer_dense`` (seeds/002 eq. 16): ``A_i = W2(ReLU(W1 x_i + b1)) + b2``, first ``T`` entries.
+* ``synthesizer_dense`` (Wu et al. 2022, eq. 16): ``A_i = W2(ReLU(W1 x_i + b1)) + b2``, first ``T`` entries.
 * ``synthesizer_random``: ``A`` itself, cropped to ``T x T``.
 
 All: softmax over the keys that are real frames, weighted sum of values, heads concatenated, output projection.

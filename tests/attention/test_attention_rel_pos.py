@@ -1,4 +1,5 @@
-"""``rel_pos``: the seed's rel_shift example, transformers' relative attention, and chunk-by-chunk streaming."""
+"""``rel_pos``: WeNet's rel_shift example (Transformer-XL, Dai et al. 2019), transformers' relative attention, and
+chunk-by-chunk streaming."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ HIDDEN, HEADS = 32, 4
 
 
 def test_rel_shift_worked_example_of_the_seed() -> None:
-    """seeds/001, C = 3 queries, L = 4 keys: a 3 x 7 matrix holding 1..21.
+    """WeNet's relative-position note, C = 3 queries, L = 4 keys: a 3 x 7 matrix holding 1..21.
 
-    The seed's intermediate steps are reproduced exactly. Its last step says "take the first L columns" but prints
-    three, ``[[3, 4, 5], [9, 10, 11], [15, 16, 17]]``; the code (``[:, :, :, :L]``, as in the seed's own forward,
+    The note's intermediate steps are reproduced exactly. Its last step says "take the first L columns" but prints
+    three, ``[[3, 4, 5], [9, 10, 11], [15, 16, 17]]``; the code (``[:, :, :, :L]``, as in the note's own forward,
     ``matrix_bd[:, :, :, :matrix_ac.size(3)]``) yields four, which is what we test.
     """
     scores = torch.arange(1.0, 22.0).view(1, 1, 3, 7)
@@ -40,7 +41,7 @@ def test_rel_shift_worked_example_of_the_seed() -> None:
 
 
 def test_prepadded_shift_equals_rel_shift() -> None:
-    """rel_pos pads the position matrix instead of the scores; the result is the seed's rel_shift."""
+    """rel_pos pads the position matrix instead of the scores; the result is the note's rel_shift."""
     scores = torch.randn(2, 3, 5, 2 * 7 - 1)
     padded = torch.nn.functional.pad(scores, (1, 0))
     assert torch.equal(relative_scores_prepadded(padded, 7), relative_scores(scores, 7))
@@ -122,7 +123,7 @@ def test_zeroed_positions_when_copied_from_plain_attention() -> None:
 
 @pytest.mark.parametrize(("chunk_size", "num_left_chunks"), [(4, -1), (4, 0), (4, 1), (3, 2), (5, 1)])
 def test_streaming_chunks_equal_the_chunk_masked_forward(chunk_size: int, num_left_chunks: int) -> None:
-    """Decoding chunk by chunk with a cache (the seed's C x (2L-1) rel_shift) equals training with the mask."""
+    """Decoding chunk by chunk with a cache (the note's C x (2L-1) rel_shift) equals training with the mask."""
     torch.manual_seed(0)
     config = AttentionConfig(
         kind="rel_pos", hidden_size=HIDDEN, num_heads=HEADS, chunk_size=chunk_size, num_left_chunks=num_left_chunks

@@ -1,4 +1,4 @@
-"""``rel_pos`` in query blocks (issue 16): outputs and gradients equal the full path and transformers' relative
+"""``rel_pos`` in query blocks: outputs and gradients equal the full path and transformers' relative
 attention; masks per block; dropout; the automatic switch; nothing quadratic in T is kept for backward."""
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def test_mask_rows_are_rows_of_the_full_mask(chunk_size: int, num_left_chunks: i
 
 
 def test_prepadded_shift_backward_equals_autograd() -> None:
-    """The scatter written for the blockwise backward is the gradient of the seed's shift (unread entries zero,
+    """The scatter written for the blockwise backward is the gradient of the relative shift (unread entries zero,
     whatever the buffer held before)."""
     for queries, keys in [(4, 13), (1, 5), (5, 5), (3, 8)]:
         padded = torch.randn(2, 3, queries, queries + keys, requires_grad=True)
@@ -298,7 +298,7 @@ def test_prepadded_shift_backward_equals_autograd() -> None:
         ({"kind": "rel_pos", "memory_efficient_threshold": 2.5}, ["attention.memory_efficient_threshold"]),
         ({"kind": "rel_pos", "query_block_size": 0}, ["attention.query_block_size", "positive integer"]),
         ({"kind": "rel_pos", "query_block_size": True}, ["attention.query_block_size"]),
-        ({"kind": "mhsa", "memory_efficient": True}, ["attention.memory_efficient", "'rel_pos'", "'mhsa'"]),
+        ({"kind": "mhsa", "memory_efficient": True}, ["attention.memory_efficient", "rel_pos", "'mhsa'"]),
     ],
 )
 def test_config_refuses_bad_memory_settings(settings: dict, words: list[str]) -> None:

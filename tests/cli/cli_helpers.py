@@ -100,7 +100,7 @@ def load_prepared_split(prepared: Path, split: str = "train") -> tuple[Any, Any]
 def mean_loss(model: Any, rows: Any, processor: Any, batch_size: int = 16) -> float:
     """Mean CTC loss of ``model`` (eval mode: no dropout, no SpecAugment) over every row of ``rows``."""
     from adaptspeech.data import DataCollatorCTCWithPadding
-    from adaptspeech.evaluation import feature_type_of_model
+    from adaptspeech.data.feature_types import feature_type_of_model
 
     collator = DataCollatorCTCWithPadding(processor, feature_type=feature_type_of_model(model))
     model.eval()

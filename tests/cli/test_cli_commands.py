@@ -221,13 +221,13 @@ def fake_run_recipe(monkeypatch):
 
     def run_recipe(recipe, only=None):
         calls.update(recipe=recipe, only=only)
-        out = Path(recipe["output_dir"])
+        out = recipe.output_dir
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.md").write_text("| system | CER % |\n| --- | --- |\n| SimAdapter | 12.34 |\n")
         (out / "fusion_heatmap.png").write_bytes(b"\x89PNG")
         return {"rows": []}
 
-    monkeypatch.setattr("adaptspeech.recipes.simadapter.run_recipe", run_recipe)
+    monkeypatch.setattr("adaptspeech.recipes.engine.run_recipe", run_recipe)
     return calls
 
 
@@ -237,9 +237,9 @@ def test_demo_runs_the_synthetic_recipe_with_overrides(fake_run_recipe, tmp_path
     code, out, err = run_main(argv, capsys)
     assert code == 0, err
     recipe = fake_run_recipe["recipe"]
-    assert Path(recipe["_dir"]).resolve() == demo_recipe_dir().resolve()
-    assert recipe["target_subset"] == "5min" and recipe["progress"] is False
-    assert recipe["stages"]["base"]["training"]["max_steps"] == 7
+    assert recipe.folder.resolve() == demo_recipe_dir().resolve()
+    assert recipe.target_subset == "5min" and recipe.progress is False
+    assert recipe.stages["base"]["training"]["max_steps"] == 7
     assert fake_run_recipe["only"] == ["base", "fusion"]
     assert "| SimAdapter | 12.34 |" in out and str(tmp_path / "demo" / "fusion_heatmap.png") in out
 
@@ -254,11 +254,11 @@ def test_a_recipe_without_progress_hides_the_library_bars_and_restores_them(flag
 
     def run_recipe(recipe, only=None):
         seen.update(datasets=datasets.is_progress_bar_enabled(), hf=hf_logging.is_progress_bar_enabled())
-        out = Path(recipe["output_dir"])
+        out = recipe.output_dir
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.md").write_text("| system | CER % |\n")
 
-    monkeypatch.setattr("adaptspeech.recipes.simadapter.run_recipe", run_recipe)
+    monkeypatch.setattr("adaptspeech.recipes.engine.run_recipe", run_recipe)
     datasets.enable_progress_bars()
     hf_logging.enable_progress_bar()
     code, _, err = run_main(["demo", f"output_dir={tmp_path / 'demo'}", *flag], capsys)
@@ -280,7 +280,7 @@ def test_recipe_takes_a_folder(fake_run_recipe, tmp_path, capsys):
     folder = demo_recipe_dir()
     code, _, err = run_main(["recipe", folder, f"output_dir={tmp_path / 'r'}", "seed=3"], capsys)
     assert code == 0, err
-    assert fake_run_recipe["recipe"]["seed"] == 3 and fake_run_recipe["only"] is None
+    assert fake_run_recipe["recipe"].seed == 3 and fake_run_recipe["only"] is None
 
 
 # ---- errors --------------------------------------------------------------------------------------------------

@@ -336,7 +336,8 @@ def test_negative_values_are_parsed(argv, attribute, expected):
 def _random_fbank_model(folder: Path) -> Path:
     """A tiny random fbank CTC model with its processor (its text is a guess, but a fixed one)."""
     from adaptspeech import AdaptSpeechForCTC
-    from adaptspeech.data.text import build_processor, build_vocab
+    from adaptspeech.data.processor import build_processor
+    from adaptspeech.data.text import build_vocab
     from adaptspeech.testing import tiny_config
 
     vocab = build_vocab(["abc def", "ghi jkl"])

@@ -1,7 +1,7 @@
-"""A declared, trainable adapter is trained (issue 10): without ``model.active_languages`` the trainable adapters are
+"""A declared, trainable adapter is trained: without ``model.active_languages`` the trainable adapters are
 the active ones; an explicit ``active_languages`` that leaves one out is refused in one line. Before, the stage
 reported ``adapter:ro`` as trainable and left it unchanged, or (backbone frozen) crashed with "element 0 of tensors
-does not require grad". Also: ``init: pretrained`` loads a saved ``las`` model as what it is (issue 11)."""
+does not require grad". Also: ``init: pretrained`` loads a saved ``las`` model as what it is."""
 
 from __future__ import annotations
 

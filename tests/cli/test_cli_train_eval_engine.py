@@ -1,4 +1,4 @@
-"""The CER logged during training is the CER of the model (issue 10): for every head, the ``eval_cer`` / ``eval_wer``
+"""The CER logged during training is the CER of the model: for every head, the ``eval_cer`` / ``eval_wer``
 logged at the last step equal, exactly, what ``adaptspeech evaluate`` reports for the saved model on the same split
 with the same decoder.
 

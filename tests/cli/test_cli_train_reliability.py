@@ -1,4 +1,4 @@
-"""Faults during ``adaptspeech train`` (issue 10): each ends with one line, without a traceback, without a silently
+"""Faults during ``adaptspeech train``: each ends with one line, without a traceback, without a silently
 wrong result and without losing the last complete checkpoint.
 
 * the disk fills up while a checkpoint is written;

@@ -1,4 +1,4 @@
-"""``data.language_sampling_temperature`` in a stage (issue 11): the Trainer draws languages with ``p_l ∝ n_l^(1/T)``
+"""``data.language_sampling_temperature`` in a stage: the Trainer draws languages with ``p_l ∝ n_l^(1/T)``
 (see tests/training/test_training_sampler.py for the draw itself) and the stage summary records the probabilities."""
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from adaptspeech.data import (
     read_tsv,
 )
 from adaptspeech.data.common_voice import OUTPUT_COLUMNS, read_clip_durations, standardize_columns
-from adaptspeech.data.features import normalize_utterance
-from adaptspeech.data.pipeline import prepare_corpus
+from adaptspeech.data.feature_types import normalize_utterance
+from adaptspeech.data.prepared_corpus import prepare_corpus
 from adaptspeech.data.subsets import speakers
 
 

@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 from adaptspeech import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
-from adaptspeech.data.text import build_processor, build_vocab
+from adaptspeech.data.feature_types import FEATURE_TYPES
+from adaptspeech.data.processor import build_processor
+from adaptspeech.data.text import build_vocab
 from adaptspeech.testing import tiny_config
 
 TEXTS = ["abc def", "ghi jab", "lot of letters"]
@@ -50,3 +52,10 @@ def audio(seconds: float = 1.5, seed: int = 0) -> np.ndarray:
     t = np.arange(int(seconds * 16000)) / 16000
     wave = 0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t) + 0.05 * rng.standard_normal(t.shape)
     return wave.astype(np.float32)
+
+
+def span_audio(wave: np.ndarray, start: int, end: int, feature_type: str) -> np.ndarray:
+    """The samples that model input units ``[start, end)`` of ``feature_type`` read (``prepare`` of them gives
+    exactly those units)."""
+    first, last = FEATURE_TYPES.get(feature_type)().unit_samples(start, end)
+    return wave[first:last]

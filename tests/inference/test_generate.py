@@ -92,7 +92,8 @@ def test_ctc_las_folder_with_a_saved_lm_runs_ctc_with_the_lm(tmp_path: Path) -> 
     pytest.importorskip("kenlm")
     pytest.importorskip("pyctcdecode")
     from adaptspeech.lm.build import build_arpa
-    from adaptspeech.lm.decoder import build_decoder, save_processor_with_lm
+    from adaptspeech.lm.decoder import build_decoder
+    from adaptspeech.lm.processor import save_processor_with_lm
 
     folder = model_folder(tmp_path / "model", head="ctc_las", backbone_overrides=LOCAL_CONV)
     processor = AutoProcessor.from_pretrained(folder)

@@ -18,7 +18,8 @@ from transformers import AutoProcessor, pipeline
 from adaptspeech.cli import main
 from adaptspeech.decoding import ctc_prefix_beam_search
 from adaptspeech.lm.build import build_arpa
-from adaptspeech.lm.decoder import LMDecoder, build_decoder, save_processor_with_lm
+from adaptspeech.lm.decoder import LMDecoder, build_decoder
+from adaptspeech.lm.processor import save_processor_with_lm
 
 kenlm = pytest.importorskip("kenlm")
 pytest.importorskip("pyctcdecode")
@@ -475,7 +476,7 @@ def test_a_save_that_fails_while_renaming_puts_the_earlier_lm_back(lm_setup: Sim
     files already swapped in are taken out again and the earlier ones put back, byte for byte."""
     import os
 
-    import adaptspeech.lm.decoder as lm_decoder_module
+    import adaptspeech.lm.processor as lm_processor_module
     from adaptspeech.lm.processor import AdaptSpeechProcessorWithLM
 
     processor = AutoProcessor.from_pretrained(lm_setup.model)
@@ -488,10 +489,10 @@ def test_a_save_that_fails_while_renaming_puts_the_earlier_lm_back(lm_setup: Sim
             raise OSError(5, "Input/output error", str(dst))
         return real_replace(src, dst)
 
-    monkeypatch.setattr(lm_decoder_module.os, "replace", failing_replace)
+    monkeypatch.setattr(lm_processor_module.os, "replace", failing_replace)
     with pytest.raises(OSError, match="Input/output error"):
         save_processor_with_lm(processor, build_decoder(processor.tokenizer, lm_setup.lm, 3.0, 0.0), lm_setup.model)
-    monkeypatch.setattr(lm_decoder_module.os, "replace", real_replace)
+    monkeypatch.setattr(lm_processor_module.os, "replace", real_replace)
     assert snapshot(lm_setup.model) == before
     saved = LMDecoder(AdaptSpeechProcessorWithLM.from_pretrained(lm_setup.model).decoder)
     assert (saved.alpha, saved.beta) == (1.0, 0.5)
@@ -513,7 +514,7 @@ def test_a_truncated_lm_in_a_model_folder_is_refused_naming_the_file(damaged, cu
     it too."""
     import soundfile as sf
 
-    from adaptspeech.lm.decoder import load_processor_decoder
+    from adaptspeech.lm.files import load_processor_decoder
     from adaptspeech.lm.processor import AdaptSpeechProcessorWithLM
 
     processor = AutoProcessor.from_pretrained(lm_setup.model)

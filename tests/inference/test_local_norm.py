@@ -11,14 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from inference_helpers import audio, model_folder
+from inference_helpers import audio, model_folder, span_audio
 from transformers import AutoProcessor
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.data.audio import log_mel
+from adaptspeech.data.audio import digital_silence, log_mel
+from adaptspeech.data.feature_types import FbankFeatures
 from adaptspeech.decoding import ctc_greedy_decode
-from adaptspeech.inference.local_norm import digital_silence, recording_input, sliding_normalize, span_audio
-from adaptspeech.inference.long_form import chunked_ctc_log_probs, model_input
+from adaptspeech.inference.encoding import chunked_ctc_log_probs
+from adaptspeech.inference.local_norm import model_input, recording_input, sliding_normalize
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.metrics import compute_error_rates
 
@@ -59,7 +60,7 @@ def test_digital_silence_marks_zero_frames_and_long_zero_runs() -> None:
     wave[8000:12000] = 0.0  # 0.25 s of zeros
     silent = digital_silence(wave)
     assert silent.sum() == 4000 and silent[8000:12000].all()
-    frames = digital_silence(np.asarray(log_mel(wave, sr=16000, n_mels=16)))
+    frames = FbankFeatures(n_mels=16).digital_silence(np.asarray(log_mel(wave, sr=16000, n_mels=16)))
     # frames whose 400-sample window lies inside the zeros: starts 8000 .. 11600 in steps of 160
     assert np.flatnonzero(frames).tolist() == list(range(50, 73))
 
@@ -85,7 +86,7 @@ def test_each_chunk_input_is_the_per_utterance_normalisation_of_its_audio(tmp_pa
     folder = model_folder(tmp_path, backbone=backbone, backbone_overrides={"num_hidden_layers": 0})
     model = AdaptSpeechForCTC.from_pretrained(folder).eval()
     extractor = AutoProcessor.from_pretrained(folder).feature_extractor
-    fbank = backbone == "fbank_conformer"
+    feature_type = "fbank" if backbone == "fbank_conformer" else "waveform"
     wave = audio(3.3, seed=2) * np.linspace(0.25, 1.0, int(3.3 * 16000), dtype=np.float32)
     calls = _spy_encode(model)
     chunked_ctc_log_probs(model, recording_input(wave, extractor, window_s=1.0), 1.0, 0.2)
@@ -94,17 +95,17 @@ def test_each_chunk_input_is_the_per_utterance_normalisation_of_its_audio(tmp_pa
         starts.append(starts[-1] + len(x) - 2 * len(x) // 5)  # the next chunk begins a chunk minus two strides on
     assert len(calls) == 5
     for x, start in zip(calls, starts, strict=True):
-        expected = model_input(span_audio(wave, start, start + len(x), fbank), extractor)
+        expected = model_input(span_audio(wave, start, start + len(x), feature_type), extractor)
         torch.testing.assert_close(x, expected, atol=2e-5, rtol=0)
 
     calls.clear()
-    units_per_s = 100 if fbank else 16000
+    units_per_s = 100 if feature_type == "fbank" else 16000
     window = units_per_s // 2
     chunked_ctc_log_probs(model, recording_input(wave, extractor, window_s=0.5), 1.0, 0.2)
     x, start = calls[1], starts[1]
     for t in (0, 3, window // 2 + 7, len(x) - 1):  # window shifted at both edges, and centred
         s = min(max(t - window // 2, 0), len(x) - window)
-        expected = model_input(span_audio(wave, start + s, start + s + window, fbank), extractor)
+        expected = model_input(span_audio(wave, start + s, start + s + window, feature_type), extractor)
         torch.testing.assert_close(x[t], expected[t - s], atol=2e-5, rtol=0)
 
 

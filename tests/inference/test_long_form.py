@@ -1,4 +1,4 @@
-"""Long recordings chunk by chunk (adaptspeech.inference.long_form): the chunks tile the recording, the stitched
+"""Long recordings chunk by chunk (adaptspeech.inference.encoding): the chunks tile the recording, the stitched
 CTC output equals the unchunked one exactly where the encoder's receptive field fits in the stride, and the
 ``transcribe`` command prints the API's result, with timestamps as JSON (the local normalisation of each chunk:
 test_local_norm.py)."""
@@ -17,7 +17,8 @@ from transformers import AutoProcessor
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.cli import main
-from adaptspeech.inference.long_form import chunked_ctc_log_probs, model_input, plan_chunks
+from adaptspeech.inference.encoding import chunked_ctc_log_probs, plan_chunks
+from adaptspeech.inference.local_norm import model_input
 from adaptspeech.inference.transcriber import transcribe
 
 

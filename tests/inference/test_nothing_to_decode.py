@@ -18,10 +18,14 @@ from transformers import AutoProcessor
 
 from adaptspeech import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
 from adaptspeech.cli import main
+from adaptspeech.inference.encoding import IMPOSSIBLE_LOG_PROB
 from adaptspeech.inference.local_norm import recording_input
-from adaptspeech.inference.long_form import IMPOSSIBLE_LOG_PROB, paused_ctc_log_probs
-from adaptspeech.inference.segmenting import plan_segments
-from adaptspeech.inference.transcriber import transcribe
+from adaptspeech.inference.transcriber import (
+    LongFormSettings,
+    attention_segments,
+    recording_ctc_log_probs,
+    transcribe,
+)
 
 
 def _click_between_pauses() -> np.ndarray:
@@ -40,7 +44,8 @@ def test_a_long_recording_without_speech_is_blank(ctc) -> None:
     model, processor = ctc
     wave = _click_between_pauses()
     inputs = recording_input(wave, processor.feature_extractor)
-    log_probs, regions = paused_ctc_log_probs(model, inputs, wave, chunk_length_s=1.0, stride_length_s=0.25)
+    log_probs, regions = recording_ctc_log_probs(model, inputs, wave, LongFormSettings(chunk_length_s=1.0,
+                                                                                     stride_length_s=0.25))
     assert regions == []
     assert len(log_probs) == int(model._get_feat_extract_output_lengths(len(inputs)))
     assert (log_probs[:, model.config.pad_token_id] == 0).all()
@@ -97,7 +102,7 @@ def test_attention_decoding_of_a_recording_without_speech_decodes_nothing(tmp_pa
     processor = AutoProcessor.from_pretrained(folder)
     wave = _click_between_pauses()
     inputs = recording_input(wave, processor.feature_extractor)
-    assert plan_segments(model, inputs, wave, chunk_length_s=1.0, search_length_s=0.3, split_by="pauses") == []
+    assert attention_segments(model, inputs, wave, LongFormSettings(chunk_length_s=1.0, search_length_s=0.3)) == []
     result = transcribe(model, processor, [wave], method="joint", chunk_length_s=1.0, search_length_s=0.3,
                         beam_size=2)[0]
     assert result.text == "" and result.extra["segments"] == []

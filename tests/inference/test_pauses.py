@@ -1,5 +1,5 @@
 """CTC decoding of long recordings one speech region at a time (adaptspeech.inference.pauses and
-``paused_ctc_log_probs``): the pause rule against a frame-by-frame reference, the regions against each utterance
+``recording_ctc_log_probs``): the pause rule against a frame-by-frame reference, the regions against each utterance
 decoded alone, the word boundary at every pause, and ``transcribe`` / the command's ``--split-by``."""
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from transformers import AutoProcessor
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.cli import main
-from adaptspeech.inference.local_norm import recording_input, touches_digital_silence
-from adaptspeech.inference.long_form import IMPOSSIBLE_LOG_PROB, chunked_ctc_log_probs, paused_ctc_log_probs
+from adaptspeech.data.audio import digital_silence
+from adaptspeech.data.feature_types import FbankFeatures, WaveformFeatures
+from adaptspeech.inference.encoding import IMPOSSIBLE_LOG_PROB, chunked_ctc_log_probs
+from adaptspeech.inference.local_norm import recording_input
 from adaptspeech.inference.model_mixin import inputs_to_logits_ratio
 from adaptspeech.inference.pauses import MIN_SPEECH_S, edge_threshold, find_pauses, pause_threshold, speech_regions
-from adaptspeech.inference.transcriber import transcribe
+from adaptspeech.inference.segmenting import SegmentInput
+from adaptspeech.inference.transcriber import LongFormSettings, attention_segments, recording_ctc_log_probs, transcribe
 
 FRAME = 640  # samples per output frame of the fbank front end
 
@@ -107,8 +110,8 @@ def test_frames_touching_digital_silence() -> None:
     frames = (len(wave) - 400) // 160 + 1
     expected = [bool(np.any((np.arange(t * 160, t * 160 + 400) >= 1000) & (np.arange(t * 160, t * 160 + 400) < 1500)))
                 for t in range(frames)]
-    assert touches_digital_silence(wave, True, frames).tolist() == expected
-    samples = touches_digital_silence(wave, False, len(wave))
+    assert FbankFeatures().units_touching(digital_silence(wave), frames).tolist() == expected
+    samples = WaveformFeatures().units_touching(digital_silence(wave), len(wave))
     assert samples[1000:1500].all() and samples.sum() == 500
 
 
@@ -145,8 +148,8 @@ def test_each_region_is_its_utterance_decoded_alone_and_pauses_are_word_boundari
     clips, recording, starts = _utterances()
     inputs = recording_input(recording, processor.feature_extractor)
     delimiter = processor.tokenizer.word_delimiter_token_id
-    log_probs, regions = paused_ctc_log_probs(model, inputs, recording, chunk_length_s=2.0, stride_length_s=0.5,
-                                              word_delimiter_id=delimiter)
+    log_probs, regions = recording_ctc_log_probs(model, inputs, recording, LongFormSettings(chunk_length_s=2.0,
+                                                 stride_length_s=0.5), word_delimiter_id=delimiter)
     whole = chunked_ctc_log_probs(model, inputs, chunk_length_s=600.0)
     assert log_probs.shape == whole.shape
     assert [a for a, _ in regions] == [s // frame for s in starts]
@@ -175,7 +178,8 @@ def test_an_utterance_joined_by_zeros_off_the_frame_grid_is_read_from_its_own_sa
     gaps = [np.zeros(n, dtype=np.float32) for n in (6977, 7123, 6451, 7001)]
     recording = np.concatenate([gaps[0], clips[0], gaps[1], clips[1], gaps[2], clips[2], gaps[3]])
     inputs = recording_input(recording, processor.feature_extractor)
-    log_probs, regions = paused_ctc_log_probs(model, inputs, recording, chunk_length_s=2.0, stride_length_s=0.5)
+    log_probs, regions = recording_ctc_log_probs(model, inputs, recording, LongFormSettings(chunk_length_s=2.0,
+                                                                                            stride_length_s=0.5))
     assert len(regions) == 3
     for clip, (a, b) in zip(clips, regions, strict=True):
         alone = chunked_ctc_log_probs(model, recording_input(clip, processor.feature_extractor), 30.0)
@@ -193,7 +197,8 @@ def test_short_or_pauseless_recordings_decode_as_chunks(ctc_folder: Path) -> Non
     _, recording, _ = _utterances()
     for wave, chunk in ((recording, 60.0), (audio(5.0, seed=4), 2.0)):  # one call; no pause in a chirp
         inputs = recording_input(wave, processor.feature_extractor)
-        paused, regions = paused_ctc_log_probs(model, inputs, wave, chunk_length_s=chunk, stride_length_s=0.5)
+        paused, regions = recording_ctc_log_probs(model, inputs, wave, LongFormSettings(chunk_length_s=chunk,
+                                                                                        stride_length_s=0.5))
         torch.testing.assert_close(paused, chunked_ctc_log_probs(model, inputs, chunk, 0.5), atol=0, rtol=0)
         assert regions == [(0, len(paused))]
 
@@ -245,14 +250,13 @@ def test_attention_decoding_splits_at_pauses_first(tmp_path: Path) -> None:
     """Joint decoding with ``split_by="pauses"``: an utterance no longer than the chunk is one segment decoded exactly
     as alone; a longer one is cut inside by the length rule, its segments tiling its region; pauses are not decoded."""
     from adaptspeech import AdaptSpeechForJointCTCAttention
-    from adaptspeech.inference.segmenting import plan_segments
 
     folder = model_folder(tmp_path, head="ctc_las", seed=2)
     model = AdaptSpeechForJointCTCAttention.from_pretrained(folder).eval()
     processor = AutoProcessor.from_pretrained(folder)
     clips, recording, starts = _utterances()  # 1.2 s, 0.8 s, 1.6 s
     inputs = recording_input(recording, processor.feature_extractor)
-    segments = plan_segments(model, inputs, recording, chunk_length_s=1.0, search_length_s=0.3, split_by="pauses")
+    segments = attention_segments(model, inputs, recording, LongFormSettings(chunk_length_s=1.0, search_length_s=0.3))
     first_units = [s // 160 for s in starts]  # fbank frames
     ends = [u + len(recording_input(c, processor.feature_extractor)) for u, c in zip(first_units, clips, strict=True)]
     by_clip = [[s for s in segments if u <= s.start < e] for u, e in zip(first_units, ends, strict=True)]
@@ -262,7 +266,7 @@ def test_attention_decoding_splits_at_pauses_first(tmp_path: Path) -> None:
         assert group[0].start == u and group[-1].end == e
         assert all(a.end == b.start for a, b in itertools.pairwise(group))
         assert all(s.last_frame - s.first_frame <= 25 for s in group)
-        assert all(s.utterance == (len(group) == 1) for s in group)
+        assert all((s.read_as is SegmentInput.UTTERANCE) == (len(group) == 1) for s in group)
     options = {"beam_size": 2, "ctc_weight": 0.3}
     result = transcribe(model, processor, [recording], method="joint", chunk_length_s=1.0, search_length_s=0.3,
                         **options)[0]

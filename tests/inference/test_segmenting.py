@@ -1,6 +1,7 @@
-"""Attention / joint decoding of long recordings (adaptspeech.inference.segmenting): the cut rule on known costs,
-one segment = unsegmented decoding exactly, cuts in the pauses of a recording made of utterances and silences, the
-encoder never called on more than the chunk length, each segment's input normalised over its own audio."""
+"""Attention / joint decoding of long recordings (adaptspeech.inference.segmenting, and the transcriber's pass): the
+cut rule on known costs, one segment = unsegmented decoding exactly, cuts in the pauses of a recording made of
+utterances and silences, the encoder never called on more than the chunk length, each segment's input normalised over
+its own audio."""
 
 from __future__ import annotations
 
@@ -11,16 +12,15 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from inference_helpers import audio, model_folder
+from inference_helpers import audio, model_folder, span_audio
 from transformers import AutoProcessor
 
 from adaptspeech import AdaptSpeechForJointCTCAttention
 from adaptspeech.cli import main
 from adaptspeech.decoding import transcribe_batch
-from adaptspeech.inference.local_norm import span_audio
-from adaptspeech.inference.long_form import model_input
-from adaptspeech.inference.segmenting import plan_cuts, plan_segments
-from adaptspeech.inference.transcriber import transcribe
+from adaptspeech.inference.local_norm import model_input
+from adaptspeech.inference.segmenting import plan_cuts
+from adaptspeech.inference.transcriber import LongFormSettings, attention_segments, transcribe
 
 UTTERANCES_S = (1.3, 1.7, 1.1)
 PAUSE_S = 0.5
@@ -76,7 +76,7 @@ def test_short_recording_is_one_segment_and_decodes_exactly_as_unsegmented(joint
     processor = AutoProcessor.from_pretrained(joint_folder)
     wave = audio(2.0, seed=4)
     inputs = model_input(wave, processor.feature_extractor)
-    segments = plan_segments(model, inputs, wave, chunk_length_s=CHUNK_S)
+    segments = attention_segments(model, inputs, wave, LongFormSettings(chunk_length_s=CHUNK_S, split_by="chunks"))
     assert [(s.start, s.end) for s in segments] == [(0, inputs.shape[0])]
     for method, options in (("joint", {"beam_size": 3, "ctc_weight": 0.4}), ("attention_beam", {"beam_size": 2})):
         ids = transcribe_batch(model, {"input_features": inputs[None]}, method, **options)[0]
@@ -91,7 +91,8 @@ def test_a_recording_of_utterances_splits_at_the_pauses_in_bounded_segments(join
     processor = AutoProcessor.from_pretrained(joint_folder)
     wave, pauses = utterances_and_pauses()
     inputs = model_input(wave, processor.feature_extractor)
-    segments = plan_segments(model, inputs, wave, CHUNK_S, search_length_s=SEARCH_S)
+    settings = LongFormSettings(chunk_length_s=CHUNK_S, search_length_s=SEARCH_S, split_by="chunks")
+    segments = attention_segments(model, inputs, wave, settings)
     chunk_units = round(CHUNK_S / 0.04) * 4  # fbank frames in the chunk length (4 per 40 ms output frame)
     assert len(segments) == len(UTTERANCES_S)
     assert all(0 < s.end - s.start <= chunk_units for s in segments)
@@ -114,7 +115,7 @@ def test_a_recording_of_utterances_splits_at_the_pauses_in_bounded_segments(join
     model.encode = encode
     texts = []
     for s, x in zip(segments, seen, strict=True):
-        own = model_input(span_audio(wave, s.start, s.end, fbank=True), processor.feature_extractor)
+        own = model_input(span_audio(wave, s.start, s.end, "fbank"), processor.feature_extractor)
         torch.testing.assert_close(x, own, atol=2e-5, rtol=0)  # each segment normalised over its own audio
         ids = transcribe_batch(model, {"input_features": own[None]}, "joint", beam_size=2)[0]
         texts.append(processor.tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True).strip())
@@ -127,13 +128,15 @@ def test_ctc_blank_cuts_need_a_ctc_head(joint_folder: Path, las_folder: Path) ->
     wave, _ = utterances_and_pauses()
     joint = AdaptSpeechForJointCTCAttention.from_pretrained(joint_folder).eval()
     inputs = model_input(wave, AutoProcessor.from_pretrained(joint_folder).feature_extractor)
-    segments = plan_segments(joint, inputs, wave, CHUNK_S, cut_by="ctc_blank", search_length_s=SEARCH_S)
+    segments = attention_segments(joint, inputs, wave, LongFormSettings(chunk_length_s=CHUNK_S, cut_by="ctc_blank",
+                                                                        search_length_s=SEARCH_S, split_by="chunks"))
     assert len(segments) >= 3 and all(s.last_frame - s.first_frame <= round(CHUNK_S / 0.04) for s in segments)
     las = AdaptSpeechForJointCTCAttention.from_pretrained(las_folder).eval()
     with pytest.raises(ValueError, match=r"ctc_blank.*needs a CTC head"):
-        plan_segments(las, inputs, wave, CHUNK_S, cut_by="ctc_blank")
+        attention_segments(las, inputs, wave, LongFormSettings(chunk_length_s=CHUNK_S, cut_by="ctc_blank",
+                                                              split_by="chunks"))
     with pytest.raises(ValueError, match="allowed values: energy, ctc_blank"):
-        plan_segments(las, inputs, wave, CHUNK_S, cut_by="loudness")
+        attention_segments(las, inputs, wave, LongFormSettings(chunk_length_s=CHUNK_S, cut_by="loudness"))
 
 
 def test_transcribe_command_decodes_a_long_recording_with_attention(las_folder: Path, tmp_path: Path,

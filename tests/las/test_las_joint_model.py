@@ -7,8 +7,8 @@ from transformers import AutoModelForCTC, AutoModelForSpeechSeq2Seq
 
 from adaptspeech import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
 from adaptspeech.decoding import transcribe_batch
-from adaptspeech.heads.las_testing import character_error_rate, decode_ids, make_tone_batch, tone_vocab_size
 from adaptspeech.testing import tiny_config
+from adaptspeech.testing_las import character_error_rate, decode_ids, make_tone_batch, tone_vocab_size
 
 TEXTS = ["abc", "hgfe", "dada", "beeg"]
 EOS = tone_vocab_size() - 1

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from adaptspeech.decoding import ctc_prefix_beam_search, decode, joint_beam_search
 from adaptspeech.heads.las_config import LASConfig
-from adaptspeech.heads.las_testing import (
+from adaptspeech.testing_las import (
     TinyJointCTCLAS,
     character_error_rate,
     decode_ids,

@@ -5,7 +5,7 @@ import torch
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.adapters.bottleneck import BottleneckAdapter
-from adaptspeech.adapters.io import AdapterLoadError
+from adaptspeech.adapters.files import AdapterLoadError
 from adaptspeech.testing import tiny_config, tiny_inputs
 
 LANGS = ["ro", "cs", "pl"]

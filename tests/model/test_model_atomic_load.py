@@ -1,4 +1,4 @@
-"""Loads are atomic (issue 10, case 2): a load that does not fit is refused before anything changes, and the
+"""Loads are atomic: a load that does not fit is refused before anything changes, and the
 model's state dict, config and active languages are exactly as before."""
 
 import copy
@@ -9,7 +9,7 @@ from peft import PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.adapters.io import AdapterLoadError
+from adaptspeech.adapters.files import AdapterLoadError
 from adaptspeech.adapters.peft_method import SpeechAdapterConfig
 from adaptspeech.testing import tiny_config, tiny_inputs
 
@@ -57,7 +57,7 @@ def test_a_fitting_file_with_other_settings_replaces_the_adapter(tmp_path):
     model_with(seed=1, ro={"bottleneck": 16}).save_adapter("ro", tmp_path)
     model = model_with()
     model.load_adapter("ro", tmp_path)
-    assert model.config.adapters["ro"]["bottleneck"] == 16 and model.config.active_languages == ["ro"]
+    assert model.config.adapters["ro"].bottleneck == 16 and model.config.active_languages == ["ro"]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "shape"])

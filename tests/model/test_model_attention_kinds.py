@@ -35,7 +35,7 @@ def test_attention_kind_trains_saves_and_loads(tmp_path, backbone_type, kind):
     model.save_pretrained(tmp_path)
     loaded = AutoModelForCTC.from_pretrained(tmp_path)
     loaded.eval()
-    assert loaded.config.attention["kind"] == kind
+    assert loaded.config.attention.kind == kind
     assert type(getattr(loaded.backbone.encoder.layers[1], config.backbone_spec.attention_attr)) is type(
         attention_module
     )

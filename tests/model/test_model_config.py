@@ -1,10 +1,13 @@
 """AdaptSpeechConfig: validation at construction, JSON round trip, Auto registration."""
 
+import json
+from pathlib import Path
+
 import pytest
 from transformers import AutoConfig
 
 from adaptspeech import AdaptSpeechConfig
-from adaptspeech.backbones import BACKBONES
+from adaptspeech.backbones import BACKBONES, backbone_type_of_model_type
 from adaptspeech.testing import tiny_config
 
 
@@ -74,12 +77,33 @@ def test_config_round_trip_through_auto_config(tmp_path, backbone_type):
     assert {k: v for k, v in loaded.to_dict().items() if k not in ignore} == {
         k: v for k, v in config.to_dict().items() if k not in ignore
     }
-    assert loaded.adapters["cs"]["bottleneck"] == 16 and loaded.adapters["cs"]["activation"] == "gelu"
-    assert loaded.fusion["languages"] == ["ro", "cs"]
+    assert loaded.adapters["cs"].bottleneck == 16 and loaded.adapters["cs"].activation == "gelu"
+    assert loaded.fusion.languages == ["ro", "cs"] and loaded.fusion == config.fusion
     assert loaded.backbone_config.hidden_size == 32
     assert loaded.backbone_config.model_type == config.backbone_config.model_type
 
 
 def test_adapter_defaults_apply_to_shorthand_languages():
     config = tiny_config(adapter_languages=["ro", "cs"], adapter_defaults={"bottleneck": 24})
-    assert {lang: cfg["bottleneck"] for lang, cfg in config.adapters.items()} == {"ro": 24, "cs": 24}
+    assert {lang: settings.bottleneck for lang, settings in config.adapters.items()} == {"ro": 24, "cs": 24}
+
+
+FORMAT_0_1_0 = Path(__file__).resolve().parents[1] / "fixtures" / "format_0.1.0"
+
+
+@pytest.mark.parametrize("name", ["ctc_fusion", "ctc_wav2vec2_lora", "ctc_las", "mms_adapter/base"])
+def test_a_0_1_0_config_json_is_written_back_as_it_was(name):
+    """The typed sub-settings save in 0.1.0's layout: every adapter flat over every type's defaults, the fusion's
+    fields, the attention's kind and changed settings."""
+    saved = json.loads((FORMAT_0_1_0 / name / "config.json").read_text())
+    written = json.loads(AdaptSpeechConfig.from_pretrained(FORMAT_0_1_0 / name).to_json_string())
+    ignore = {"transformers_version"}
+    assert {k: v for k, v in written.items() if k not in ignore} == {k: v for k, v in saved.items() if k not in ignore}
+
+
+def test_the_backbone_of_a_checkpoint_is_found_by_its_model_type():
+    for name in BACKBONES.names():
+        assert backbone_type_of_model_type(BACKBONES.get(name).model_type) == name
+    with pytest.raises(ValueError, match="model_type 'whisper' is not a supported backbone; supported: "
+                                         "adaptspeech_fbank_conformer, wav2vec2, wav2vec2-conformer"):
+        backbone_type_of_model_type("whisper", "openai/whisper-tiny")

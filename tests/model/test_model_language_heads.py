@@ -1,11 +1,11 @@
-"""Per-language CTC heads (issue 13): which head runs, what trains, how they are saved and loaded, and what is
-refused (mixing languages whose heads differ in one batch)."""
+"""Per-language CTC heads (MMS: one vocabulary per language): which head runs, what trains, how they are saved and
+loaded, and what is refused (mixing languages whose heads differ in one batch)."""
 
 import pytest
 import torch
 
 from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
-from adaptspeech.adapters.io import AdapterLoadError
+from adaptspeech.adapters.files import AdapterLoadError
 from adaptspeech.testing import tiny_config, tiny_inputs
 
 

@@ -1,4 +1,4 @@
-"""MMS adapters (issue 13) against transformers' own ``Wav2Vec2ForCTC`` with ``adapter_attn_dim``: wrapping an MMS
+"""MMS adapters against transformers' own ``Wav2Vec2ForCTC`` with ``adapter_attn_dim``: wrapping an MMS
 checkpoint, reading MMS adapter files, several MMS languages resident, writing files transformers loads, and the
 vocabulary switch. Every number is compared with what transformers computes on the same tiny checkpoint."""
 
@@ -20,7 +20,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCTC, Wav2Vec2CTCTokenizer
 
 from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
-from adaptspeech.adapters.io import AdapterLoadError
+from adaptspeech.adapters import BottleneckAdapterConfig
+from adaptspeech.adapters.files import AdapterLoadError
 from adaptspeech.testing import tiny_config
 
 TOL = 1e-5
@@ -56,9 +57,7 @@ def test_wrapping_turns_the_builtin_adapter_into_a_language_adapter(mms_folder, 
     assert all(layer.adapter_layer is None for layer in layers)
     assert model.config.backbone_config.adapter_attn_dim is None
     assert not any("adapter_layer" in name for name, _ in model.named_parameters())
-    assert model.config.adapters[BUILTIN] == {
-        **model.config.adapters[BUILTIN], "bottleneck": ADAPTER_DIM, "bias": True, "layer_norm": True,
-    }
+    assert model.config.adapters[BUILTIN] == BottleneckAdapterConfig(bottleneck=ADAPTER_DIM, bias=True, layer_norm=True)
     assert model.config.language_heads == {BUILTIN: {"vocab_size": BUILTIN_VOCAB}}
     assert model.config.active_languages == [BUILTIN]
     inputs = mms_inputs()

@@ -1,4 +1,4 @@
-"""SimAdapter over imported MMS adapters (issue 13): three MMS languages' adapters (without their heads) fused with a
+"""SimAdapter over imported MMS adapters: three MMS languages' adapters (without their heads) fused with a
 new target adapter on a wrapped MMS checkpoint; only the target adapter and the fusion train, and the result saves
 and loads (adapter files and the whole model)."""
 
@@ -77,7 +77,7 @@ def test_simadapter_over_mms_adapters_trains_the_target_and_the_fusion_only(mms_
     # and the whole model
     model.save_pretrained(tmp_path / "model")
     again = AdaptSpeechForCTC.from_pretrained(tmp_path / "model").eval()
-    assert again.config.fusion_active and again.config.fusion["languages"] == [*SOURCES, TARGET]
+    assert again.config.fusion_active and again.config.fusion.languages == [*SOURCES, TARGET]
     with torch.no_grad():
         assert torch.equal(again(**batch(9)).logits, expected)
     # the trained target adapter has MMS's shape: it exports for transformers too

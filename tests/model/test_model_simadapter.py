@@ -1,10 +1,11 @@
-"""SimAdapter fusion against seeds/003: W_V initialisation, L_reg, attention over languages, guide loss."""
+"""SimAdapter fusion against Hou et al. 2021 ("Exploiting adapters for cross-lingual low-resource speech
+recognition"): W_V initialisation, L_reg, attention over languages, guide loss."""
 
 import pytest
 import torch
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.adapters.simadapter import SimAdapterFusion, guide_loss
+from adaptspeech.adapters.fusion import SimAdapterFusion, guide_loss
 from adaptspeech.testing import tiny_config, tiny_inputs
 
 LANGS = ["ro", "cs", "pl"]
@@ -18,7 +19,7 @@ def fused_model(**fusion_settings):
     return model
 
 
-def test_value_projection_is_the_seed_initialisation():
+def test_value_projection_is_the_paper_initialisation():
     model = fused_model()
     d = model.config.hidden_size
     expected = torch.full((d, d), 1e-6)
@@ -69,7 +70,7 @@ def test_fusion_weights_are_a_distribution_over_languages():
 
 
 def naive_simadapter(fusion: SimAdapterFusion, z, entries, tau):
-    """seeds/003 with explicit loops: sum_i softmax_i((z W_Q)(a_i W_K)^T / tau) (a_i W_V)."""
+    """Hou et al. 2021 with explicit loops: sum_i softmax_i((z W_Q)(a_i W_K)^T / tau) (a_i W_V)."""
     B, T, N, D = entries.shape
     out = torch.zeros(B, T, D)
     weights = torch.zeros(B, T, N)
@@ -85,7 +86,7 @@ def naive_simadapter(fusion: SimAdapterFusion, z, entries, tau):
 
 
 @pytest.mark.parametrize("tau", [1.0, 3.0])
-def test_fusion_equals_the_seed_equation(tau):
+def test_fusion_equals_the_paper_equation(tau):
     torch.manual_seed(1)
     fusion = SimAdapterFusion(8, 3, temperature=tau)
     with torch.no_grad():
@@ -143,8 +144,8 @@ def test_guide_loss_pulls_toward_the_target_language():
     assert torch.allclose(out.loss, out.loss_ctc + out.loss_fusion_reg + out.loss_fusion_guide)
 
 
-def test_fusion_gradients_equal_the_seed_equations():
-    """The forward computes the seed's equation in a cheaper order; every gradient (fusion parameters, query,
+def test_fusion_gradients_equal_the_paper_equations():
+    """The forward computes the paper's equation in a cheaper order; every gradient (fusion parameters, query,
     adapter outputs) equals the naive per-frame implementation's."""
     torch.manual_seed(2)
     fusion = SimAdapterFusion(8, 3, temperature=2.0)

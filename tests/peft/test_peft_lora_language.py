@@ -131,7 +131,7 @@ def test_save_pretrained_round_trip_is_identical(tmp_path, backbone_type):
     expected = logits(model, inputs)
     model.save_pretrained(tmp_path)
     loaded = AdaptSpeechForCTC.from_pretrained(tmp_path).eval()
-    assert loaded.config.adapters["ro"]["adapter_type"] == "lora"
+    assert loaded.config.adapters["ro"].adapter_type == "lora"
     assert torch.equal(logits(loaded, inputs), expected)
 
 

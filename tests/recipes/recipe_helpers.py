@@ -1,9 +1,17 @@
 """Helpers of the recipe tests (a uniquely named module: ``tests/*/conftest.py`` files share the module name
-``conftest``): the tiny base model every toy recipe run trains, and the overrides that make its stages a few steps."""
+``conftest``): the repository's recipe folders (whose own Python the tests load with
+:func:`adaptspeech.recipes.recipe_module`), the tiny base model every toy recipe run trains, and the overrides that
+make its stages a few steps."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
+
+#: the recipe folders of the repository
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+DEMO = RECIPES / "synthetic_demo"
+STUDY = RECIPES / "attention_study"
 
 #: a 2-layer width-32 filterbank Conformer (``model.config`` of the base / scratch stages)
 TINY = {

@@ -1,5 +1,6 @@
-"""Effective attention read by one-hot probe values: exact for every kind (A V equals the module's own context),
-equal to the explicit matrices where a kind has one, zero outside a kind's pattern; and the per-model reading."""
+"""The attention study's maps (recipes/attention_study/attention_maps.py): effective attention read by one-hot probe
+values, exact for every kind (A V equals the module's own context), equal to the explicit matrices where a kind has
+one, zero outside a kind's pattern; and the per-model reading."""
 
 from __future__ import annotations
 
@@ -7,16 +8,15 @@ import math
 
 import pytest
 import torch
+from recipe_helpers import STUDY
 
 from adaptspeech.attention import ATTENTION, AttentionConfig
-from adaptspeech.recipes.attention_maps import (
-    attention_context,
-    effective_attention,
-    model_attention_maps,
-    plot_attention_maps,
-    probe_values,
-    reconstruction_error,
-)
+from adaptspeech.recipes import recipe_module
+
+attention_maps = recipe_module(STUDY, "attention_maps.py")
+attention_context, effective_attention = attention_maps.attention_context, attention_maps.effective_attention
+model_attention_maps, plot_attention_maps = attention_maps.model_attention_maps, attention_maps.plot_attention_maps
+probe_values, reconstruction_error = attention_maps.probe_values, attention_maps.reconstruction_error
 
 FRAMES, REAL = 19, 15  # 19 frames of which the last 4 are padding; head_dim 8 -> 3 probes, the last one partial
 SETTINGS = {

@@ -1,6 +1,6 @@
-"""The attention study end to end at toy scale through the CLI: three kinds on a tiny synthetic corpus, a first run
-with --only, then the rest (the finished kind is skipped, not retrained), the table, the figures, the settings
-check on a finished kind."""
+"""The attention study (recipes/attention_study/study.py, a task of its own) end to end at toy scale through the CLI:
+three kinds on a tiny synthetic corpus, a first run with --only, then the rest (the finished kind is skipped, not
+retrained), the table, the figures, the settings check on a finished kind."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ import math
 import numpy as np
 import pytest
 from PIL import Image
-from recipe_helpers import TINY
+from recipe_helpers import STUDY, TINY
 
 from adaptspeech.cli import main
 from adaptspeech.data import build_synthetic_corpus
-from adaptspeech.data.pipeline import prepare_corpus
-from adaptspeech.recipes.attention_study import StudyError, load_study
+from adaptspeech.data.prepared_corpus import prepare_corpus
+from adaptspeech.recipes import load_recipe, recipe_module
+
+study_module = recipe_module(STUDY, "study.py")
+StudyError = study_module.StudyError
 
 KINDS = {
     "mhsa": {"label": "Baseline (QK)", "attention": {"kind": "mhsa"}},
@@ -144,31 +147,28 @@ def test_finished_kind_with_changed_settings_is_refused(study, prepared, capsys)
 def test_bad_settings_are_one_line_errors(prepared, tmp_path, capsys):
     overrides = _overrides(tmp_path, prepared)
     assert main(["recipe", "recipes/attention_study", "--only", "nope", *overrides]) == 1
-    assert "--only: unknown kind(s) nope; the study's kinds: mhsa, lsh_xbox, ldsa_hybrid" in capsys.readouterr().err
+    assert "--only: unknown kind(s) nope; allowed values: mhsa, lsh_xbox, ldsa_hybrid" in capsys.readouterr().err
     with pytest.raises(StudyError, match=r"kinds.bad: unknown setting\(s\) size"):
-        load_study("recipes/attention_study", [*overrides, "kinds.bad={attention: {kind: mhsa}, size: 2}"])
+        load_recipe("recipes/attention_study", [*overrides, "kinds.bad={attention: {kind: mhsa}, size: 2}"])
     with pytest.raises(StudyError, match=r"kinds.bad: attention.kind: unknown attention 'nope'"):
-        load_study("recipes/attention_study", [*overrides, "kinds.bad={attention: {kind: nope}}"])
+        load_recipe("recipes/attention_study", [*overrides, "kinds.bad={attention: {kind: nope}}"])
     with pytest.raises(StudyError, match=r"kinds.mhsa: .*learning_rate"):
         load_study_and_specs([*overrides, "stage.training.learning_rate=fast"], prepared)
     with pytest.raises(StudyError, match=r"stage.model.config.attention: set by each entry of kinds"):
-        load_study("recipes/attention_study", [*overrides, "stage.model.config.attention={kind: mhsa}"])
+        load_recipe("recipes/attention_study", [*overrides, "stage.model.config.attention={kind: mhsa}"])
 
 
 def load_study_and_specs(overrides: list[str], prepared) -> None:
-    from adaptspeech.recipes.attention_study import kind_spec, study_plan
-
-    study = load_study("recipes/attention_study", overrides)
-    for kind in study_plan(study):
-        kind_spec(study, kind, prepared)
+    study = load_recipe("recipes/attention_study", overrides)
+    for kind in study.kinds:
+        study_module.kind_spec(study, kind, prepared)
 
 
 def test_the_committed_study_covers_every_kind():
     """The real recipe lists every registered attention kind (and the fixed-pattern and hybrid variants)."""
     from adaptspeech.attention import ATTENTION
-    from adaptspeech.recipes.attention_study import study_plan
 
-    plan = study_plan(load_study("recipes/attention_study"))
+    plan = load_recipe("recipes/attention_study").kinds
     kinds = {k.attention["kind"] for k in plan}
     assert kinds == set(ATTENTION.names())
     assert any(k.attention.get("synthesizer_init") == "fixed_patterns" for k in plan)

@@ -109,7 +109,7 @@ def test_an_isolated_step_reports_its_own_peak(dry_run):
 def test_overrides_replace_only_hub_backbones_and_the_amount_of_work(tmp_path):
     recipe = load_recipe("recipes/common_voice")
     overrides = dry_run_overrides(recipe, DryRunSettings(steps=2, batch=3), tmp_path)
-    assert f"output_dir={tmp_path}" in overrides and "corpus.kind=common_voice" in overrides
+    assert f"output_dir={tmp_path}" in overrides and "corpus.type=common_voice" in overrides
     assert "base.model.init=config" in overrides and "scratch.model.init=config" in overrides
     assert not any(o.startswith("fusion.model.") for o in overrides)  # init: pretrained stays
     assert "fusion.training.max_steps=2" in overrides and "finetune.training.per_device_train_batch_size=3" in overrides
@@ -138,7 +138,7 @@ def test_settings_and_cli_flags(monkeypatch, tmp_path, capsys):
                      "target=cs"])  # fmt: skip
     assert code == 0 and "| table |" in capsys.readouterr().out
     recipe_dir, overrides, settings, only = calls[0]
-    assert recipe_dir == "recipes/common_voice" and overrides == ["target=cs"] and settings.steps == 2
+    assert str(recipe_dir) == "recipes/common_voice" and overrides == ["target=cs"] and settings.steps == 2
     assert only == ["base", "evaluate"] and set(only) <= set(STEP_NAMES)
     assert cli_main(["recipe", "recipes/common_voice", "--dry-run", "--only", "bogus"]) == 1
     assert "unknown stage(s) bogus" in capsys.readouterr().err

@@ -21,7 +21,7 @@ def languages_of(stage: dict) -> dict:
 
 def test_target_and_sources_overrides_retarget_every_stage():
     recipe = load_recipe("recipes/synthetic_demo", ["target=pl", "sources=[cs, sk, sl, it, es]"])
-    stages = recipe["stages"]
+    stages = recipe.stages
     assert languages_of(stages["target_adapter"]) == {
         "add_adapters": ["pl"], "active_languages": ["pl"], "trainable": ["pl"]}
     assert languages_of(stages["source_adapters"]) == {
@@ -31,8 +31,8 @@ def test_target_and_sources_overrides_retarget_every_stage():
     assert fusion["languages"] == ["cs", "sk", "sl", "it", "es", "pl"] and fusion["target_language"] == "pl"
     # the defaults are untouched
     default = load_recipe("recipes/synthetic_demo")
-    assert languages_of(default["stages"]["target_adapter"])["add_adapters"] == ["sk"]
-    assert default["stages"]["fusion"]["model"]["fusion"]["target_language"] == "sk"
+    assert languages_of(default.stages["target_adapter"])["add_adapters"] == ["sk"]
+    assert default.stages["fusion"]["model"]["fusion"]["target_language"] == "sk"
 
 
 def test_a_stage_override_that_contradicts_the_target_is_refused():

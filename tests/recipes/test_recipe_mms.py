@@ -13,8 +13,8 @@ from safetensors.torch import load_file, save_file
 from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.data.pipeline import COMPLETE_MARKER
-from adaptspeech.data.text import build_processor
+from adaptspeech.data.prepared_corpus import COMPLETE_MARKER
+from adaptspeech.data.processor import build_processor
 from adaptspeech.testing import TINY_BACKBONES
 from adaptspeech.training.stage import apply_overrides, load_yaml, run_stage
 

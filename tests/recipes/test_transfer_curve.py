@@ -1,6 +1,7 @@
-"""The transfer curve at toy scale: every method at two nested budgets of a tiny synthetic corpus, settings chosen on
-dev, the table / JSON / plot written, SimAdapter against the adapter alone with a paired bootstrap, and a second call
-that retrains nothing; plus the step rule, the settings checks and the bootstrap interval against a reference."""
+"""The synthetic demo's transfer curve (recipes/synthetic_demo/curve/) at toy scale: every method at two nested budgets
+of a tiny synthetic corpus, settings chosen on dev, the table / JSON / plot written, SimAdapter against the adapter
+alone with a paired bootstrap, and a second call that retrains nothing; plus the step rule, the settings checks and the
+bootstrap interval against a reference."""
 
 from __future__ import annotations
 
@@ -9,22 +10,21 @@ import math
 
 import numpy as np
 import pytest
-from recipe_helpers import TINY, few_steps
+from recipe_helpers import DEMO, TINY, few_steps
 
 from adaptspeech.cli import main as cli_main
 from adaptspeech.data.subsets import nested_subsets, speakers
-from adaptspeech.recipes import load_recipe
-from adaptspeech.recipes.curve_report import METHOD_LABELS, cer_interval
-from adaptspeech.recipes.curve_settings import (
-    CurveError,
-    CurveSettings,
-    grid_points,
-    load_curve_settings,
-    scaled_steps,
-    setting_tag,
-)
-from adaptspeech.recipes.transfer_curve import retarget_stages, run_curve
+from adaptspeech.recipes import load_recipe, recipe_module
 from adaptspeech.training.stage import load_prepared, select_languages
+
+report = recipe_module(DEMO, "curve/report.py")
+settings_module = recipe_module(DEMO, "curve/settings.py")
+runner_module = recipe_module(DEMO, "curve/runner.py")
+METHOD_LABELS, cer_interval = report.METHOD_LABELS, report.cer_interval
+CurveError, CurveSettings = settings_module.CurveError, settings_module.CurveSettings
+grid_points, load_curve_settings = settings_module.grid_points, settings_module.load_curve_settings
+scaled_steps, setting_tag = settings_module.scaled_steps, settings_module.setting_tag
+run_curve = runner_module.run_curve
 
 BUDGETS = ["0.15min", "0.3min"]
 CURVE_SETTINGS = [
@@ -153,8 +153,8 @@ def test_table_and_plot_are_written(curve):
 
 def test_a_second_call_retrains_nothing_and_a_changed_setting_only_its_runs(curve, monkeypatch):
     import adaptspeech.evaluation
-    import adaptspeech.recipes.transfer_curve as transfer_curve
 
+    transfer_curve = runner_module
     out, first = curve
     recipe = load_recipe("recipes/synthetic_demo", _recipe_overrides(out))
     settings_overrides = [text.removeprefix("curve.") for text in CURVE_SETTINGS]
@@ -239,14 +239,14 @@ def test_curve_yaml_overrides_and_cli_errors(capsys):
 
 
 def test_retarget_follows_target_and_sources():
-    recipe = retarget_stages(load_recipe("recipes/synthetic_demo", ["target=it", "sources=[cs, pl, sl, sk, es]"]))
-    source_model = recipe["stages"]["source_adapters"]["model"]
+    recipe = load_recipe("recipes/synthetic_demo", ["target=it", "sources=[cs, pl, sl, sk, es]"]).retargeted()
+    source_model = recipe.stages["source_adapters"]["model"]
     assert list(source_model["add_adapters"]) == ["cs", "pl", "sl", "sk", "es"]
     assert source_model["add_adapters"]["sk"] == {"bottleneck": 64, "init": "near_identity"}
     assert source_model["active_languages"] == source_model["trainable"]["adapters"] == ["cs", "pl", "sl", "sk", "es"]
-    target_model = recipe["stages"]["target_adapter"]["model"]
+    target_model = recipe.stages["target_adapter"]["model"]
     assert list(target_model["add_adapters"]) == ["it"] and target_model["trainable"]["adapters"] == ["it"]
-    fusion = recipe["stages"]["fusion"]["model"]["fusion"]
+    fusion = recipe.stages["fusion"]["model"]["fusion"]
     assert fusion["languages"] == ["cs", "pl", "sl", "sk", "es", "it"] and fusion["target_language"] == "it"
 
 
@@ -270,8 +270,8 @@ def test_every_grid_run_gets_its_planned_steps_and_settings_do_not_leak(curve):
     import copy
     from pathlib import Path
 
-    from adaptspeech.recipes.curve_settings import load_curve_settings as load
-    from adaptspeech.recipes.transfer_curve import Budget, CurveRunner
+    load = load_curve_settings
+    Budget, CurveRunner = runner_module.Budget, runner_module.CurveRunner
 
     out, _ = curve
     recipe = load_recipe("recipes/synthetic_demo", [*_recipe_overrides(out), "target_adapter.training.max_steps=400",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from training_helpers import VOCAB
 
-from adaptspeech.data.text import build_processor
+from adaptspeech.data.processor import build_processor
 
 
 @pytest.fixture(scope="session")

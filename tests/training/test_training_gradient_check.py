@@ -1,5 +1,5 @@
-"""A run in which a parameter reported as trainable receives no gradient stops with one line naming its group
-(issue 10); LayerDrop and per-utterance routing, which legitimately skip parameters on a step, do not trip it."""
+"""A run in which a parameter reported as trainable receives no gradient stops with one line naming its group;
+LayerDrop and per-utterance routing, which legitimately skip parameters on a step, do not trip it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Backbone parameters that the backbone's own forward never uses (issue 10): reported as trainable they would
+"""Backbone parameters that the backbone's own forward never uses: reported as trainable they would
 receive no gradient, so ``run_stage`` freezes them and lists them; the gradient check names them otherwise."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What ``--resume`` may continue from: complete checkpoints only (each file read for its structure, not loaded) and
-an unchanged stage spec (issue 10)."""
+an unchanged stage spec."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Temperature-based language sampling in the Trainer (issue 11): ``language_sampling_temperature=T`` draws the
+"""Temperature-based language sampling in the Trainer: ``language_sampling_temperature=T`` draws the
 languages of the training rows with ``p_l ∝ n_l^(1/T)``; two processes take disjoint halves of the same seeded draw
 (as accelerate shards it); ``set_epoch`` redraws; a resumed run continues the same draw."""
 

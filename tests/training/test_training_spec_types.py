@@ -1,4 +1,4 @@
-"""Every stage setting is checked against its declared type (issue 10): a string where a bool is expected, a typo in
+"""Every stage setting is checked against its declared type: a string where a bool is expected, a typo in
 ``backbone_config``, a language list given as one string, ``model.head``, a language code that is not ISO-like -- each
 is refused with one line naming the setting, the expected type and the value (or read as documented)."""
 

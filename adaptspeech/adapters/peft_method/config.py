@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from peft.config import PeftConfig
 
-from ..config import FusionConfig, LanguageAdapterConfig
+from ..bottleneck import BottleneckAdapterConfig
+from ..config import FusionConfig
 
 
 class SpeechPeftType(str, enum.Enum):
@@ -34,7 +35,7 @@ class SpeechAdapterConfig(PeftConfig):
 
     An adapter is either a per-layer bottleneck adapter (:class:`~adaptspeech.adapters.BottleneckAdapter`, one
     per target layer, applied to the layer's output) or, with ``fusion_of``, a SimAdapter fusion
-    (:class:`~adaptspeech.adapters.simadapter.SimAdapterFusion`) over bottleneck adapters already on the model.
+    (:class:`~adaptspeech.adapters.fusion.SimAdapterFusion`) over bottleneck adapters already on the model.
 
     Args:
         bottleneck (`int`, defaults to 64): bottleneck width ``r``.
@@ -117,10 +118,9 @@ class SpeechAdapterConfig(PeftConfig):
     def is_fusion(self) -> bool:
         return self.fusion_of is not None
 
-    def bottleneck_settings(self) -> LanguageAdapterConfig:
-        """The bottleneck settings as the library's :class:`LanguageAdapterConfig` (validated)."""
-        return LanguageAdapterConfig(
-            adapter_type="bottleneck",
+    def bottleneck_settings(self) -> BottleneckAdapterConfig:
+        """The bottleneck settings as the library's :class:`BottleneckAdapterConfig` (validated)."""
+        return BottleneckAdapterConfig(
             bottleneck=self.bottleneck,
             activation=self.activation,
             layer_norm=self.layer_norm,

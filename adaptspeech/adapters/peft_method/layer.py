@@ -13,8 +13,8 @@ from ...backbones import get_backbone_spec
 from ..bottleneck import BottleneckAdapter
 from ..config import FusionConfig
 from ..engine import fuse, route
+from ..fusion import SimAdapterFusion
 from ..routing import current_call, routing_call
-from ..simadapter import SimAdapterFusion
 from .config import SpeechAdapterConfig
 
 

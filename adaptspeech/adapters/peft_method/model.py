@@ -12,7 +12,7 @@ import torch
 from peft.tuners.tuners_utils import BaseTuner, _ExcludedModule, check_target_module_exists
 from torch import nn
 
-from ..io import AdapterLoadError
+from ..files import AdapterLoadError
 from ..routing import BASE_ROW, routing_call
 from .config import ENCODER_LAYERS_PATTERN, SpeechAdapterConfig
 from .layer import SpeechAdapterLayer

@@ -1,0 +1,193 @@
+"""Feature types: what a model reads from a waveform, as a registry of classes.
+
+A feature type is one class (its own module) plus one :func:`register_feature_type` call; everything that depends on
+what a model reads asks it: the batch key (``input_name``), the feature size, how many input units a waveform gives and
+which samples each unit reads, the samples per encoder frame that ``prepare`` assumes, how ``prepare`` stores a
+prepared utterance, whether transformers' stock ``Wav2Vec2FeatureExtractor`` computes the features, what digital
+silence looks like in the features, and how a model built on them maps samples to output frames.
+
+Every feature type normalises per utterance the same way (:func:`normalize_utterance` along the time axis, when the
+feature extractor's ``do_normalize`` is set), so normalisation is not a question a type answers.
+
+``build_processor`` stores ``feature_type`` on the feature extractor; feature extractors of pretrained checkpoints
+lack it and mean :data:`DEFAULT_FEATURE_TYPE`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...registry import Registry
+
+DEFAULT_FEATURE_TYPE = "waveform"
+"""What a feature extractor without a ``feature_type`` attribute (a pretrained checkpoint's) computes."""
+
+
+def normalize_utterance(x: np.ndarray, axis: int = 0, eps: float = 1e-7) -> np.ndarray:
+    """``(x - mean) / sqrt(var + eps)`` along ``axis``, as ``Wav2Vec2FeatureExtractor.do_normalize`` does.
+
+    Args:
+        x: ``[S]`` samples or ``[T, D]`` features (statistics per column along ``axis=0``).
+
+    Returns:
+        float32, the shape of ``x``.
+    """
+    mean = x.mean(axis=axis, keepdims=True)
+    var = x.var(axis=axis, keepdims=True)
+    return ((x - mean) / np.sqrt(var + eps)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class FeatureType:
+    """One model input computed from a mono waveform, with the feature extractor's settings.
+
+    A model input is a sequence of *units*: samples for waveforms, frames of ``unit_window`` samples every
+    ``unit_hop`` samples for framed features (fbank: 25-ms windows every 10 ms).
+
+    Class attributes (each subclass sets them):
+        name: the ``feature_type`` value (``build_processor``, ``prepare --feature-type``).
+        input_name: the dataset column / batch key / model argument (``input_values``, ``input_features``).
+        stock_extractor: transformers' ``Wav2Vec2FeatureExtractor`` computes these features itself (a processor
+            saves it as it is); otherwise the processor holds an
+            :class:`~adaptspeech.feature_extraction.AdaptSpeechFeatureExtractor`.
+        encoder_stride: samples per encoder output frame that ``prepare`` assumes when it drops clips too short for
+            their transcript (wav2vec2's 320; the fbank Conformer's 640).
+
+    Args:
+        sampling_rate (`int`, defaults to 16000): the rate of the waveforms.
+        n_mels (`int`, defaults to 80): mel filters (fbank).
+        do_normalize (`bool`, defaults to `True`): normalise every utterance (:func:`normalize_utterance`).
+    """
+
+    name: ClassVar[str]
+    input_name: ClassVar[str]
+    stock_extractor: ClassVar[bool]
+    encoder_stride: ClassVar[int]
+
+    sampling_rate: int = 16000
+    n_mels: int = 80
+    do_normalize: bool = True
+
+    @classmethod
+    def from_extractor(cls, feature_extractor: Any) -> FeatureType:
+        """This feature type with a feature extractor's settings (``sampling_rate``, ``n_mels``, ``do_normalize``;
+        80 and true where it lacks them), whatever type the extractor itself computes."""
+        return cls(
+            sampling_rate=int(feature_extractor.sampling_rate),
+            n_mels=int(getattr(feature_extractor, "n_mels", 80)),
+            do_normalize=bool(getattr(feature_extractor, "do_normalize", True)),
+        )
+
+    @staticmethod
+    def of(feature_extractor: Any) -> FeatureType:
+        """The feature type a feature extractor computes (:func:`feature_type_of`), with its settings."""
+        return FEATURE_TYPES.get(feature_type_of(feature_extractor)).from_extractor(feature_extractor)
+
+    @staticmethod
+    def of_model(model: Any) -> FeatureType:
+        """The feature type a model reads (default settings: 16 kHz), from its ``main_input_name``."""
+        return FEATURE_TYPES.get(feature_type_of_model(model))()
+
+    @property
+    def feature_size(self) -> int:
+        """Values per unit (1 for samples, ``n_mels`` for fbank frames)."""
+        raise NotImplementedError
+
+    @property
+    def unit_window(self) -> int:
+        """Samples one unit reads."""
+        raise NotImplementedError
+
+    @property
+    def unit_hop(self) -> int:
+        """Samples from one unit to the next."""
+        raise NotImplementedError
+
+    @property
+    def framed(self) -> bool:
+        """Units are frames over several samples: an utterance's features read from its own samples lie on another
+        grid (phase) than those read from a longer recording."""
+        return self.unit_window > 1 or self.unit_hop > 1
+
+    def num_units(self, num_samples: int) -> int:
+        """Units of the model input of ``num_samples`` samples."""
+        raise NotImplementedError
+
+    def raw(self, waveform: np.ndarray) -> np.ndarray:
+        """The unnormalised model input of a ``[S]`` waveform: ``[N]`` or ``[N, feature_size]`` float32."""
+        raise NotImplementedError
+
+    def extract(self, waveform: np.ndarray) -> np.ndarray:
+        """The model input of one utterance ``[S]``: :meth:`raw`, normalised over the utterance when
+        ``do_normalize`` (per column for framed features)."""
+        raw = self.raw(waveform)
+        return normalize_utterance(raw, axis=0) if self.do_normalize else raw
+
+    def empty(self) -> np.ndarray:
+        """A model input of no units (the features of a skipped row)."""
+        raise NotImplementedError
+
+    def dataset_feature(self) -> Any:
+        """The ``datasets`` feature of a prepared utterance's input column."""
+        raise NotImplementedError
+
+    def digital_silence(self, raw: np.ndarray) -> np.ndarray:
+        """``[N]`` bool: units of an unnormalised model input (:meth:`raw`) that hold digital silence (runs of exact
+        zeros: muted stretches, zero padding, clips joined by zeros)."""
+        raise NotImplementedError
+
+    def inputs_to_logits_ratio(self, model: Any) -> int:
+        """Input samples per output frame of a model reading these features."""
+        raise NotImplementedError
+
+    def unit_samples(self, start: int, end: int) -> tuple[int, int]:
+        """``(first, end)``: the samples units ``[start, end)`` read (``prepare`` of these samples gives exactly
+        those units)."""
+        return start * self.unit_hop, (end - 1) * self.unit_hop + self.unit_window
+
+    def units_touching(self, marked: np.ndarray, num_units: int) -> np.ndarray:
+        """``[num_units]`` bool: units whose samples hold any sample ``marked`` ``[S]`` (units past the end read
+        none)."""
+        counts = np.concatenate([[0], np.cumsum(marked, dtype=np.int64)])
+        starts = np.minimum(np.arange(num_units) * self.unit_hop, len(marked))
+        return counts[np.minimum(starts + self.unit_window, len(marked))] - counts[starts] > 0
+
+    def collate_input(self, row: Any) -> np.ndarray:
+        """A prepared row's model input (its :attr:`input_name` column), float32.
+
+        Raises:
+            KeyError: the row lacks it (naming the columns it has).
+        """
+        if self.input_name in row:
+            return np.asarray(row[self.input_name], dtype=np.float32)
+        raise KeyError(f"a row for feature_type={self.name!r} needs {self.input_name!r}; it has {', '.join(row)}")
+
+
+FEATURE_TYPES: Registry[type[FeatureType]] = Registry("feature type")
+
+
+def register_feature_type(cls: type[FeatureType]) -> type[FeatureType]:
+    """Class decorator: add a :class:`FeatureType` subclass to :data:`FEATURE_TYPES` under its ``name``."""
+    return FEATURE_TYPES.register(cls.name)(cls)
+
+
+def feature_type_of(feature_extractor: Any) -> str:
+    """The name of the feature type a feature extractor computes: its ``feature_type`` attribute, or
+    :data:`DEFAULT_FEATURE_TYPE` when it has none.
+
+    Raises:
+        ValueError: an unknown ``feature_type`` (listing the registered ones).
+    """
+    name = getattr(feature_extractor, "feature_type", DEFAULT_FEATURE_TYPE)
+    FEATURE_TYPES.check(name, "feature extractor: feature_type")
+    return name
+
+
+def feature_type_of_model(model: Any) -> str:
+    """The name of the feature type a model reads: the one whose ``input_name`` is the model's ``main_input_name``
+    (:data:`DEFAULT_FEATURE_TYPE` for any other)."""
+    names = [name for name in FEATURE_TYPES if FEATURE_TYPES.get(name).input_name == model.main_input_name]
+    return names[0] if names else DEFAULT_FEATURE_TYPE

@@ -1,0 +1,105 @@
+"""A recording on a model's frame grid, and whether it has anything to decode: what every inference stage reads.
+
+:class:`FrameGrid` is the geometry of a model's input and output: its feature type (what one input unit is: a sample,
+or a 25-ms fbank frame every 10 ms), samples and input units per output frame, and the front end's output length.
+:func:`nothing_to_decode` is ``prepare``'s rule for clips that give no text, applied before any model call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..data.audio import DEFAULT_SILENCE_THRESHOLD
+from ..data.feature_types import FeatureType
+from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
+
+
+@dataclass(frozen=True)
+class FrameGrid:
+    """A model's output-frame grid over its input.
+
+    Attributes:
+        model: the adaptspeech model (its front end gives the output length of an input).
+        features: the feature type it reads, at 16 kHz.
+        samples_per_frame: input samples per output frame (``inputs_to_logits_ratio``: 640 for the fbank front end,
+            320 for wav2vec2).
+        units_per_frame: input units per output frame (4 fbank frames, or 320 samples).
+    """
+
+    model: Any
+    features: FeatureType
+    samples_per_frame: int
+    units_per_frame: int
+
+    @classmethod
+    def of(cls, model: Any) -> FrameGrid:
+        """The grid of ``model``."""
+        features = FeatureType.of_model(model)
+        ratio = inputs_to_logits_ratio(model)
+        return cls(model, features, ratio, ratio // features.unit_hop)
+
+    @property
+    def seconds_per_frame(self) -> float:
+        """Seconds per output frame (0.04 for the fbank front end)."""
+        return self.samples_per_frame / MODEL_SAMPLING_RATE
+
+    @property
+    def seconds_per_unit(self) -> float:
+        """Seconds from one input unit to the next."""
+        return self.features.unit_hop / MODEL_SAMPLING_RATE
+
+    def frames_of(self, num_units: int) -> int:
+        """Output frames on the grid that ``num_units`` input units touch: ``ceil(num_units / units_per_frame)``."""
+        return -(-num_units // self.units_per_frame)
+
+    def output_frames(self, num_units: int) -> int:
+        """Output frames the model's front end gives for ``num_units`` input units (the unchunked model's count)."""
+        return int(self.model._get_feat_extract_output_lengths(num_units))
+
+    def shortest_input(self) -> int:
+        """The fewest 16-kHz samples a recording needs for one output frame (see :func:`shortest_input`)."""
+        stride = self.samples_per_frame
+        return next((n for n in range(stride, 100 * stride)
+                     if self.output_frames(self.features.num_units(n)) >= 1), stride)
+
+
+def shortest_input(model: Any) -> int:
+    """The fewest 16-kHz samples a recording needs to be decoded: at least one encoder stride
+    (:func:`~adaptspeech.inference.model_mixin.inputs_to_logits_ratio`: 640 for fbank models, 320 for wav2vec2, as
+    ``prepare`` counts encoder frames) and one output frame from the front end (wav2vec2's 400-sample receptive
+    field)."""
+    return FrameGrid.of(model).shortest_input()
+
+
+def nothing_to_decode(model: Any, waveform: np.ndarray,
+                      silence_threshold: float = DEFAULT_SILENCE_THRESHOLD) -> str | None:
+    """Why a recording gives no text without running the model, or ``None`` when it has something to decode.
+
+    The rule of ``adaptspeech prepare`` (which skips such clips as ``empty``, ``nan``, ``silent`` and ``too_short``):
+    a recording with no samples, with a non-finite sample, of nothing but digital silence (exact zeros) or whose peak
+    amplitude lies below the silence threshold, and one shorter than :func:`shortest_input` (one encoder frame
+    needs one encoder stride of samples, and wav2vec2's feature encoder its receptive field) has no text; running
+    the model on it would give a guess (the fbank front end pads a short clip to one frame) or a crash.
+
+    Args:
+        model: an adaptspeech model (its front end's stride and output length).
+        waveform: ``[S]`` the recording at 16 kHz.
+        silence_threshold: peak amplitude below which a recording is silent (``prepare``'s default, about -80 dBFS).
+    """
+    waveform = np.asarray(waveform)
+    if waveform.size == 0:
+        return "no samples"
+    if not np.isfinite(waveform).all():
+        return "non-finite samples (NaN or infinity)"
+    peak = float(np.abs(waveform).max())
+    if peak == 0.0:
+        return "digital silence only"
+    if peak < silence_threshold:
+        return f"silent (peak amplitude {peak:.2e} < {silence_threshold:.0e})"
+    shortest = shortest_input(model)
+    if len(waveform) < shortest:
+        return f"too short for one output frame ({len(waveform)} samples; the model needs at least {shortest})"
+    return None

@@ -1,0 +1,130 @@
+"""The SimAdapter protocol (Hou et al. 2021, "Exploiting adapters for cross-lingual low-resource speech recognition")
+as a recipe task, with its baselines on the same target data: task ``simadapter``, the default of ``recipe.yaml``.
+
+Stages (each a YAML file beside ``recipe.yaml``, each overridable as ``<stage>.<section>.<key>=value``; settings:
+:mod:`~adaptspeech.recipes.protocol_spec`):
+
+1. ``base``: a multilingual encoder + CTC head trained on the source languages (or a pretrained checkpoint:
+   ``base.model.init=backbone``, ``base.model.path=facebook/wav2vec2-xls-r-300m``);
+2. ``source_adapters``: one adapter per source language, the base frozen (all trained in one run: each utterance
+   goes through its own language's adapter);
+3. ``target_adapter``: the target language's adapter alone on the (small) target training set, then ``fusion``:
+   SimAdapter over the source adapters and the target adapter, everything else frozen.
+
+Baselines on the same target data: ``finetune`` (the whole base model), ``scratch`` (the same architecture from
+random initialisation) and the target adapter alone (stage 3a). Zero-shot base is reported too.
+
+:func:`run_protocol` is the sequence :func:`~.protocol_stages.prepare_data` ->
+:func:`~.protocol_stages.train_recipe_stage` for each stage of :func:`~.protocol_stages.recipe_plan` (a stage
+``--only`` leaves out is reused from an earlier run) -> the test-set evaluation
+(:func:`~adaptspeech.recipes.protocol_evaluation.evaluate_recipe`: ``results.md`` / ``results.json``,
+``fusion_heatmap.png``, ``training_curves.png``); the dry run (:mod:`adaptspeech.recipes.dry_run`,
+``--dry-run``) runs the same steps one process each. A recipe folder's own task may subclass
+:class:`SimAdapterProtocol` to add rows to the table (:meth:`SimAdapterProtocol.extra_rows`), steps and options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from . import dry_run
+from .engine import RECIPE_TASKS, Action, RecipeTask, check_only, recipe_task, schedule, set_threads
+from .languages import retarget_stages
+from .protocol_evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
+from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
+from .protocol_stages import PlannedStage, load_stage_outputs, prepare_data, recipe_plan, stage_spec, train_recipe_stage
+from .spec import RecipeSpec
+
+
+def run_protocol(spec: SimAdapterRecipe, only: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run every stage and baseline, evaluate on the test sets, write the table and the plots.
+
+    Args:
+        spec: from :func:`~adaptspeech.recipes.engine.load_recipe`.
+        only: run only these stages / baselines (the others must have run before: their models are reused); a step
+            of the recipe's own task that names no stage (the synthetic demo's ``lm``) trains nothing and
+            re-evaluates.
+
+    Returns:
+        What ``results.json`` holds.
+    """
+    task = recipe_task(spec)
+    set_threads(spec)
+    spec.output_dir.mkdir(parents=True, exist_ok=True)
+    total_start = time.perf_counter()
+    prepared = prepare_data(spec)
+    plan = recipe_plan(spec)
+    for stage in plan:
+        stage_spec(spec, stage, prepared)  # validate every stage before the long work
+    results: dict[str, Any] = {}
+    histories: dict[str, list[dict[str, Any]]] = {}
+    for stage, action in schedule(task, spec, only):
+        if action is Action.RUN:
+            results[stage.name], histories[stage.name] = train_recipe_stage(spec, stage, prepared, spec.progress)
+        else:
+            results[stage.name], histories[stage.name] = load_stage_outputs(spec, stage.name)
+    return evaluate_recipe(spec, prepared, results, histories, total_start=total_start)
+
+
+@RECIPE_TASKS.register("simadapter")
+class SimAdapterProtocol(RecipeTask):
+    """The SimAdapter protocol (module docstring); its command also takes ``--dry-run`` (:mod:`.dry_run`)."""
+
+    spec_class = SimAdapterRecipe
+    stage_groups: ClassVar[dict[str, tuple[str, ...]]] = {"stages": STAGE_NAMES, "baselines": BASELINE_NAMES}
+    outside_only = Action.REUSE
+    skip_finished = False
+    outputs = ("results.md", "results.json", "fusion_heatmap.png", "training_curves.png")
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        dry = parser.add_argument_group(
+            "dry run",
+            "--dry-run runs every stage for a few steps on a tiny corpus in the Common Voice layout, with the real "
+            "model shape (a Hub backbone is replaced by a random one of XLS-R 300M's shape), each stage in its own "
+            "process, and prints per stage: trainable parameters, seconds per step, peak memory; it writes to "
+            "<output_dir>-dry-run",
+        )
+        dry.add_argument("--dry-run", action="store_true", help="dry-run every stage instead of the real run")
+        dry_run.add_dry_run_arguments(dry, prefix="dry-run-")
+
+    def command(
+        self, folder: Path, overrides: Sequence[str], only: Sequence[str] | None, options: argparse.Namespace
+    ) -> int:
+        if not getattr(options, "dry_run", False):
+            return super().command(folder, overrides, only, options)
+        check_only(only, dry_run.STEP_NAMES)
+        settings = dry_run.settings_from_arguments(options)
+        result = dry_run.run_dry_run(folder, list(overrides), settings, only=list(only or []) or None)
+        print(result["markdown"])
+        minutes = result["total_seconds"] / 60
+        print(f"wrote {Path(result['output_dir']) / 'dry_run.md'} and dry_run.json ({minutes:.1f} min)")
+        if result["failed"]:
+            print(f"failed: {', '.join(result['failed'])}")
+            return 1
+        return 0
+
+    def adjust(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The stage files' languages follow ``sources=`` / ``target=`` (before the stage overrides apply)."""
+        stages = values.get("stages") or {}
+        if values.get("sources") and values.get("target") and all(s in stages for s in STAGE_NAMES):
+            sources = [values["sources"]] if isinstance(values["sources"], str) else list(values["sources"])
+            values = {**values, "stages": retarget_stages(stages, sources, values["target"])}
+        return values
+
+    def plan(self, spec: RecipeSpec) -> list[PlannedStage]:
+        assert isinstance(spec, SimAdapterRecipe)
+        return recipe_plan(spec)
+
+    def run(self, spec: RecipeSpec, only: Sequence[str] | None = None) -> dict[str, Any]:
+        assert isinstance(spec, SimAdapterRecipe)
+        return run_protocol(spec, only)
+
+    def extra_rows(self, spec: SimAdapterRecipe, evaluation: TargetEvaluation) -> list[ExtraRows]:
+        """Rows a recipe's own task adds to the target table after the trained systems (none here; the synthetic
+        demo adds its n-gram LM rows)."""
+        return []

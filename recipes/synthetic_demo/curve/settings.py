@@ -1,0 +1,175 @@
+"""Settings of a transfer curve (``runner.py``): the budgets, the methods, the step rule
+and the per-method grid chosen on dev, read from ``curve.yaml`` beside ``recipe.yaml`` and ``curve.<key>=value``.
+
+The step rule: ``steps = clip(S * scale * (a / A) ** power, min, max)``, where ``S`` is the stage file's
+``training.max_steps`` (tuned on dev for the recipe's ``target_subset``, the anchor ``A``), ``a`` the budget's actual
+audio (clips for an utterance anchor), ``power`` 0.5 by default (square root: 10x the audio gives 3.2x the steps, i.e.
+fewer epochs on more data) and ``scale`` a grid setting (``steps_scale``, 1 by default).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adaptspeech.data.subsets import SubsetSize
+from adaptspeech.recipes.spec import RecipeError
+from adaptspeech.training.stage import apply_overrides, load_yaml
+
+from .report import METHOD_LABELS
+
+METHODS = tuple(METHOD_LABELS)
+#: method -> (the recipe stage or baseline whose settings it trains with, its group, the shared stage it starts from)
+METHOD_STAGES: dict[str, tuple[str, str, str | None]] = {
+    "scratch": ("scratch", "baselines", None),
+    "finetune": ("finetune", "baselines", "base"),
+    "adapter": ("target_adapter", "stages", "source_adapters"),
+    "simadapter": ("fusion", "stages", "target_adapter"),
+}
+#: grid settings every trained method accepts, and the fusion-only ones
+GRID_KEYS = ("learning_rate", "steps_scale")
+FUSION_GRID_KEYS = ("guide_weight", "temperature", "train_target_adapter")
+#: learning rates around the demo's 10-minute settings (chosen on dev there: scratch 2e-3, fine-tuning 5e-4, adapter
+#: 5e-3, fusion 1e-3)
+DEFAULT_GRID: dict[str, dict[str, list[Any]]] = {
+    "scratch": {"learning_rate": [1e-3, 2e-3, 5e-3]},
+    "finetune": {"learning_rate": [2e-4, 5e-4, 1e-3]},
+    "adapter": {"learning_rate": [2e-3, 5e-3, 1e-2]},
+    "simadapter": {"learning_rate": [5e-4, 1e-3, 2e-3]},
+}
+CURVE_FILE = "curve.yaml"
+_TAGS = {
+    "learning_rate": "lr",
+    "steps_scale": "x",
+    "guide_weight": "guide",
+    "temperature": "tau",
+    "train_target_adapter": "joint",
+}
+
+
+class CurveError(RecipeError):
+    """A curve setting that does not fit; the message names it."""
+
+
+@dataclass
+class CurveSettings:
+    """Settings of a transfer curve (``curve.yaml`` / ``curve.<key>=value``; module docstring).
+
+    Args:
+        budgets: target training audio per point, e.g. ``["1min", "3min", "10min", "30min"]`` (nested subsets).
+        methods: a subset of :data:`METHODS` (``simadapter`` needs ``adapter``).
+        anchor_budget: the budget the stage files' ``max_steps`` were tuned for (None: the recipe's ``target_subset``).
+        steps: ``power`` (0.5), ``min`` (100), ``max`` (2000) of the step rule.
+        grid: method -> setting -> list of values (:data:`GRID_KEYS`, :data:`FUSION_GRID_KEYS`), over
+            :data:`DEFAULT_GRID` (a setting left out keeps its default list).
+        bootstrap_samples: resamples of the test utterances for the intervals.
+        folder: the curve's folder inside the recipe's ``output_dir``.
+    """
+
+    budgets: list[str]
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    anchor_budget: str | None = None
+    steps: dict[str, float] = field(default_factory=lambda: {"power": 0.5, "min": 100, "max": 2000})
+    grid: dict[str, dict[str, list[Any]]] = field(default_factory=lambda: copy.deepcopy(DEFAULT_GRID))
+    bootstrap_samples: int = 1000
+    folder: str = "curve"
+
+    def __post_init__(self) -> None:
+        if not self.budgets:
+            raise CurveError("curve.budgets: give at least one budget, e.g. --curve 1min,3min,10min")
+        for budget in self.budgets:
+            try:
+                SubsetSize.parse(budget)
+            except ValueError as err:
+                raise CurveError(f"curve.budgets: {err}") from err
+        if len(set(self.budgets)) != len(self.budgets):
+            raise CurveError(f"curve.budgets: each budget once, got {self.budgets}")
+        unknown = sorted(set(self.methods) - set(METHODS))
+        if unknown or not self.methods:
+            raise CurveError(f"curve.methods: unknown {unknown or 'none given'}; allowed values: {', '.join(METHODS)}")
+        if "simadapter" in self.methods and "adapter" not in self.methods:
+            raise CurveError("curve.methods: simadapter fuses the budget's target adapter; add adapter")
+        steps = {"power": 0.5, "min": 100, "max": 2000, **self.steps}
+        if set(steps) != {"power", "min", "max"} or not 0 < steps["min"] <= steps["max"] or steps["power"] < 0:
+            raise CurveError(f"curve.steps: expected power >= 0 and 0 < min <= max, got {self.steps}")
+        self.steps = steps
+        unknown_grid = sorted(set(self.grid) - set(DEFAULT_GRID))
+        if unknown_grid:
+            raise CurveError(f"curve.grid: unknown method(s) {unknown_grid}; allowed: {', '.join(DEFAULT_GRID)}")
+        self.grid = {method: {**DEFAULT_GRID[method], **(self.grid.get(method) or {})} for method in DEFAULT_GRID}
+        for method, grid in self.grid.items():
+            allowed = GRID_KEYS + (FUSION_GRID_KEYS if method == "simadapter" else ())
+            bad = sorted(set(grid) - set(allowed))
+            if bad:
+                raise CurveError(f"curve.grid.{method}: unknown setting(s) {bad}; allowed: {', '.join(allowed)}")
+            for key, values in grid.items():
+                if not isinstance(values, list) or not values:
+                    raise CurveError(f"curve.grid.{method}.{key}: expected a non-empty list, got {values!r}")
+        if self.bootstrap_samples < 1:
+            raise CurveError(f"curve.bootstrap_samples: must be >= 1, got {self.bootstrap_samples}")
+
+
+def split_curve_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(recipe overrides, curve overrides without their "curve." prefix)``."""
+    recipe, curve = [], []
+    for text in overrides:
+        if text.split("=", 1)[0].startswith("curve."):
+            curve.append(text.split(".", 1)[1])
+        else:
+            recipe.append(text)
+    return recipe, curve
+
+
+def load_curve_settings(
+    recipe_dir: str | Path,
+    overrides: Sequence[str] = (),
+    budgets: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+) -> CurveSettings:
+    """``curve.yaml`` beside ``recipe.yaml`` (when there is one), then ``overrides`` (``key=value``, no prefix), then
+    ``budgets`` / ``methods`` (``--curve`` / ``--curve-methods``)."""
+    recipe_dir = Path(recipe_dir)
+    folder = recipe_dir if recipe_dir.is_dir() else recipe_dir.parent
+    values = load_yaml(folder / CURVE_FILE) if (folder / CURVE_FILE).is_file() else {}
+    values = apply_overrides(values, list(overrides))
+    if budgets:
+        values["budgets"] = list(budgets)
+    if methods:
+        values["methods"] = list(methods)
+    allowed = {f for f in CurveSettings.__dataclass_fields__}
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise CurveError(f"curve: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    values.setdefault("budgets", [])
+    values["budgets"] = [str(b) for b in values["budgets"]]
+    return CurveSettings(**values)
+
+
+def scaled_steps(
+    settings: CurveSettings, stage_steps: int, seconds: float, clips: int, anchor: SubsetSize, scale: float = 1.0
+) -> int:
+    """``clip(stage_steps * scale * (a / anchor) ** power, min, max)``: ``a`` is the budget's audio in seconds
+    (``clips`` for an utterance anchor), ``anchor`` the budget ``stage_steps`` was tuned for."""
+    ratio = (seconds if anchor.is_duration else clips) / anchor.budget
+    steps = round(stage_steps * scale * ratio ** settings.steps["power"])
+    return int(min(max(steps, settings.steps["min"]), settings.steps["max"]))
+
+
+def grid_points(settings: CurveSettings, method: str) -> list[dict[str, Any]]:
+    """Every combination of the method's grid values, in grid order."""
+    grid = settings.grid[method]
+    keys = list(grid)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def setting_tag(setting: dict[str, Any]) -> str:
+    """A folder-safe name of a grid point: ``lr0.005``, ``lr0.001_guide0.1_joint1``."""
+    parts = []
+    for key, value in setting.items():
+        text = str(int(value)) if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+        parts.append(f"{_TAGS[key]}{text}")
+    return "_".join(parts)

@@ -1,0 +1,125 @@
+"""The synthetic demo's recipe task (``task: synthetic_demo``): the library's SimAdapter protocol with this folder's
+own additions, the n-gram LM rows (:mod:`.lm_rows`: the ``lm`` section of ``recipe.yaml``, ``--only lm``) and the
+transfer curve (``curve/``: ``--curve BUDGET,BUDGET``, ``--curve-methods``, ``--curve-plan`` and ``curve.<key>=value``
+settings over ``curve.yaml``).
+
+    adaptspeech demo                                               # = adaptspeech recipe recipes/synthetic_demo
+    adaptspeech demo --only lm                                     # the LM rows of a finished run, nothing trained
+    adaptspeech recipe recipes/synthetic_demo --curve 1min,3min,10min,30min
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from adaptspeech.progress import library_progress_bars
+from adaptspeech.recipes.engine import RECIPE_TASKS, comma_list
+from adaptspeech.recipes.protocol import SimAdapterProtocol
+from adaptspeech.recipes.protocol_evaluation import ExtraRows, TargetEvaluation
+from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
+from adaptspeech.recipes.spec import RecipeError, RecipeSpec
+from adaptspeech.training.spec_types import MAPPING, SettingType
+
+from .curve.report import plan_markdown
+from .curve.runner import run_curve
+from .curve.settings import load_curve_settings, split_curve_overrides
+from .lm_rows import LM_STEP, VS_NO_LM_COLUMN, LMSettings, lm_markdown, lm_rows
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyntheticDemoRecipe(SimAdapterRecipe):
+    """The SimAdapter protocol's settings and the ``lm`` section (:class:`.lm_rows.LMSettings`)."""
+
+    lm: LMSettings = field(default_factory=LMSettings)
+
+    SETTINGS: ClassVar[Mapping[str, SettingType]] = {"lm": MAPPING}
+
+    @classmethod
+    def convert(cls, values: dict[str, Any], folder: Path) -> dict[str, Any]:
+        values = super().convert(values, folder)
+        values["lm"] = LMSettings.from_dict("lm", values.get("lm"), cls.ERROR)
+        return values
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lm.enabled:
+            trained = {"target_adapter", "fusion", *self.baselines}
+            missing = [stage for stage in self.lm.systems if stage not in trained]
+            if missing:
+                raise self.ERROR(f"lm.systems: {', '.join(missing)} is not trained by this recipe (no such baseline)")
+
+
+@RECIPE_TASKS.register("synthetic_demo")
+class SyntheticDemo(SimAdapterProtocol):
+    """The SimAdapter protocol plus the LM rows and the transfer curve (module docstring)."""
+
+    spec_class = SyntheticDemoRecipe
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        super().add_arguments(parser)
+        curve = parser.add_argument_group(
+            "transfer curve",
+            "--curve trains and evaluates every method (zero-shot base, from scratch, full fine-tuning, target "
+            "adapter, SimAdapter) on nested subsets of the target's training audio, reusing (or first training) the "
+            "base and the source adapters in output_dir; settings per budget chosen on dev from curve.yaml's grid "
+            "(curve.<key>=value overrides it); writes <output_dir>/curve/curve_results.md, curve_results.json, "
+            "transfer_curve.png",
+        )
+        curve.add_argument(
+            "--curve", default=None, metavar="BUDGET,BUDGET", help="target budgets, e.g. 1min,3min,10min"
+        )
+        curve.add_argument(
+            "--curve-methods",
+            default=None,
+            metavar="METHOD,METHOD",
+            help="a subset of zero_shot,scratch,finetune,adapter,simadapter (default: all)",
+        )
+        curve.add_argument(
+            "--curve-plan",
+            action="store_true",
+            help="print every budget's audio and the grid runs with their steps, train nothing (prepares the data)",
+        )
+
+    def step_names(self, spec: RecipeSpec) -> tuple[str, ...]:
+        """The stages, and ``lm``: train nothing, re-evaluate with the LM rows."""
+        return (*super().step_names(spec), LM_STEP)
+
+    def extra_rows(self, spec: SimAdapterRecipe, evaluation: TargetEvaluation) -> list[ExtraRows]:
+        """The ``<system> + 4-gram LM`` rows (``results.json["lm"]``: None when the section is off)."""
+        assert isinstance(spec, SyntheticDemoRecipe)
+        if not spec.lm.enabled:
+            return [ExtraRows("lm")]
+        found = lm_rows(spec, spec.lm, evaluation)
+        markdown = lm_markdown(found.summary, spec.evaluation.split)
+        return [ExtraRows("lm", found.rows, found.edits, found.summary, VS_NO_LM_COLUMN, markdown)]
+
+    def command(
+        self, folder: Path, overrides: Sequence[str], only: Sequence[str] | None, options: argparse.Namespace
+    ) -> int:
+        recipe_overrides, curve_overrides = split_curve_overrides(overrides)
+        if getattr(options, "curve", None) is None:
+            if getattr(options, "curve_plan", False) or getattr(options, "curve_methods", None) or curve_overrides:
+                raise RecipeError("--curve-plan, --curve-methods and curve.* settings need --curve BUDGET,BUDGET")
+            return super().command(folder, overrides, only, options)
+        if getattr(options, "dry_run", False) or only:
+            raise RecipeError("--curve runs its own stages: it does not combine with --dry-run or --only")
+        budgets = comma_list(options.curve)
+        if not budgets:
+            raise RecipeError("--curve: give the target budgets, e.g. --curve 1min,3min,10min,30min")
+        settings = load_curve_settings(folder, curve_overrides, budgets, comma_list(options.curve_methods) or None)
+        spec = self.load(folder, recipe_overrides)
+        assert isinstance(spec, SimAdapterRecipe)
+        with library_progress_bars(enabled=spec.progress):
+            result = run_curve(spec, settings, plan_only=options.curve_plan)
+        if options.curve_plan:
+            print(plan_markdown(result["budgets"], result["plan"]))
+            return 0
+        out = Path(result["folder"])
+        print((out / "curve_results.md").read_text())
+        print(f"wrote {out / 'curve_results.md'}, curve_results.json, transfer_curve.png")
+        return 0

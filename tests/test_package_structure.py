@@ -1,0 +1,165 @@
+"""The package's shape: no import circle inside ``adaptspeech/``, nothing outside ``cli/`` imports the command line,
+no study code or test fixtures in the library, no string dispatch on names the registries own, and no development
+history (a session or an issue named by its number) in what the repository says to its users.
+
+The import graph is read from the source (``ast``), not from a running interpreter: every ``import`` statement of a
+module counts, at module level or inside a function (a lazy import that closes a circle still runs), except those
+under ``if TYPE_CHECKING:``. ``from X import name`` depends on ``X`` and, when ``X.name`` is a module, on it;
+``from . import sub`` of a submodule depends on the submodule alone (the package is already being imported)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "adaptspeech"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Line numbers inside ``if TYPE_CHECKING:`` blocks."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+            if name == "TYPE_CHECKING":
+                for child in node.body:
+                    lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The adaptspeech modules ``name`` imports (see the module docstring)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_checking_lines(tree)
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            subs = {f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in known}
+            found |= subs
+            if source in known and len(subs) < len(node.names):  # a name defined in the module itself
+                found.add(source)
+    found.discard(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    table = modules()
+    known = set(table)
+    return {name: imports_of(name, path, known) for name, path in table.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_inside_the_package():
+    found = circles(import_graph())
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_nothing_outside_the_command_line_imports_it():
+    upward = [
+        f"{name} imports {target}"
+        for name, targets in import_graph().items()
+        if not name.startswith("adaptspeech.cli")
+        for target in targets
+        if target.startswith("adaptspeech.cli")
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_study_code_in_the_library():
+    names = set(modules())
+    studies = sorted(n for n in names if re.search(r"attention_study|transfer_curve|curve_|demo_lm|las_testing", n))
+    assert not studies, studies
+
+
+def test_no_string_dispatch_on_registered_names_outside_the_registries():
+    pattern = re.compile(r"""==\s*["'](fbank|waveform|bottleneck)["']|["'](fbank|waveform|bottleneck)["']\s*==""")
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    allowed = ("registry",)  # the registries' own modules may name their entries
+    offenders = [o for o in offenders if not any(part in o.split(":", 1)[0] for part in allowed)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_repository_names_no_session_or_issue_numbers():
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    pattern = re.compile(r"\b(session|issue)s?\s+\d+", re.IGNORECASE)  # "issue #N" of another project is fine
+    hits = []
+    for relative in tracked.splitlines():
+        path = REPO / relative
+        if path.suffix not in {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".txt", ".cfg"} or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if pattern.search(line):
+                hits.append(f"{relative}:{number}: {line.strip()[:120]}")
+    assert not hits, f"{len(hits)} lines name a session or an issue:\n" + "\n".join(hits[:40])
