@@ -17,10 +17,20 @@ from .decoding import transcribe_batch
 from .metrics import compute_error_rates
 
 
-def _routing_languages(model: Any) -> bool:
+def routes_languages(model: Any) -> bool:
     """True when the model routes each utterance to its language's adapter (needs ``lang_ids``)."""
     config = model.config
     return len(config.active_languages) > 1 and not config.fusion_active
+
+
+def model_collator(model: Any, processor: Any) -> DataCollatorCTCWithPadding:
+    """The collator of ``model``'s batches: the features the model reads, and ``lang_ids`` when it routes languages
+    (:func:`routes_languages`)."""
+    return DataCollatorCTCWithPadding(
+        processor,
+        language_to_id=model.language_to_id if routes_languages(model) else None,
+        feature_type=feature_type_of_model(model),
+    )
 
 
 @torch.no_grad()
@@ -37,13 +47,8 @@ def transcribe_dataset(
     """Decoded text for every row of a prepared dataset (in order), with any decoding method, or with an n-gram LM
     (``lm_decoder``: an :class:`~adaptspeech.lm.decoder.LMDecoder` reading the CTC log-probabilities)."""
     model.eval()
-    collator = DataCollatorCTCWithPadding(
-        processor,
-        language_to_id=model.language_to_id if _routing_languages(model) else None,
-        feature_type=feature_type_of_model(model),
-    )
+    collator = model_collator(model, processor)
     tokenizer = processor.tokenizer
-    texts: list[str] = []
     # decode in length order (less padding), then restore the dataset order
     lengths = column_list(dataset, "input_length") if "input_length" in dataset.column_names else [0] * len(dataset)
     rows = with_array_rows(dataset)
@@ -64,8 +69,7 @@ def transcribe_dataset(
                 decoded[i] = tokenizer.decode(row, group_tokens=False, skip_special_tokens=True)
         bar.update(len(indices))
     bar.close()
-    texts = [decoded[i] for i in range(len(dataset))]
-    return texts
+    return [decoded[i] for i in range(len(dataset))]
 
 
 def _lm_texts(model: Any, batch: dict[str, torch.Tensor], lm_decoder: Any, options: dict[str, Any]) -> list[str]:

@@ -1,7 +1,8 @@
 """Size of one language adapter on an encoder of XLS-R 300M's shape, as a share of the backbone.
 
 Builds ``AdaptSpeechForCTC`` from config with random weights (no download): wav2vec2 with stable layer norm,
-24 layers, width 1024, 16 heads, FFN 4096, the XLS-R feature encoder; adds one bottleneck adapter (r = 64 by
+24 layers, width 1024, 16 heads, FFN 4096, the XLS-R feature encoder
+(:data:`adaptspeech.backbones.wav2vec2.XLSR_300M_BACKBONE`); adds one bottleneck adapter (r = 64 by
 default) after every encoder layer and prints its parameter count against the backbone's.
 
     python scripts/adapter_size.py [--bottleneck 64] [--layers 24] [--hidden 1024]
@@ -15,17 +16,7 @@ import json
 import torch
 
 from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
-
-XLSR_300M = dict(
-    hidden_size=1024,
-    num_hidden_layers=24,
-    num_attention_heads=16,
-    intermediate_size=4096,
-    do_stable_layer_norm=True,
-    feat_extract_norm="layer",
-    conv_bias=True,
-    vocab_size=32,
-)
+from adaptspeech.backbones.wav2vec2 import XLSR_300M_BACKBONE
 
 
 def main() -> None:
@@ -36,7 +27,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
-    backbone = {**XLSR_300M, "num_hidden_layers": args.layers, "hidden_size": args.hidden}
+    backbone = {**XLSR_300M_BACKBONE, "num_hidden_layers": args.layers, "hidden_size": args.hidden}
     config = AdaptSpeechConfig(
         backbone_type="wav2vec2",
         backbone_config=backbone,

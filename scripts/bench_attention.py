@@ -367,7 +367,7 @@ def report(res: Results, lengths: list[int], labels: list[str]) -> list[str]:
 
 
 def targets(res: Results) -> list[str]:
-    """The issue's targets on this width's results (they are stated for width 768, 12 heads)."""
+    """The targets on this width's results (they are stated for width 768, 12 heads)."""
 
     def seconds(label: str, t: int) -> float | None:
         m = res.table.get((label, t))
@@ -449,7 +449,7 @@ def run_report(args: argparse.Namespace, body: Callable[[argparse.Namespace], li
 
 
 def compare(args: argparse.Namespace) -> list[str]:
-    """Every ``--contenders`` at every ``--lengths`` for each ``--widths``: the tables and the issue's targets."""
+    """Every ``--contenders`` at every ``--lengths`` for each ``--widths``: the tables and the targets."""
     lines: list[str] = []
     for spec in args.widths:
         width, heads = (int(v) for v in spec.split(":"))

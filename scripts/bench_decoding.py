@@ -7,7 +7,7 @@ Usage::
     python scripts/bench_decoding.py --threads 1 --batch-size 1 --repeats 5
 
 What is measured on: no real speech is available offline, so the script trains the tiny joint model of
-:mod:`adaptspeech.testing_las` (two stride-2 convolutions to 40 ms frames, a BiLSTM encoder of width 96,
+:mod:`adaptspeech.testing.tones` (two stride-2 convolutions to 40 ms frames, a BiLSTM encoder of width 96,
 a CTC head, and a LAS head with one pBLSTM layer, LSTM speller of width 96, about 0.3M parameters) on
 ``--train-utterances`` synthetic tone utterances (8 "characters", 10 vocabulary entries) and decodes
 ``--test-utterances`` *unseen* ones of 12-30 characters (about 2-5 s of audio, 50-125 encoder frames). The
@@ -34,7 +34,7 @@ from collections.abc import Callable
 import torch
 
 from adaptspeech.decoding import decode
-from adaptspeech.testing_las import (
+from adaptspeech.testing.tones import (
     FRAME_SECONDS,
     TONE_ALPHABET,
     TinyJointCTCLAS,

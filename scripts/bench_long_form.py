@@ -58,7 +58,7 @@ def _recording(minutes: float, pause_every: float) -> Any:
     return wave.astype(np.float32)
 
 
-def _measure(kind: str, minutes: float, threads: int, chunk: float, stride: float, pause_every: float,
+def _measure(split_by: str, minutes: float, threads: int, chunk: float, stride: float, pause_every: float,
              queue: Any) -> None:
     import torch
 
@@ -68,8 +68,8 @@ def _measure(kind: str, minutes: float, threads: int, chunk: float, stride: floa
     wave = _recording(minutes, pause_every)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    if kind in ("chunks", "pauses"):
-        transcribe(model, processor, [wave], chunk_length_s=chunk, stride_length_s=stride, split_by=kind)
+    if split_by in ("chunks", "pauses"):
+        transcribe(model, processor, [wave], chunk_length_s=chunk, stride_length_s=stride, split_by=split_by)
     else:
         from adaptspeech.inference.local_norm import model_input
 
@@ -81,11 +81,12 @@ def _measure(kind: str, minutes: float, threads: int, chunk: float, stride: floa
     queue.put((seconds, peak / 1024, base / 1024))
 
 
-def run(kind: str, minutes: float, args: argparse.Namespace) -> tuple[float, float, float]:
-    """``(seconds, peak RSS MB, RSS MB before decoding)`` in a fresh process."""
+def run(split_by: str, minutes: float, args: argparse.Namespace) -> tuple[float, float, float]:
+    """``(seconds, peak RSS MB, RSS MB before decoding)`` in a fresh process; ``split_by``: ``chunks`` or ``pauses``
+    (``transcribe``'s), or ``unchunked`` (one encoder call on the whole recording)."""
     context = mp.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=_measure, args=(kind, minutes, args.threads, args.chunk_length,
+    process = context.Process(target=_measure, args=(split_by, minutes, args.threads, args.chunk_length,
                                                      args.stride_length, args.pause_every, queue))
     process.start()
     result = queue.get()
@@ -107,14 +108,14 @@ def main() -> None:
           f"with {args.stride_length:g} s strides, a 0.5 s pause every {args.pause_every:g} s\n")
     print(f"{'what':<34} {'audio s':>8} {'seconds':>8} {'RTF':>7} {'peak RSS MB':>12} {'before MB':>10}")
     rows = {}
-    for label, kind, minutes in (
+    for label, split_by, minutes in (
         (f"unchunked, {args.unchunked_minutes:g} min", "unchunked", args.unchunked_minutes),
         (f"chunks, {args.unchunked_minutes:g} min", "chunks", args.unchunked_minutes),
         (f"chunks, {args.minutes:g} min", "chunks", args.minutes),
         (f"pauses, {args.unchunked_minutes:g} min", "pauses", args.unchunked_minutes),
         (f"pauses, {args.minutes:g} min", "pauses", args.minutes),
     ):
-        seconds, peak, base = run(kind, minutes, args)
+        seconds, peak, base = run(split_by, minutes, args)
         rows[label] = (seconds, peak)
         audio = minutes * 60
         print(f"{label:<34} {audio:>8.0f} {seconds:>8.1f} {seconds / audio:>7.4f} {peak:>12.0f} {base:>10.0f}")

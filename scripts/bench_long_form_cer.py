@@ -27,7 +27,7 @@ encoder call each: every clip is shorter than the chunk), with the same decoder.
   the preceding utterance's): what chunking alone costs, the floor for any normalisation rule (printed beside
   *chunks*).
 
-The issue's target: concatenated CER within 1 point of separate. ``boundaries in clips`` counts the chunk (or segment)
+The target: concatenated CER within 1 point of separate. ``boundaries in clips`` counts the chunk (or segment)
 boundaries that fall inside a clip rather than in the added silence, to show that the chunking really cuts
 utterances (a clip's own leading / trailing silence counts as inside it); for *pauses*, the middles between speech
 regions.

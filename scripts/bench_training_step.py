@@ -41,13 +41,15 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from adaptspeech.backbones.wav2vec2 import XLSR_300M_BACKBONE
+from adaptspeech.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
 CONFIGS = ("full", "adapter", "fusion", "lora")
 #: transformers' own MMS adapter training, the peer of ``adapter`` (see the module docstring)
@@ -56,41 +58,14 @@ PEERS = ("mms", "mms_frozen_front_end")
 ADAPTER_BOTTLENECK = 64
 SOURCES = ("ru", "cy", "it", "eu", "pt")
 TARGET = "ro"
-MIB = 2**20
 TARGETS = {"time": 0.75, "memory": 0.5}
 """The targets for the adapter-only configuration, as ratios to full fine-tuning."""
 
-XLSR_300M: dict[str, Any] = {
-    "hidden_size": 1024,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "intermediate_size": 4096,
-    "do_stable_layer_norm": True,
-    "feat_extract_norm": "layer",
-    "conv_bias": True,
-    "activation_dropout": 0.0,
-    "layerdrop": 0.0,
-    "mask_time_prob": 0.0,
-}
+BACKBONE: dict[str, Any] = {**XLSR_300M_BACKBONE, "layerdrop": 0.0, "mask_time_prob": 0.0}
+"""XLS-R 300M's shape and dropouts, without ``layerdrop`` and SpecAugment time masking (random step times)."""
 
 
-def _status_kib(key: str) -> int | None:
-    try:
-        match = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
-
-
-def _reset_peak() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def build_peer(kind: str, layers: int) -> Any:
+def build_peer(configuration: str, layers: int) -> Any:
     """transformers' ``Wav2Vec2ForCTC`` with MMS adapters of ``ADAPTER_BOTTLENECK`` in every layer, prepared for
     adapter training as ``run_speech_recognition_ctc_adapter.py`` does (``mms_frozen_front_end``: plus
     ``freeze_feature_encoder()``)."""
@@ -99,66 +74,64 @@ def build_peer(kind: str, layers: int) -> Any:
 
     torch.manual_seed(0)
     config = Wav2Vec2Config(
-        **{**XLSR_300M, "num_hidden_layers": layers}, vocab_size=40, adapter_attn_dim=ADAPTER_BOTTLENECK
+        **{**BACKBONE, "num_hidden_layers": layers}, vocab_size=40, adapter_attn_dim=ADAPTER_BOTTLENECK
     )
     model = Wav2Vec2ForCTC(config)
     model.init_adapter_layers()
     model.freeze_base_model()
     for param in model._get_adapters().values():
         param.requires_grad = True
-    if kind == "mms_frozen_front_end":
+    if configuration == "mms_frozen_front_end":
         model.freeze_feature_encoder()
     return model
 
 
-def build_model(kind: str, layers: int) -> Any:
-    """The model of configuration ``kind`` with its trainable groups set (fp32 weights, on the current default
-    device: the CPU unless built under ``with torch.device(...)``)."""
+def build_model(configuration: str, layers: int) -> Any:
+    """The model of ``configuration`` (one of :data:`CONFIGS` or :data:`PEERS`) with its trainable groups set (fp32
+    weights, on the current default device: the CPU unless built under ``with torch.device(...)``)."""
     import torch
 
     from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
 
-    if kind in PEERS:
-        return build_peer(kind, layers)
+    if configuration in PEERS:
+        return build_peer(configuration, layers)
     torch.manual_seed(0)
     config = AdaptSpeechConfig(
-        backbone_type="wav2vec2", backbone_config={**XLSR_300M, "num_hidden_layers": layers}, vocab_size=40
+        backbone_type="wav2vec2", backbone_config={**BACKBONE, "num_hidden_layers": layers}, vocab_size=40
     )
     model = AdaptSpeechForCTC(config)
-    if kind == "full":
+    if configuration == "full":
         model.set_trainable(backbone=True, head=True, feature_encoder=False)
-    elif kind == "adapter":
+    elif configuration == "adapter":
         model.add_language_adapter(TARGET, bottleneck=ADAPTER_BOTTLENECK)
         model.set_active_languages([TARGET])
         model.set_trainable(adapters=[TARGET])
-    elif kind == "fusion":
+    elif configuration == "fusion":
         for lang in SOURCES:
             model.add_language_adapter(lang, bottleneck=128)
         model.add_language_adapter(TARGET, bottleneck=64)
         model.add_fusion([*SOURCES, TARGET], target_language=TARGET)
         model.set_trainable(adapters=[TARGET], fusion=True)
-    elif kind == "lora":
+    elif configuration == "lora":
         model.add_language_adapter(TARGET, adapter_type="lora", lora_r=8)
         model.set_active_languages([TARGET])
         model.set_trainable(adapters=[TARGET])
     else:
-        raise ValueError(f"unknown configuration {kind!r}; allowed: {', '.join(CONFIGS + PEERS)}")
+        raise ValueError(f"unknown configuration {configuration!r}; allowed: {', '.join(CONFIGS + PEERS)}")
     return model
 
 
-def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Build configuration ``kind`` and time its training steps; returns the figures (one process per call)."""
+def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Build ``configuration`` and time its training steps; returns the figures (one process per call)."""
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    import adaptspeech  # noqa: F401 - the libraries' own memory is the baseline, not the model's
-
-    rss_baseline = (_status_kib("VmRSS") or 0) * 1024
+    rss_baseline = current_rss_bytes()  # the libraries' own memory (imported above) is the baseline, not the model's
     start = time.perf_counter()
     with device:  # built where it trains: a CUDA model is initialised on the GPU, not copied there
-        model = build_model(kind, args.layers)
+        model = build_model(configuration, args.layers)
     if args.freeze_feature_encoder:
         # transformers' Wav2Vec2FeatureEncoder keeps its own `_requires_grad` flag (True unless frozen through
         # freeze_feature_encoder): while it is True, training mode marks the waveform as requiring grad, so autograd
@@ -178,8 +151,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     labels = torch.randint(5, 40, (args.batch, max(1, int(10 * args.seconds))), generator=generator).to(device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
     cuda = device.type == "cuda"
-    rss_before = (_status_kib("VmRSS") or 0) * 1024
-    peak_reset = _reset_peak()
+    rss_before = current_rss_bytes()
+    peak_reset = reset_peak_rss()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     times: list[float] = []
@@ -201,12 +174,12 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
             times.append(elapsed)
             cpu_times.append(cpu)
         print(
-            f"  {kind}: step {step + 1}/{args.warmup + args.steps} {elapsed:.2f} s, CPU time {cpu:.2f} s",
+            f"  {configuration}: step {step + 1}/{args.warmup + args.steps} {elapsed:.2f} s, CPU time {cpu:.2f} s",
             file=sys.stderr,
             flush=True,
         )
     return {
-        "config": kind,
+        "config": configuration,
         "trainable": sum(p.numel() for p in trainable),
         "total": sum(p.numel() for p in model.parameters()),
         "step_seconds": times,
@@ -217,8 +190,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         "load_average": [load_before, os.getloadavg()[0] if hasattr(os, "getloadavg") else None],
         "rss_baseline_mib": rss_baseline / MIB,
         "rss_before_mib": rss_before / MIB,
-        "peak_rss_mib": (_status_kib("VmHWM") or 0) * 1024 / MIB,
-        "peak_above_baseline_mib": ((_status_kib("VmHWM") or 0) * 1024 - rss_baseline) / MIB,
+        "peak_rss_mib": peak_rss_bytes() / MIB,
+        "peak_above_baseline_mib": (peak_rss_bytes() - rss_baseline) / MIB,
         "peak_rss_reset": peak_reset,
         "peak_cuda_mib": torch.cuda.max_memory_allocated() / MIB if cuda else None,
         "build_seconds": build_seconds,
@@ -328,10 +301,10 @@ def main() -> int:
     )
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
-    for kind in configs:
-        print(f"[{kind}] building and training ...", flush=True)
+    for configuration in configs:
+        print(f"[{configuration}] building and training ...", flush=True)
         t0 = time.perf_counter()
-        command = [sys.executable, __file__, "--worker", kind, "--device", args.device, "--dtype", args.dtype]
+        command = [sys.executable, __file__, "--worker", configuration, "--device", args.device, "--dtype", args.dtype]
         for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
             if getattr(args, option) is not None:
                 command += [f"--{option}", str(getattr(args, option))]
@@ -340,13 +313,13 @@ def main() -> int:
                 command.append(f"--{flag.replace('_', '-')}")
         done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
         if done.returncode != 0:
-            results.append({"config": kind, "error": f"exit code {done.returncode} (see the messages above)"})
+            results.append({"config": configuration, "error": f"exit code {done.returncode} (see the messages above)"})
         else:
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
             r = results[-1]
             print(
-                f"[{kind}] {r['median_seconds']:.2f} s/step ({r['median_cpu_seconds']:.2f} s CPU time), peak RSS "
-                f"{r['peak_rss_mib']:,.0f} MiB, {time.perf_counter() - t0:.0f} s; 1-min load average "
+                f"[{configuration}] {r['median_seconds']:.2f} s/step ({r['median_cpu_seconds']:.2f} s CPU time), "
+                f"peak RSS {r['peak_rss_mib']:,.0f} MiB, {time.perf_counter() - t0:.0f} s; 1-min load average "
                 f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f} on {os.cpu_count()} CPUs",
                 flush=True,
             )

@@ -14,12 +14,12 @@ import argparse
 
 import torch
 
+from adaptspeech.data.prepared_data import load_prepared, select_languages
 from adaptspeech.evaluation import transcribe_dataset
 from adaptspeech.metrics.significance import paired_bootstrap, utterance_edits
-from adaptspeech.modeling import AdaptSpeechForCTC
 from adaptspeech.recipes import load_recipe
 from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
-from adaptspeech.training.stage import load_prepared, select_languages
+from adaptspeech.saved_model import load_saved_model
 
 SYSTEMS = {
     "base": "base, zero-shot",
@@ -57,7 +57,7 @@ def main() -> None:
         if not model_dir.is_dir():
             print(f"{stage}: no model at {model_dir}, skipped")
             continue
-        model = AdaptSpeechForCTC.from_pretrained(model_dir)
+        model = load_saved_model(model_dir)
         hypotheses = transcribe_dataset(model, test, processor, method=method, progress=False, **options)
         edits[stage], ref_units = utterance_edits(hypotheses, references, "char")
     if args.baseline not in edits:

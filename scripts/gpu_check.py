@@ -19,7 +19,7 @@ Five sections, each a function of this script, run in this order:
    peak memory of one pass, against transformers' SDPA (``hf_sdpa``) and relative attention (``hf_rel_sdpa``)
    measured in the same run; blockwise ``rel_pos`` (and transformers' relative attention, where it fits) at 16000.
 4. ``decoding``: a joint CTC / LAS model (the demo's encoder: filterbank Conformer, width 144, 4 layers) trained
-   for a few hundred steps on the synthetic tone corpus of :mod:`adaptspeech.testing_las`, then CTC greedy,
+   for a few hundred steps on the synthetic tone corpus of :mod:`adaptspeech.testing.tones`, then CTC greedy,
    CTC prefix beam 8, attention beam 8 and joint CTC / attention beam 8 over 64 unseen utterances, encoder and
    decoder on the GPU, against the same model on this machine's CPU in the same run: utterances per second,
    real-time factor, CER, and how many hypotheses differ between the two devices.
@@ -606,7 +606,7 @@ def attention_section(ctx: Context) -> Section:
 def decoding_model(scale: Scale) -> Any:
     """The joint CTC / LAS model of the decoding section (the demo's encoder shape at full scale)."""
     from adaptspeech import AdaptSpeechConfig, AdaptSpeechForJointCTCAttention
-    from adaptspeech.testing_las import tone_vocab_size
+    from adaptspeech.testing.tones import tone_vocab_size
 
     vocab = tone_vocab_size()
     config = AdaptSpeechConfig(
@@ -634,7 +634,7 @@ def decoding_model(scale: Scale) -> Any:
 
 def tone_batches(texts: list[str], batch: int, seed: int) -> list[tuple[dict[str, torch.Tensor], list[str], int]]:
     """``texts`` as collated batches of the tone corpus: (model inputs, texts, real feature frames)."""
-    from adaptspeech.testing_las import make_tone_batch
+    from adaptspeech.testing.tones import make_tone_batch
 
     out = []
     for i in range(0, len(texts), batch):
@@ -648,7 +648,7 @@ def tone_batches(texts: list[str], batch: int, seed: int) -> list[tuple[dict[str
 def decoding_section(ctx: Context) -> Section:
     """Train the joint model on the device, then time every decoder with the encoder on the device and on the CPU."""
     from adaptspeech.decoding import transcribe_batch
-    from adaptspeech.testing_las import character_error_rate, decode_ids, random_texts
+    from adaptspeech.testing.tones import character_error_rate, decode_ids, random_texts
 
     scale = ctx.scale
     section = Section("decoding", "Decoding throughput, encoder and decoder on the device")

@@ -1,5 +1,5 @@
 """Where a training step at XLS-R 300M's shape spends its time: wall time against the device's busy time, and that
-busy time by kind of kernel, for each configuration of ``scripts/bench_training_step.py``.
+busy time by category of kernel, for each configuration of ``scripts/bench_training_step.py``.
 
     python scripts/profile_training_step.py --device cuda --configs full,adapter,fusion
     python scripts/profile_training_step.py --device cpu --layers 1 --batch 1 --seconds 1     # a quick check
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_training_step as bts
 
-#: kernel-name fragments of each kind (lower case), checked in this order; the rest is "other"
-KINDS = (
+#: kernel-name fragments of each category (lower case), checked in this order; the rest is "other"
+CATEGORIES = (
     ("optimizer", ("adam", "multi_tensor", "foreach")),
     ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn_mha")),
     ("convolution", ("conv", "implicit_gemm", "winograd", "im2col", "col2im", "fprop", "dgrad", "wgrad", "cudnn")),
@@ -39,12 +39,12 @@ KINDS = (
 )
 
 
-def kind_of(name: str) -> str:
-    """The kind of a kernel or operator from its name."""
+def category_of(name: str) -> str:
+    """The category of a kernel or operator (:data:`CATEGORIES`) from its name."""
     lowered = name.lower()
-    for kind, fragments in KINDS:
+    for category, fragments in CATEGORIES:
         if any(fragment in lowered for fragment in fragments):
-            return kind
+            return category
     return "other"
 
 
@@ -97,30 +97,32 @@ def profile_config(config: str, args: argparse.Namespace) -> dict[str, Any]:
         if seconds > 0 and not event.key.startswith("ProfilerStep"):
             kernels[event.key] = kernels.get(event.key, 0.0) + seconds
     busy = sum(kernels.values())
-    by_kind: dict[str, float] = {}
+    by_category: dict[str, float] = {}
     for name, seconds in kernels.items():
-        by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + seconds
+        by_category[category_of(name)] = by_category.get(category_of(name), 0.0) + seconds
     top = sorted(kernels.items(), key=lambda item: -item[1])[: args.top]
-    return {"config": config, "wall": wall, "busy": busy, "by_kind": by_kind, "top": top,
+    return {"config": config, "wall": wall, "busy": busy, "by_category": by_category, "top": top,
             "trainable": sum(p.numel() for p in trainable)}
 
 
 def report(results: list[dict[str, Any]], cuda: bool) -> list[str]:
-    """Markdown: one table of wall / busy time and the split by kind, then the top kernels of each configuration."""
-    kinds = [kind for kind, _ in KINDS] + ["other"]
+    """Markdown: one table of wall / busy time and the split by category, then the top kernels of each
+    configuration."""
+    categories = [category for category, _ in CATEGORIES] + ["other"]
     busy_name = "kernel" if cuda else "operator self"
     lines = [
-        f"| configuration | wall ms | {busy_name} ms | busy / wall | " + " | ".join(f"{k} ms" for k in kinds) + " |",
-        "|---|---|---|---|" + "---|" * len(kinds),
+        f"| configuration | wall ms | {busy_name} ms | busy / wall | "
+        + " | ".join(f"{c} ms" for c in categories) + " |",
+        "|---|---|---|---|" + "---|" * len(categories),
     ]
     for r in results:
         lines.append(
             f"| {r['config']} | {1e3 * r['wall']:.1f} | {1e3 * r['busy']:.1f} | {r['busy'] / r['wall']:.2f} | "
-            + " | ".join(f"{1e3 * r['by_kind'].get(k, 0.0):.1f}" for k in kinds) + " |"
+            + " | ".join(f"{1e3 * r['by_category'].get(c, 0.0):.1f}" for c in categories) + " |"
         )
     for r in results:
         lines += ["", f"Top {len(r['top'])} of `{r['config']}` (ms per step):", ""]
-        lines += [f"- {1e3 * seconds:.2f} ms [{kind_of(name)}] {name[:110]}" for name, seconds in r["top"]]
+        lines += [f"- {1e3 * seconds:.2f} ms [{category_of(name)}] {name[:110]}" for name, seconds in r["top"]]
     return lines
 
 

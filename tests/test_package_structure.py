@@ -14,7 +14,8 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers.paths import REPO
+
 PACKAGE = REPO / "adaptspeech"
 
 

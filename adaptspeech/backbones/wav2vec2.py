@@ -14,6 +14,40 @@ from transformers import AutoConfig, PretrainedConfig, Wav2Vec2ForCTC, Wav2Vec2M
 
 from .base import BACKBONES, BackboneSpec
 
+XLSR_300M_BACKBONE: dict[str, Any] = {
+    # facebook/wav2vec2-xls-r-300m's config.json: the shape ...
+    "hidden_size": 1024,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+    "hidden_act": "gelu",
+    "do_stable_layer_norm": True,
+    "layer_norm_eps": 1e-5,
+    "feat_extract_norm": "layer",
+    "feat_extract_activation": "gelu",
+    "conv_dim": [512] * 7,
+    "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
+    "conv_stride": [5, 2, 2, 2, 2, 2, 2],
+    "conv_bias": True,
+    "num_conv_pos_embeddings": 128,
+    "num_conv_pos_embedding_groups": 16,
+    # ... and its regularisation, which fine-tuning from the checkpoint inherits
+    "hidden_dropout": 0.1,
+    "attention_dropout": 0.1,
+    "activation_dropout": 0.0,
+    "feat_proj_dropout": 0.0,
+    "layerdrop": 0.1,
+    "apply_spec_augment": True,
+    "mask_time_prob": 0.075,
+    "mask_time_length": 10,
+    "mask_feature_prob": 0.0,
+}
+"""The ``backbone_config`` of ``facebook/wav2vec2-xls-r-300m`` (315M parameters), for building a model of its shape and
+settings with random weights, without a download: wav2vec2 with stable (pre-) layer norm, 24 layers of width 1024, 16
+heads, FFN 4096, the 7-layer convolutional feature encoder (512 channels, 320x downsampling: 50 frames per second of
+16 kHz audio). The dry run of a recipe (:mod:`adaptspeech.recipes.dry_run`) and the size and training-step benchmarks
+(``scripts/adapter_size.py``, ``scripts/bench_training_step.py``) use it."""
+
 
 @BACKBONES.register("wav2vec2")
 class Wav2Vec2Spec(BackboneSpec):

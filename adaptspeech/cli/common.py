@@ -160,58 +160,32 @@ def _add_device_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _resolve_device(name: str | None) -> Any:
-    """The ``torch.device`` of ``--device`` (``None``: CUDA if available, else MPS, else the CPU).
+    """The ``torch.device`` of ``--device`` (``None``: CUDA if available, else MPS, else the CPU;
+    :func:`adaptspeech.devices.choose_device`).
 
     Raises:
         CommandError: a name torch does not know, or a device this machine does not have (one line naming it).
     """
-    import torch
+    from ..devices import DeviceError, choose_device
 
-    mps = getattr(torch.backends, "mps", None)
-    mps_ok = mps is not None and mps.is_available()
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu")
-    available = ["cpu", *(["cuda"] if torch.cuda.is_available() else []), *(["mps"] if mps_ok else [])]
-    hint = f"available here: {', '.join(available)}"
     try:
-        device = torch.device(name.strip())
-    except (RuntimeError, ValueError) as err:
-        raise CommandError(f"--device {name!r}: not a device ({' '.join(str(err).split())}); {hint}") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise CommandError(f"--device {name!r}: CUDA is not available on this machine; {hint}")
-        count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
-            raise CommandError(f"--device {name!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
-    elif device.type == "mps" and not mps_ok:
-        raise CommandError(f"--device {name!r}: MPS is not available on this machine; {hint}")
-    elif device.type not in ("cpu", "cuda", "mps"):
-        raise CommandError(f"--device {name!r}: unsupported device type {device.type!r}; {hint}")
-    return device
+        return choose_device(name, "--device")
+    except DeviceError as err:
+        raise CommandError(str(err)) from None
 
 
 def _load_model(model_dir: str) -> tuple[Any, Any | None]:
     """``(model in eval mode, the processor saved beside it or None)`` from a folder written by ``train``."""
     from transformers import Wav2Vec2Processor
-    from transformers.utils import logging as hf_logging
 
-    from ..configuration import AdaptSpeechConfig
-    from ..heads import get_head
+    from ..saved_model import CONFIG_FILE, load_saved_model
 
     path = Path(model_dir)
-    if not (path / "config.json").is_file():
+    if not (path / CONFIG_FILE).is_file():
         raise CommandError(
             f"--model {path}: no config.json there (pass a folder saved by `adaptspeech train`, i.e. OUTPUT_DIR/model)"
         )
-    config = AdaptSpeechConfig.from_pretrained(path)
-    cls = get_head(config.head).model_class
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a local folder loads in a blink: no "Loading weights" bar on stderr
-    try:
-        model = cls.from_pretrained(path)
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
+    model = load_saved_model(path, progress_bar=False)  # a local folder loads in a blink: no "Loading weights" bar
     model.eval()
     processor = None
     if (path / "tokenizer_config.json").is_file() or (path / "processor_config.json").is_file():
@@ -263,3 +237,21 @@ def _lm_decoder(
     beam = int(options.pop("beam_size", 32))
     return LMDecoder(decoder, beam_width=beam, hotwords=_split_list(args.hotwords) or None,
                      hotword_weight=args.hotword_weight), options
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the commands that decode with a saved model (``evaluate``, ``transcribe``): the decoder and its
+    settings, the n-gram LM, the device."""
+    _add_decoding_options(parser)
+    _add_lm_options(parser)
+    _add_device_option(parser)
+
+
+def _decoder_setup(
+    args: argparse.Namespace, model: Any, processor: Any
+) -> tuple[str, dict[str, float | int], Any | None]:
+    """``(method, options, LMDecoder or None)`` from the options :func:`_add_model_options` added, checked against the
+    model (:func:`_decoding_options`, :func:`_lm_decoder`)."""
+    method, options = _decoding_options(args, model)
+    lm_decoder, options = _lm_decoder(args, model, processor, method, options)
+    return method, options, lm_decoder

@@ -7,12 +7,9 @@ from pathlib import Path
 
 from .common import (
     CommandError,
-    _add_decoding_options,
-    _add_device_option,
-    _add_lm_options,
+    _add_model_options,
     _check_vocabulary,
-    _decoding_options,
-    _lm_decoder,
+    _decoder_setup,
     _load_model,
     _output_file,
     _positive_int,
@@ -38,16 +35,14 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "--output", type=_output_file, default=None, metavar="results.json", help="write the rates as JSON"
     )
-    _add_decoding_options(evaluate)
-    _add_lm_options(evaluate)
-    _add_device_option(evaluate)
+    _add_model_options(evaluate)
     evaluate.set_defaults(func=_run_evaluate)
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
+    from ..data.prepared_data import load_prepared, select_languages
     from ..evaluation import evaluate_dataset
     from ..metrics import write_error_rates_json
-    from ..training.stage import load_prepared, select_languages
 
     device = _resolve_device(args.device)
     model, processor = _load_model(args.model)
@@ -64,8 +59,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
         data = data.select(range(min(len(data), args.max_rows)))
     processor = processor or data_processor
     _check_vocabulary(model, processor, args.model if processor is not data_processor else args.data)
-    method, options = _decoding_options(args, model)
-    lm_decoder, options = _lm_decoder(args, model, processor, method, options)
+    method, options, lm_decoder = _decoder_setup(args, model, processor)
     model.to(device)
     result = evaluate_dataset(
         model, data, processor, method=method, batch_size=args.batch_size, progress=not args.no_progress,

@@ -88,10 +88,10 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from ..data.prepared_data import load_prepared
     from ..lm.decoder import LMDecoder, build_decoder
     from ..lm.processor import save_processor_with_lm
     from ..lm.tune import dev_log_probs, grid_search
-    from ..training.stage import load_prepared
 
     device = _resolve_device(args.device)
     model, processor = _load_model(args.model)

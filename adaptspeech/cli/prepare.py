@@ -13,9 +13,9 @@ from .common import _float_range, _positive_float, _positive_int
 
 def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     prepare = subparsers.add_parser("prepare", help="build corpora and prepared datasets")
-    kinds = prepare.add_subparsers(dest="kind", metavar="{synthetic,common-voice}", required=True)
+    corpora = prepare.add_subparsers(dest="corpus", metavar="{synthetic,common-voice}", required=True)
 
-    synth = kinds.add_parser(
+    synth = corpora.add_parser(
         "synthetic",
         help="synthesise an offline multilingual corpus (wordfreq + espeak-ng) in the Common Voice layout",
         description="Synthesise sentences from wordfreq word lists with espeak-ng; write clips/*.mp3 and "
@@ -43,7 +43,7 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     synth.set_defaults(func=_run_prepare_synthetic)
 
-    cv = kinds.add_parser(
+    cv = corpora.add_parser(
         "common-voice",
         help="prepare a Common Voice folder (or Hub id): decode, normalise, vocabulary, processor, skip report",
         description="Load Common Voice splits, build the character vocabulary from the training text, save a "

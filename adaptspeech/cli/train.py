@@ -55,8 +55,9 @@ def _add_train(subparsers: argparse._SubParsersAction) -> None:
 def _run_train(args: argparse.Namespace) -> int:
     import torch
 
+    from ..overrides import apply_overrides, load_yaml
     from ..training.resume import checkpoint_problem
-    from ..training.stage import StageSpec, apply_overrides, last_checkpoint, load_yaml, run_stage
+    from ..training.stage import StageSpec, last_checkpoint, run_stage
 
     overrides = list(args.overrides)
     resume = args.resume
@@ -69,7 +70,7 @@ def _run_train(args: argparse.Namespace) -> int:
         if problem:
             raise CommandError(f"--resume {resume}: not a complete checkpoint: {problem}")
     if resume is True:
-        checkpoints = Path(spec.training.get("output_dir") or Path(spec.output_dir) / "checkpoints")
+        checkpoints = spec.checkpoint_dir
         report = (lambda line: print(f"{PROG}: {line}", file=sys.stderr)) if _process_rank() == 0 else None
         resume = last_checkpoint(checkpoints, report=report) or False
         if not resume:

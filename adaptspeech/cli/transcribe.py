@@ -24,12 +24,9 @@ from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from .common import (
     PROG,
     CommandError,
-    _add_decoding_options,
-    _add_device_option,
-    _add_lm_options,
+    _add_model_options,
     _check_vocabulary,
-    _decoding_options,
-    _lm_decoder,
+    _decoder_setup,
     _load_model,
     _positive_float,
     _resolve_device,
@@ -106,9 +103,7 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "--timestamps", choices=("word", "char"), default=None,
         help="word or character start / end times (CTC greedy, or --lm for words); output: one JSON object per file",
     )
-    _add_decoding_options(transcribe)
-    _add_lm_options(transcribe)
-    _add_device_option(transcribe)
+    _add_model_options(transcribe)
     transcribe.set_defaults(func=_run_transcribe)
 
 
@@ -155,7 +150,7 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
     language choice is made active."""
     import torch
 
-    from ..evaluation import _routing_languages
+    from ..evaluation import routes_languages
 
     config = model.config
     if language is not None:
@@ -164,12 +159,12 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
                 f"--language {language!r}: the model has no adapter for it; languages with one: "
                 f"{', '.join(model.adapter_languages) or '(none)'}"
             )
-        if not config.fusion_active and not _routing_languages(model):
+        if not config.fusion_active and not routes_languages(model):
             model.set_active_languages([language])
-    elif _routing_languages(model):
+    elif routes_languages(model):
         routed = ", ".join(config.active_languages)
         raise CommandError(f"the model routes several languages ({routed}): pass --language")
-    if language is not None and _routing_languages(model):
+    if language is not None and routes_languages(model):
         return torch.tensor([model.language_to_id[language]])
     return None
 
@@ -191,8 +186,7 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     if made != read:
         raise CommandError(f"--model {args.model}: the processor makes {made} features but the model reads {read} ones")
     lang_ids = _model_language(model, args.language, args.model)
-    method, options = _decoding_options(args, model)
-    lm_decoder, options = _lm_decoder(args, model, processor, method, options)
+    method, options, lm_decoder = _decoder_setup(args, model, processor)
     decoder = DECODING_METHODS.get(method)
     chunked_ctc = decoder.ctc_only or lm_decoder is not None
     if chunked_ctc and args.chunk_length <= 2 * args.stride_length:

@@ -9,20 +9,15 @@ from typing import Any
 import torch
 from datasets import Dataset
 
-from ..data.collator import DataCollatorCTCWithPadding
-from ..data.feature_types import feature_type_of_model
 from ..decoding import evaluating, model_decoding_inputs
-from ..evaluation import _routing_languages
+from ..evaluation import model_collator
 from ..metrics import compute_error_rates
 
 
 @torch.no_grad()
 def dev_log_probs(model: Any, dataset: Dataset, processor: Any, batch_size: int = 16) -> list[torch.Tensor]:
     """CTC log-probabilities ``[T_i, V]`` (real frames) of every row, in dataset order."""
-    collator = DataCollatorCTCWithPadding(
-        processor, language_to_id=model.language_to_id if _routing_languages(model) else None,
-        feature_type=feature_type_of_model(model),
-    )
+    collator = model_collator(model, processor)
     rows: list[torch.Tensor] = []
     with evaluating(model):
         for start in range(0, len(dataset), batch_size):

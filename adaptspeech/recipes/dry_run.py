@@ -9,8 +9,8 @@ each stage costs per step:
    ``clip_durations.tsv``; 8 / 2 / 2 clips of about 2 s per language by default);
 2. replaces every ``model.init: backbone`` stage (a Hub checkpoint such as ``facebook/wav2vec2-xls-r-300m``, which
    needs the network) with ``model.init: config`` and a backbone config of the checkpoint's shape and settings,
-   random weights (:data:`XLSR_300M_BACKBONE`); ``--dry-run-backbone`` overrides any of its fields (tests use a
-   tiny shape);
+   random weights (:data:`~adaptspeech.backbones.wav2vec2.XLSR_300M_BACKBONE`, also importable from here);
+   ``--dry-run-backbone`` overrides any of its fields (tests use a tiny shape);
 3. keeps each stage's own settings (adapters, fusion, routing, trainable groups, ``bf16``, ``gradient_checkpointing``,
    learning rate ...) and overrides only the amount of work: ``max_steps`` (3), the batch (2), one micro-batch per
    step, no checkpoints, no mid-run evaluation, dev evaluation on ``max_eval_rows`` (4) utterances; without a GPU,
@@ -23,8 +23,8 @@ each stage costs per step:
    resident memory while training and over the whole process, and the wall time.
 
 Peak memory: Linux's ``VmHWM`` (peak resident set size) from ``/proc/self/status``, reset with
-``/proc/self/clear_refs`` (``5``) when training begins; on a CUDA device also ``torch.cuda.max_memory_allocated``.
-``tracemalloc`` would miss torch's allocations, which do not go through Python's allocator.
+``/proc/self/clear_refs`` (``5``) when training begins (:mod:`adaptspeech.memory`); on a CUDA device also
+``torch.cuda.max_memory_allocated``.
 
 Writes ``dry_run.md`` and ``dry_run.json`` in the dry run's output folder (the recipe's ``output_dir`` + ``-dry-run``).
 """
@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..backbones.wav2vec2 import XLSR_300M_BACKBONE
+from ..memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
 from ..progress import log
 from .cv_layout import write_common_voice_layout
 from .engine import comma_list, load_recipe, spec_from_dict
@@ -53,45 +54,12 @@ from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
 from .protocol_stages import load_stage_outputs, prepare_data, recipe_plan, train_recipe_stage
 from .spec import RecipeError
 
-XLSR_300M_BACKBONE: dict[str, Any] = {
-    # facebook/wav2vec2-xls-r-300m's config.json: the shape ...
-    "hidden_size": 1024,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "intermediate_size": 4096,
-    "hidden_act": "gelu",
-    "do_stable_layer_norm": True,
-    "layer_norm_eps": 1e-5,
-    "feat_extract_norm": "layer",
-    "feat_extract_activation": "gelu",
-    "conv_dim": [512] * 7,
-    "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
-    "conv_stride": [5, 2, 2, 2, 2, 2, 2],
-    "conv_bias": True,
-    "num_conv_pos_embeddings": 128,
-    "num_conv_pos_embedding_groups": 16,
-    # ... and its regularisation, which fine-tuning from the checkpoint inherits
-    "hidden_dropout": 0.1,
-    "attention_dropout": 0.1,
-    "activation_dropout": 0.0,
-    "feat_proj_dropout": 0.0,
-    "layerdrop": 0.1,
-    "apply_spec_augment": True,
-    "mask_time_prob": 0.075,
-    "mask_time_length": 10,
-    "mask_feature_prob": 0.0,
-}
-"""The backbone config a dry run uses in place of ``facebook/wav2vec2-xls-r-300m`` (random weights, 315M
-parameters): wav2vec2 with stable (pre-) layer norm, 24 layers of width 1024, 16 heads, FFN 4096, the 7-layer
-convolutional feature encoder (512 channels, 320x downsampling: 50 frames per second of 16 kHz audio)."""
-
 STEP_PREPARE, STEP_EVALUATE = "prepare", "evaluate"
 TAG = "dry-run"
 """The dry run's log lines start ``[dry-run]``."""
 FOLDER_KEY = "folder"
 """``dry_run_recipe.json`` (what each worker process reads): the recipe's settings and its folder under this key."""
 STEP_NAMES = (STEP_PREPARE, *STAGE_NAMES, *BASELINE_NAMES, STEP_EVALUATE)
-MIB = 2**20
 
 
 @dataclass
@@ -109,7 +77,7 @@ class DryRunSettings:
     eval_rows: int = 4
     """Dev utterances each stage evaluates after training (``data.max_eval_rows``)."""
     backbone_config: dict[str, Any] = field(default_factory=dict)
-    """Fields merged over :data:`XLSR_300M_BACKBONE` (e.g. a tiny shape for tests)."""
+    """Fields merged over :data:`~adaptspeech.backbones.wav2vec2.XLSR_300M_BACKBONE` (e.g. a tiny shape for tests)."""
     precision: str = "recipe"
     """``recipe``: each stage's own ``bf16`` / ``fp16`` settings; ``fp32``: mixed precision off in every stage (for
     CPUs without native bfloat16, where bf16 autocast makes convolutions about 20x slower than fp32)."""
@@ -118,46 +86,7 @@ class DryRunSettings:
     audio_format: str = "mp3"
 
 
-# ---- memory probes ---------------------------------------------------------------------------------------------
-
-
-def _status_kib(key: str) -> int | None:
-    try:
-        text = Path("/proc/self/status").read_text()
-    except OSError:
-        return None
-    match = re.search(rf"^{key}:\s+(\d+) kB", text, re.MULTILINE)
-    return int(match.group(1)) if match else None
-
-
-def peak_rss_bytes() -> int:
-    """The process's peak resident set size since start or the last :func:`reset_peak_rss` (``VmHWM``)."""
-    kib = _status_kib("VmHWM")
-    if kib is not None:
-        return kib * 1024
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
-def current_rss_bytes() -> int:
-    """The process's resident set size now (``VmRSS``)."""
-    kib = _status_kib("VmRSS")
-    if kib is not None:
-        return kib * 1024
-    import psutil
-
-    return int(psutil.Process().memory_info().rss)
-
-
-def reset_peak_rss() -> bool:
-    """Reset ``VmHWM`` to the current RSS (Linux: ``5`` into ``/proc/self/clear_refs``); False when not possible."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
+# ---- the stage probe -------------------------------------------------------------------------------------------
 
 
 def _make_probe() -> Any:

@@ -36,9 +36,9 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from ..overrides import apply_overrides, load_yaml
 from ..progress import library_progress_bars
 from ..registry import Registry
-from ..training.stage import apply_overrides, load_yaml
 from .spec import DEFAULT_TASK, RecipeError, RecipeSpec
 
 RECIPE_FILE = "recipe.yaml"

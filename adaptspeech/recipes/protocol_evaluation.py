@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..data.prepared_data import load_prepared, select_languages
 from ..metrics.significance import paired_bootstrap, utterance_edits
 from ..progress import log
-from ..training.stage import load_prepared, select_languages
 from .engine import recipe_task
 from .protocol_spec import SimAdapterRecipe
 from .spec import RecipeError
@@ -150,23 +150,18 @@ def resolve_device(spec: SimAdapterRecipe) -> torch.device:
     the stages trained on: the CPU when every stage sets ``training.use_cpu``, else the best available one (CUDA,
     then MPS, then the CPU), as the Trainer does.
     """
+    from ..devices import DeviceError, best_device, choose_device
+
     name = spec.evaluation.device
     if name != "auto":
         try:
-            device = torch.device(name)
-        except RuntimeError as err:
-            raise RecipeError(f"evaluation.device {name!r}: {err}") from err
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise RecipeError(f"evaluation.device {name!r}: CUDA is not available on this machine")
-        return device
+            return choose_device(name, "evaluation.device")
+        except DeviceError as err:
+            raise RecipeError(str(err)) from None
     stages = [*spec.stages.values(), *spec.baselines.values()]
     if stages and all((stage.get("training") or {}).get("use_cpu") for stage in stages):
         return torch.device("cpu")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    return best_device()
 
 
 def fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_size: int = 16) -> dict[str, Any]:

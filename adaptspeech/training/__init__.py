@@ -1,9 +1,9 @@
 """Training on the stock ``transformers.Trainer``."""
 
 from .callbacks import AdapterCheckpointCallback, FusionGuideScheduleCallback, write_adapter_only_checkpoint
+from .decoding_evaluation import DecodingEvaluation
 from .errors import StageConfigError, TrainingError
 from .gradient_check import GradientCheckCallback
-from .metrics import DecodingEvaluation
 from .trainer import LOSS_TERMS, AdaptSpeechTrainer
 
 __all__ = [

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..settings import is_int
 from .errors import StageConfigError
 
 _SIMPLE_TYPES: dict[type, str] = {
@@ -48,12 +49,13 @@ def _simple_alternatives(annotation: Any) -> tuple[type, ...] | None:
 
 
 def _accepts(alternatives: tuple[type, ...], value: Any) -> bool:
-    for kind in alternatives:
-        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+    """``value`` is of one of the ``alternatives`` (an int is a valid float; a bool is neither)."""
+    for expected in alternatives:
+        if expected is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return True
-        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        if expected is int and is_int(value):
             return True
-        if kind in (bool, str, type(None)) and isinstance(value, kind):
+        if expected in (bool, str, type(None)) and isinstance(value, expected):
             return True
     return False
 
@@ -102,7 +104,7 @@ def check_model_fits(
     Raises:
         StageConfigError: naming the setting that does not fit, or quoting the error of the forward pass.
     """
-    from .metrics import default_method
+    from .decoding_evaluation import default_method
 
     method = (evaluation or {}).get("method") or default_method(model)
     supported = supported_decoders(model)

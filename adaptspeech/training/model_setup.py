@@ -1,11 +1,151 @@
-"""What a stage does to a built model beside adapters and fusion: loading adapter files (``model.load_adapters``)
-and checking that the output layers it trains have the prepared vocabulary's size."""
+"""The model of a stage, from its ``model`` section: built from a config, wrapped around a Hub backbone or loaded from
+a saved folder (:func:`~adaptspeech.saved_model.load_saved_model`), then given its adapter files, new adapters,
+fusion, active languages and trainable groups (:func:`build_model`), and checked against the prepared vocabulary."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .errors import StageConfigError
+
+__all__ = ["build_model", "check_vocabulary", "load_adapters"]
+
+
+def _model_class(head: str) -> type:
+    """The adaptspeech model class of ``model.config.head`` (``HEADS.get(head).model_class``)."""
+    from ..heads import HEADS
+
+    if head not in HEADS:
+        raise StageConfigError(f"model.config.head: {HEADS.unknown_message(head)}")
+    return HEADS.get(head).model_class
+
+
+def _construct(model_spec: dict[str, Any], processor: Any) -> Any:
+    """The model of ``model.init``: ``pretrained`` loads the saved folder as the class its head names; ``config`` and
+    ``backbone`` build the class of ``model.config.head`` with the prepared vocabulary's size and special tokens."""
+    init = model_spec.get("init", "config")
+    if init == "pretrained":
+        from ..saved_model import SavedModelError, load_saved_model
+
+        path = Path(model_spec["path"])
+        if not path.exists():
+            raise StageConfigError(f"model.path {path} does not exist (did the previous stage run?)")
+        try:
+            return load_saved_model(path)
+        except SavedModelError as err:
+            raise StageConfigError(f"model.path: {err}") from None
+    kwargs = dict(model_spec.get("config") or {})
+    tokenizer = processor.tokenizer
+    kwargs.setdefault("vocab_size", len(tokenizer))
+    kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
+    if tokenizer.bos_token_id is not None:
+        kwargs.setdefault("bos_token_id", tokenizer.bos_token_id)
+        kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
+    cls = _model_class(kwargs.get("head", "ctc"))
+    try:
+        if init == "backbone":
+            return cls.from_backbone(model_spec["path"], mms_language=model_spec.get("mms_language"), **kwargs)
+        from ..configuration import AdaptSpeechConfig
+        from .model_size import check_model_size
+
+        config = AdaptSpeechConfig(**kwargs)
+        check_model_size(cls, config, kwargs.get("backbone_config"))  # counted on the meta device, before building
+        return cls(config)
+    except StageConfigError:
+        raise
+    except (ValueError, KeyError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        raise StageConfigError(f"model.config: {message}") from err
+
+
+def _activate_trainable_adapters(
+    model: Any, model_spec: dict[str, Any], trainable_adapters: list[str], trainable_fusion: bool = False
+) -> None:
+    """Make the trainable adapters the active ones (see :mod:`adaptspeech.training.stage`), or refuse a setting that
+    leaves one of them (or a trainable fusion) out of the forward pass."""
+    active = model_spec.get("active_languages")
+    if active is not None:
+        try:
+            model.set_active_languages(list(active))
+        except KeyError as err:
+            raise StageConfigError(f"model.active_languages: {err.args[0]}") from None
+        if trainable_fusion and model.config.fusion is not None:
+            raise StageConfigError(
+                f"model.trainable.fusion: the fusion would not train: model.active_languages {list(active)} switches "
+                "it off (active languages run their own adapters); remove model.active_languages or "
+                "model.trainable.fusion"
+            )
+    elif trainable_adapters and not model.config.fusion_active:
+        model.set_active_languages(list(trainable_adapters))
+    if model.config.fusion_active:
+        reached, what = list(model.config.fusion["languages"]), "the fusion's languages (model.fusion.languages)"
+    else:
+        reached, what = list(model.config.active_languages), "model.active_languages"
+    idle = [lang for lang in trainable_adapters if lang not in reached]
+    if idle:
+        raise StageConfigError(
+            f"model.trainable.adapters {idle} would not train: they are not among {what} {reached}; add them there "
+            "or remove them from model.trainable.adapters"
+        )
+
+
+def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
+    """Create / load the model of a stage and apply its adapter, fusion, active-language and trainable settings.
+
+    ``init: pretrained`` reads the head from the saved ``config.json`` and loads the class the head registry names
+    for it, so a saved ``las`` / ``ctc_las`` model loads as what it is.
+
+    Args:
+        model_spec: the stage's validated ``model`` section.
+        processor: the prepared ``Wav2Vec2Processor`` (its tokenizer sizes a model built from a config).
+    """
+    model = _construct(model_spec, processor)
+    if model_spec.get("mms_language") and model_spec.get("init", "config") != "backbone":
+        raise StageConfigError("model.mms_language names the built-in adapter of an MMS checkpoint: use it with "
+                               "model.init: backbone")
+    load_adapters(model, model_spec.get("load_adapters") or {})
+    try:
+        for language, settings in (model_spec.get("add_adapters") or {}).items():
+            if language not in model.config.adapters:
+                model.add_language_adapter(language, **(settings or {}))
+        fusion = model_spec.get("fusion")
+        if fusion:
+            fusion = dict(fusion)
+            languages = fusion.pop("languages")
+            model.add_fusion(languages, **fusion)
+    except (ValueError, KeyError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        raise StageConfigError(f"model.add_adapters / model.fusion: {message}") from err
+    trainable = dict(model_spec.get("trainable") or {"backbone": True, "head": True})
+    adapters = list(trainable.get("adapters") or [])
+    unknown = [lang for lang in adapters if lang not in model.config.adapters]
+    if unknown:
+        raise StageConfigError(
+            f"model.trainable.adapters: no adapter for {unknown}; languages with one: {sorted(model.config.adapters)} "
+            "(add one with model.add_adapters)"
+        )
+    heads = list(trainable.get("heads") or [])
+    no_head = [lang for lang in heads if lang not in model.config.language_heads]
+    if no_head:
+        raise StageConfigError(
+            f"model.trainable.heads: no language head for {no_head}; languages with one: "
+            f"{sorted(model.config.language_heads)}"
+        )
+    _activate_trainable_adapters(model, model_spec, adapters, bool(trainable.get("fusion", False)))
+    check_vocabulary(model, processor.tokenizer)
+    try:
+        model.set_trainable(
+            adapters=adapters,
+            fusion=trainable.get("fusion", False),
+            head=trainable.get("head", False),
+            backbone=trainable.get("backbone", False),
+            feature_encoder=trainable.get("feature_encoder"),
+            heads=heads,
+        )
+    except ValueError as err:  # what the checks above do not already name (e.g. a fusion the model lacks)
+        raise StageConfigError(f"model.trainable: {err}") from None
+    return model
 
 
 def load_adapters(model: Any, entries: dict[str, Any]) -> None:

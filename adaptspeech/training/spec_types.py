@@ -83,12 +83,12 @@ POSITIVE_INTS = SettingType(
 )
 
 
-def optional(kind: SettingType) -> SettingType:
-    """``kind`` or null."""
+def optional(setting_type: SettingType) -> SettingType:
+    """``setting_type`` or null."""
     return SettingType(
-        f"{kind.description} or null",
-        lambda v: v is None or kind.accepts(v),
-        lambda v: None if v is None else kind.normalise(v),
+        f"{setting_type.description} or null",
+        lambda v: v is None or setting_type.accepts(v),
+        lambda v: None if v is None else setting_type.normalise(v),
     )
 
 
@@ -231,11 +231,11 @@ def unknown_settings_message(section: str, unknown: list[str], allowed: list[str
     return f"{section}: unknown setting(s) {', '.join(parts)}; allowed settings: {', '.join(sorted(allowed))}"
 
 
-def check_value(setting: str, kind: SettingType, value: Any) -> Any:
+def check_value(setting: str, setting_type: SettingType, value: Any) -> Any:
     """The normalised ``value`` of ``setting``, or :class:`StageConfigError` naming the setting, type and value."""
-    if not kind.accepts(value):
-        raise StageConfigError(f"{setting}: expected {kind.description}, got {value!r}")
-    return kind.normalise(value)
+    if not setting_type.accepts(value):
+        raise StageConfigError(f"{setting}: expected {setting_type.description}, got {value!r}")
+    return setting_type.normalise(value)
 
 
 def check_section(section: str, values: Any, table: Mapping[str, SettingType]) -> dict[str, Any]:
@@ -369,9 +369,9 @@ def check_backbone_config(section: str, backbone_type: str, values: Any) -> None
     }
     check_section(section, values, table)
     for key, value in values.items():
-        kind = backbone_range(key, known.get(key))
-        if kind is not None:
-            check_value(f"{section}.{key}", kind, value)
+        value_range = backbone_range(key, known.get(key))
+        if value_range is not None:
+            check_value(f"{section}.{key}", value_range, value)
 
 
 def check_model_config(section: str, values: Any, init: str) -> None:

@@ -1,5 +1,6 @@
-"""One training stage from a YAML-able spec: build or load the model, set up adapters / fusion / trainable groups,
-train with :class:`AdaptSpeechTrainer` on a prepared dataset, save, and evaluate per language.
+"""One training stage from a YAML-able spec: build or load the model, set up adapters / fusion / trainable groups
+(:func:`~adaptspeech.training.model_setup.build_model`), train with :class:`AdaptSpeechTrainer` on a prepared dataset
+(:func:`~adaptspeech.data.prepared_data.load_prepared`), save, and evaluate per language.
 
 A stage spec (``recipes/*/stage_*.yaml``)::
 
@@ -29,7 +30,8 @@ A stage spec (``recipes/*/stage_*.yaml``)::
     evaluation: {method: null, batch_size: 16, options: {}}   # decoder (null: the head's default) of the final and
                                                               # the training-time evaluation (eval_cer, eval_wer)
 
-Every key can be overridden from the command line as ``section.key=value`` (YAML syntax for the value). Every
+Every key can be overridden from the command line as ``section.key=value`` (YAML syntax for the value;
+:func:`adaptspeech.overrides.apply_overrides`). Every
 value is checked against its declared type (:mod:`adaptspeech.training.spec_types`): ``model.trainable.backbone=no``
 (the string "no") is refused, not read as true. The head is ``model.config.head`` (or the saved model's, with
 ``init: pretrained``); there is no ``model.head``.
@@ -41,7 +43,6 @@ the active ones (routed per utterance by language when there are several); an ex
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import sys
@@ -52,9 +53,8 @@ from typing import Any
 
 import torch
 
-from .. import yaml_loader as config_yaml
 from .errors import StageConfigError
-from .model_setup import check_vocabulary, load_adapters
+from .model_setup import build_model
 from .resume import STAGE_SPEC_FILE, checkpoint_problem, last_checkpoint
 from .spec_types import (
     DATA_TYPES,
@@ -78,56 +78,9 @@ __all__ = [
     "StageConfigError",
     "StageResult",
     "StageSpec",
-    "apply_overrides",
-    "build_model",
     "last_checkpoint",
-    "load_prepared",
-    "load_yaml",
-    "parse_override",
     "run_stage",
-    "select_languages",
 ]
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"training.learning_rate=3e-4"`` -> (["training", "learning_rate"], 0.0003)."""
-    if "=" not in text:
-        raise StageConfigError(f"override {text!r} is not of the form section.key=value")
-    key, value = text.split("=", 1)
-    path = [part for part in key.strip().split(".") if part]
-    if not path:
-        raise StageConfigError(f"override {text!r} has an empty key")
-    return path, config_yaml.load(value) if value.strip() else None
-
-
-def apply_overrides(spec: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``section.key=value`` overrides to a copy of ``spec``."""
-    spec = copy.deepcopy(spec)
-    for text in overrides:
-        path, value = parse_override(text)
-        node = spec
-        for part in path[:-1]:
-            if node.get(part) is None:
-                node[part] = {}
-            if not isinstance(node[part], dict):
-                raise StageConfigError(f"override {text!r}: {part!r} is not a section")
-            node = node[part]
-        node[path[-1]] = value
-    return spec
-
-
-def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise StageConfigError(f"config file {path} not found")
-    try:
-        data = config_yaml.load(path.read_text()) or {}
-    except config_yaml.YAMLSyntaxError as err:
-        first = (str(err).splitlines() or [type(err).__name__])[0]
-        raise StageConfigError(f"{path} is not valid YAML: {first}") from err
-    if not isinstance(data, dict):
-        raise StageConfigError(f"{path} must hold a mapping of settings, found {type(data).__name__}")
-    return data
 
 
 @dataclass
@@ -198,6 +151,11 @@ class StageSpec:
         """The spec as plain data (what ``stage_spec.json`` records)."""
         return json.loads(json.dumps(asdict(self), default=str))
 
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where the Trainer writes the checkpoints: ``training.output_dir``, else ``OUTPUT_DIR/checkpoints``."""
+        return Path(self.training.get("output_dir") or Path(self.output_dir) / "checkpoints")
+
 
 @dataclass
 class StageResult:
@@ -213,172 +171,6 @@ class StageResult:
     """The trained model (on every process; under DDP each rank holds its own replica)."""
 
 
-def load_prepared(prepared_dir: str | os.PathLike) -> tuple[Any, Any]:
-    """``(DatasetDict, Wav2Vec2Processor)`` written by ``adaptspeech prepare``."""
-    from datasets import load_from_disk
-    from transformers import Wav2Vec2Processor
-
-    from ..data.prepared_corpus import COMPLETE_MARKER
-
-    prepared_dir = Path(prepared_dir)
-    for sub in ("dataset", "processor"):
-        if not (prepared_dir / sub).is_dir():
-            raise StageConfigError(
-                f"data.prepared_dir {prepared_dir} has no {sub}/ folder: run `adaptspeech prepare` first"
-            )
-    if not (prepared_dir / COMPLETE_MARKER).is_file():
-        raise StageConfigError(
-            f"data.prepared_dir {prepared_dir} has no {COMPLETE_MARKER}: `adaptspeech prepare` did not finish "
-            "writing it; run it again"
-        )
-    return load_from_disk(str(prepared_dir / "dataset")), Wav2Vec2Processor.from_pretrained(prepared_dir / "processor")
-
-
-def select_languages(dataset: Any, languages: list[str], split: str, what: str) -> Any:
-    present = set(dataset.unique("language"))
-    missing = [lang for lang in languages if lang not in present]
-    if missing:
-        raise StageConfigError(f"{what}: language(s) {missing} are not in the {split} split (it has {sorted(present)})")
-    wanted = set(languages)
-    return dataset.filter(lambda lang: lang in wanted, input_columns=["language"])
-
-
-def model_class_for_head(head: str) -> type:
-    """The adaptspeech model class of a head, from the head registry (``HEADS.get(head).model_class``)."""
-    from ..heads import HEADS
-
-    if head not in HEADS:
-        raise StageConfigError(f"model.config.head: {HEADS.unknown_message(head)}")
-    return HEADS.get(head).model_class
-
-
-def saved_head(path: Path) -> str:
-    """The head recorded in a saved model's ``config.json``."""
-    config = path / "config.json"
-    if not config.is_file():
-        raise StageConfigError(f"model.path {path} has no config.json (pass the model/ folder a stage saved)")
-    try:
-        return str(json.loads(config.read_text()).get("head", "ctc"))
-    except json.JSONDecodeError as err:
-        raise StageConfigError(f"{config} is not valid JSON ({err.msg})") from None
-
-
-def _construct(model_spec: dict[str, Any], processor: Any) -> Any:
-    init = model_spec.get("init", "config")
-    if init == "pretrained":
-        path = Path(model_spec["path"])
-        if not path.exists():
-            raise StageConfigError(f"model.path {path} does not exist (did the previous stage run?)")
-        return model_class_for_head(saved_head(path)).from_pretrained(path)
-    kwargs = dict(model_spec.get("config") or {})
-    tokenizer = processor.tokenizer
-    kwargs.setdefault("vocab_size", len(tokenizer))
-    kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
-    if tokenizer.bos_token_id is not None:
-        kwargs.setdefault("bos_token_id", tokenizer.bos_token_id)
-        kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
-    cls = model_class_for_head(kwargs.get("head", "ctc"))
-    try:
-        if init == "backbone":
-            return cls.from_backbone(model_spec["path"], mms_language=model_spec.get("mms_language"), **kwargs)
-        from ..configuration import AdaptSpeechConfig
-        from .model_size import check_model_size
-
-        config = AdaptSpeechConfig(**kwargs)
-        check_model_size(cls, config, kwargs.get("backbone_config"))  # counted on the meta device, before building
-        return cls(config)
-    except StageConfigError:
-        raise
-    except (ValueError, KeyError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-        raise StageConfigError(f"model.config: {message}") from err
-
-
-def _activate_trainable_adapters(
-    model: Any, model_spec: dict[str, Any], trainable_adapters: list[str], trainable_fusion: bool = False
-) -> None:
-    """Make the trainable adapters the active ones (see the module docstring), or refuse a setting that leaves one
-    of them (or a trainable fusion) out of the forward pass."""
-    active = model_spec.get("active_languages")
-    if active is not None:
-        try:
-            model.set_active_languages(list(active))
-        except KeyError as err:
-            raise StageConfigError(f"model.active_languages: {err.args[0]}") from None
-        if trainable_fusion and model.config.fusion is not None:
-            raise StageConfigError(
-                f"model.trainable.fusion: the fusion would not train: model.active_languages {list(active)} switches "
-                "it off (active languages run their own adapters); remove model.active_languages or "
-                "model.trainable.fusion"
-            )
-    elif trainable_adapters and not model.config.fusion_active:
-        model.set_active_languages(list(trainable_adapters))
-    if model.config.fusion_active:
-        reached, what = list(model.config.fusion["languages"]), "the fusion's languages (model.fusion.languages)"
-    else:
-        reached, what = list(model.config.active_languages), "model.active_languages"
-    idle = [lang for lang in trainable_adapters if lang not in reached]
-    if idle:
-        raise StageConfigError(
-            f"model.trainable.adapters {idle} would not train: they are not among {what} {reached}; add them there "
-            "or remove them from model.trainable.adapters"
-        )
-
-
-def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
-    """Create / load the model of a stage and apply its adapter, fusion, active-language and trainable settings.
-
-    ``init: pretrained`` reads the head from the saved ``config.json`` and loads the class the head registry names
-    for it, so a saved ``las`` / ``ctc_las`` model loads as what it is.
-    """
-    model = _construct(model_spec, processor)
-    if model_spec.get("mms_language") and model_spec.get("init", "config") != "backbone":
-        raise StageConfigError("model.mms_language names the built-in adapter of an MMS checkpoint: use it with "
-                               "model.init: backbone")
-    load_adapters(model, model_spec.get("load_adapters") or {})
-    try:
-        for language, settings in (model_spec.get("add_adapters") or {}).items():
-            if language not in model.config.adapters:
-                model.add_language_adapter(language, **(settings or {}))
-        fusion = model_spec.get("fusion")
-        if fusion:
-            fusion = dict(fusion)
-            languages = fusion.pop("languages")
-            model.add_fusion(languages, **fusion)
-    except (ValueError, KeyError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-        raise StageConfigError(f"model.add_adapters / model.fusion: {message}") from err
-    trainable = dict(model_spec.get("trainable") or {"backbone": True, "head": True})
-    adapters = list(trainable.get("adapters") or [])
-    unknown = [lang for lang in adapters if lang not in model.config.adapters]
-    if unknown:
-        raise StageConfigError(
-            f"model.trainable.adapters: no adapter for {unknown}; languages with one: {sorted(model.config.adapters)} "
-            "(add one with model.add_adapters)"
-        )
-    heads = list(trainable.get("heads") or [])
-    no_head = [lang for lang in heads if lang not in model.config.language_heads]
-    if no_head:
-        raise StageConfigError(
-            f"model.trainable.heads: no language head for {no_head}; languages with one: "
-            f"{sorted(model.config.language_heads)}"
-        )
-    _activate_trainable_adapters(model, model_spec, adapters, bool(trainable.get("fusion", False)))
-    check_vocabulary(model, processor.tokenizer)
-    try:
-        model.set_trainable(
-            adapters=adapters,
-            fusion=trainable.get("fusion", False),
-            head=trainable.get("head", False),
-            backbone=trainable.get("backbone", False),
-            feature_encoder=trainable.get("feature_encoder"),
-            heads=heads,
-        )
-    except ValueError as err:  # what the checks above do not already name (e.g. a fusion the model lacks)
-        raise StageConfigError(f"model.trainable: {err}") from None
-    return model
-
-
 def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
@@ -387,23 +179,27 @@ def _select_data(spec: StageSpec) -> tuple[Any, Any, Any]:
     """``(processor, training rows, evaluation rows)`` of a stage; array columns read as numpy
     (:func:`~adaptspeech.data.array_rows.with_array_rows`)."""
     from ..data.array_rows import with_array_rows
+    from ..data.prepared_data import PreparedDataError, load_prepared, select_languages
     from ..data.subsets import low_resource_subset, speakers
 
     data = spec.data
-    dataset, processor = load_prepared(data["prepared_dir"])
-    train_split, eval_split = data.get("train_split", "train"), data.get("eval_split", "dev")
-    for split in (train_split, eval_split):
-        if split not in dataset:
-            raise StageConfigError(f"data: split {split!r} not prepared; prepared splits: {sorted(dataset)}")
-    train_languages = list(data["train_languages"])
-    eval_languages = list(data.get("eval_languages") or train_languages)
-    train = select_languages(dataset[train_split], train_languages, train_split, "data.train_languages")
+    try:
+        dataset, processor = load_prepared(data["prepared_dir"])
+        train_split, eval_split = data.get("train_split", "train"), data.get("eval_split", "dev")
+        for split in (train_split, eval_split):
+            if split not in dataset:
+                raise StageConfigError(f"data: split {split!r} not prepared; prepared splits: {sorted(dataset)}")
+        train_languages = list(data["train_languages"])
+        eval_languages = list(data.get("eval_languages") or train_languages)
+        train = select_languages(dataset[train_split], train_languages, train_split, "data.train_languages")
+        evaluation_set = select_languages(dataset[eval_split], eval_languages, eval_split, "data.eval_languages")
+    except PreparedDataError as err:
+        raise StageConfigError(str(err)) from None
     if data.get("train_subset"):
         held = speakers(dataset["test"]) if "test" in dataset else set()
         train = low_resource_subset(
             train, data["train_subset"], seed=int(data.get("subset_seed", 0)), exclude_speakers=held
         )
-    evaluation_set = select_languages(dataset[eval_split], eval_languages, eval_split, "data.eval_languages")
     if data.get("max_eval_rows"):
         evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data["max_eval_rows"])))
     return processor, with_array_rows(train), with_array_rows(evaluation_set)
@@ -482,7 +278,7 @@ def run_stage(
     if resume and overwrite:
         raise StageConfigError("resume and overwrite exclude each other (resume continues what overwrite removes)")
     output_dir = Path(spec.output_dir)
-    checkpoints = Path(spec.training.get("output_dir") or output_dir / "checkpoints")
+    checkpoints = spec.checkpoint_dir
     main = _is_main_process()
     with OutputDirLock(output_dir, enabled=main):
         resume_from = _resolve_resume(resume, checkpoints)
@@ -517,11 +313,10 @@ def _record_start(spec: StageSpec, resume_from: str | None, overwrite: bool, che
 def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: bool = False) -> StageResult:
     from transformers import set_seed
 
-    from ..data.collator import DataCollatorCTCWithPadding
-    from ..evaluation import _routing_languages, feature_type_of_model
+    from ..evaluation import model_collator
     from .callbacks import StageSpecCheckpointCallback, unwrap
     from .checks import check_model_fits
-    from .metrics import DecodingEvaluation, default_method
+    from .decoding_evaluation import DecodingEvaluation, default_method
     from .trainer import AdaptSpeechTrainer
 
     set_seed(spec.seed)
@@ -529,11 +324,7 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
     model = build_model(spec.model, processor)
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    collator = DataCollatorCTCWithPadding(
-        processor,
-        language_to_id=model.language_to_id if _routing_languages(model) else None,
-        feature_type=feature_type_of_model(model),
-    )
+    collator = model_collator(model, processor)
     check_model_fits(model, collator, train, spec.evaluation)  # a setting that does not fit: one line, before training
     probe = collator([train[i] for i in range(min(2, len(train)))])
     frozen_unused = _freeze_unused_backbone_parameters(model, probe)
@@ -634,8 +425,3 @@ def _language_sampling_summary(train: Any, temperature: float | None) -> dict[st
     return {"temperature": temperature, "rows": dict(counts),
             "probabilities": language_sampling_probabilities(counts, temperature)}
 
-
-def torch_threads(threads: int | None) -> None:
-    """Use ``threads`` CPU threads (None: leave torch's default)."""
-    if threads:
-        torch.set_num_threads(int(threads))

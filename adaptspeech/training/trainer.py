@@ -8,9 +8,9 @@ What it adds to the stock Trainer:
 * the guide-loss weight follows ``guide_weight * guide_decay ** step`` (:class:`FusionGuideScheduleCallback`);
 * every checkpoint also gets an adapter-only copy (:class:`AdapterCheckpointCallback`);
 * evaluation (``decoding=``) decodes the evaluation split with the engine of ``adaptspeech evaluate``
-  (:class:`~adaptspeech.training.metrics.DecodingEvaluation`) and logs ``eval_wer``, ``eval_cer``, per-language
-  ``eval_wer_<lang>`` / ``eval_cer_<lang>`` and ``eval_loss``: the logged figure is the one ``adaptspeech evaluate``
-  gives for the same weights;
+  (:class:`~adaptspeech.training.decoding_evaluation.DecodingEvaluation`) and logs ``eval_wer``, ``eval_cer``,
+  per-language ``eval_wer_<lang>`` / ``eval_cer_<lang>`` and ``eval_loss``: the logged figure is the one
+  ``adaptspeech evaluate`` gives for the same weights;
 * ``language_sampling_temperature=T`` draws training utterances by language with ``p_l ∝ n_l^(1/T)``
   (:class:`~adaptspeech.data.subsets.TemperatureSampler`, redrawn each epoch, the same draw on every process;
   accelerate hands each process its own batches of it);
@@ -39,9 +39,9 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .callbacks import AdapterCheckpointCallback, FusionGuideScheduleCallback, unwrap
+from .decoding_evaluation import DecodingEvaluation
 from .errors import StageConfigError, TrainingError
 from .gradient_check import DEFAULT_GRADIENT_CHECK_STEPS, GradientCheckCallback
-from .metrics import DecodingEvaluation
 from .resume import last_checkpoint
 
 LOSS_TERMS = ("loss_ctc", "loss_att", "loss_fusion_reg", "loss_fusion_guide")

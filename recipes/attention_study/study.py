@@ -41,9 +41,12 @@ import numpy as np
 import torch
 
 from adaptspeech.attention.config import AttentionConfig
+from adaptspeech.data.prepared_data import load_prepared, select_languages
+from adaptspeech.overrides import load_yaml
 from adaptspeech.progress import log
 from adaptspeech.recipes.engine import RECIPE_TASKS, Action, RecipeTask, schedule, set_threads
 from adaptspeech.recipes.spec import EvaluationSettings, RecipeError, RecipeSpec, Section, check_settings, plain
+from adaptspeech.saved_model import load_saved_model
 from adaptspeech.training.spec_types import (
     BOOL,
     FINITE_POSITIVE,
@@ -55,7 +58,7 @@ from adaptspeech.training.spec_types import (
     SettingType,
     optional,
 )
-from adaptspeech.training.stage import StageConfigError, StageSpec, load_prepared, load_yaml, select_languages
+from adaptspeech.training.stage import StageConfigError, StageSpec
 
 from .report import RESULT_FILE, write_study_results
 
@@ -276,12 +279,6 @@ def _settings_difference(saved: dict[str, Any], current: dict[str, Any], prefix:
     return None
 
 
-def _load_model(folder: Path) -> Any:
-    from adaptspeech.training.stage import model_class_for_head, saved_head
-
-    return model_class_for_head(saved_head(folder)).from_pretrained(folder)
-
-
 def _attention_parameters(model: torch.nn.Module) -> int | None:
     """Parameters of the attention-kind modules (nested ones counted once, with their parent); None when the
     backbone keeps its own attention (``kind: default``: not counted)."""
@@ -412,7 +409,7 @@ def run_kind(study: StudySpec, kind: StudyKind, prepared: Path) -> dict[str, Any
     dataset, processor = load_prepared(prepared)
     split = study.evaluation.split
     test = select_languages(dataset[split], list(study.sources), split, "evaluation")
-    model = _load_model(folder / "model")
+    model = load_saved_model(folder / "model")
     scores = evaluate_kind(study, model, test, processor)
     maps = kind_attention_maps(study, kind, model, test, processor)
     eval_split = spec["data"].get("eval_split", "dev")

@@ -199,11 +199,11 @@ def lm_rows(spec: SimAdapterRecipe, settings: LMSettings, evaluation: TargetEval
             split), the rows evaluated without the LM (an LM row copies its system's parameters and time), their
             per-utterance CER edits on the target test set and the reference characters ``[N]``, stage -> system.
     """
+    from adaptspeech.data.prepared_data import select_languages
     from adaptspeech.evaluation import evaluate_dataset
     from adaptspeech.lm.decoder import LMDecoder, build_decoder
     from adaptspeech.lm.tune import dev_log_probs, grid_search
     from adaptspeech.modeling import AdaptSpeechForCTC
-    from adaptspeech.training.stage import select_languages
 
     dataset, processor, device = evaluation.dataset, evaluation.processor, evaluation.device
     edits, ref_units = evaluation.edits, evaluation.ref_units

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.attention import influence
 
 from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention, settings_for_kind
 
@@ -96,19 +97,6 @@ def test_padding_invariance(variant: str) -> None:
     torch.testing.assert_close(out[1:], module(other), atol=1e-5, rtol=0)
 
 
-def influence(module: EncoderAttention, frames: int) -> torch.Tensor:
-    """Bool ``[T, T]``: entry (i, j) is True when changing input frame j changes output frame i."""
-    torch.manual_seed(1)
-    x = torch.randn(1, frames, HIDDEN)
-    base = module(x)
-    changed = torch.zeros(frames, frames, dtype=torch.bool)
-    for j in range(frames):
-        x2 = x.clone()
-        x2[0, j] += torch.randn(HIDDEN)
-        changed[:, j] = (module(x2) - base).abs().amax(-1)[0] > 1e-6
-    return changed
-
-
 def expected_influence(variant: str, frames: int, chunk_size: int, num_left_chunks: int) -> torch.Tensor:
     i = torch.arange(frames)[:, None]
     j = torch.arange(frames)[None, :]
@@ -130,7 +118,8 @@ def test_chunk_masks_restrict_what_each_frame_sees(variant: str, chunk_size: int
     chunk as long as the sequence is full attention)."""
     frames = 10
     module = build(variant, chunk_size=chunk_size, num_left_chunks=num_left_chunks)
-    assert torch.equal(influence(module, frames), expected_influence(variant, frames, chunk_size, num_left_chunks))
+    expected = expected_influence(variant, frames, chunk_size, num_left_chunks)
+    assert torch.equal(influence(module, frames, HIDDEN), expected)  # bool masks
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -10,7 +10,7 @@ from adaptspeech.attention import ATTENTION, AttentionConfig
 from adaptspeech.attention.patterns import SEED_LAYOUT, fixed_pattern_layout, fixed_pattern_logits
 
 
-def test_twelve_heads_follow_the_seed() -> None:
+def test_twelve_heads_follow_the_papers_figure() -> None:
     assert fixed_pattern_layout(12) == [
         "diagonal",
         "shift_left_1",
@@ -48,7 +48,7 @@ def test_softmax_of_the_logits_gives_the_patterns() -> None:
     assert bool((increasing.diff() > 0).all()) and bool((decreasing.diff() < 0).all())
     torch.testing.assert_close(increasing, (rows + 1.0) / (rows + 1.0).sum())
     torch.testing.assert_close(decreasing, (length - rows.float()) / (length - rows.float()).sum())
-    assert torch.equal(probs[5], probs[5, :1].expand(length, -1))  # the same for every query
+    assert torch.equal(probs[5], probs[5, :1].expand(length, -1))  # equal rows, each the same softmax
     random = fixed_pattern_logits(12, length, torch.Generator().manual_seed(0))[7:]
     assert random.abs().max() < 0.2 and random.std() > 0.005  # small random logits
 

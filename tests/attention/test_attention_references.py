@@ -20,6 +20,7 @@ import math
 
 import pytest
 import torch
+from helpers.attention import linear, softmax
 
 from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention, settings_for_kind
 
@@ -35,17 +36,6 @@ def build(kind: str, **settings: object) -> EncoderAttention:
         if name.startswith("pos_bias"):
             torch.nn.init.normal_(param)
     return module.requires_grad_(False)
-
-
-def linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    out = layer.weight @ x
-    return out + layer.bias if layer.bias is not None else out
-
-
-def softmax(scores: list[float]) -> list[float]:
-    peak = max(scores)
-    exps = [math.exp(s - peak) for s in scores]
-    return [e / sum(exps) for e in exps]
 
 
 def attend(

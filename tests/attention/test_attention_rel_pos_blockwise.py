@@ -149,7 +149,7 @@ def test_gradcheck_without_dropout() -> None:
 
 def test_dropout_keep_factors() -> None:
     factors = dropout_keep(torch.empty(200_000), 0.25, seed=5)
-    assert torch.equal(factors.unique(), torch.tensor([0.0, 1 / 0.75]))
+    assert torch.equal(factors.unique(), torch.tensor([0.0, 1 / 0.75]))  # one correctly rounded division
     assert abs(float((factors == 0).float().mean()) - 0.25) < 0.005
     assert torch.equal(factors, dropout_keep(torch.empty(200_000), 0.25, seed=5))  # same seed, same draw
 
@@ -231,7 +231,8 @@ def test_training_after_inference_mode() -> None:
             expected = module(x)
         out = module(x.requires_grad_(True))
         out.sum().backward()
-        torch.testing.assert_close(out.detach(), expected, atol=0, rtol=0)
+        # recording autograd may pick other kernels (scaled_dot_product_attention) than inference mode does
+        torch.testing.assert_close(out.detach(), expected, atol=1e-6, rtol=0)
 
 
 def test_inference_mode_and_bfloat16() -> None:
@@ -287,7 +288,7 @@ def test_prepadded_shift_backward_equals_autograd() -> None:
         grad = torch.randn(2, 3, queries, keys)
         relative_scores_prepadded(padded, keys).backward(grad)
         out = torch.full((2, 3, queries, queries + keys), float("nan"))
-        assert torch.equal(relative_scores_prepadded_backward(grad, out), padded.grad)
+        assert torch.equal(relative_scores_prepadded_backward(grad, out), padded.grad)  # a scatter: no arithmetic
 
 
 @pytest.mark.parametrize(

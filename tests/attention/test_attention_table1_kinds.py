@@ -19,6 +19,7 @@ import math
 
 import pytest
 import torch
+from helpers.attention import influence, linear, softmax
 
 from adaptspeech.attention import ATTENTION, AttentionConfig, EncoderAttention
 
@@ -41,17 +42,6 @@ def build(kind: str, heads: int = 4, **overrides: object) -> EncoderAttention:
     torch.manual_seed(0)
     settings = {"kind": kind, "hidden_size": HIDDEN, "num_heads": heads, **SETTINGS.get(kind, {}), **overrides}
     return ATTENTION.get(kind)(AttentionConfig(**settings)).eval()
-
-
-def linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    out = layer.weight @ x
-    return out + layer.bias if layer.bias is not None else out
-
-
-def softmax(scores: list[float]) -> list[float]:
-    peak = max(scores)
-    exps = [math.exp(s - peak) for s in scores]
-    return [e / sum(exps) for e in exps]
 
 
 def visible(mask: torch.Tensor, b: int, i: int, j: int, chunk: int, left: int) -> bool:
@@ -191,19 +181,6 @@ def test_gradients_reach_every_parameter_with_small_patterns(kind: str) -> None:
     assert x.grad[1, 8:].abs().sum() == 0
 
 
-def influence(module: EncoderAttention, frames: int) -> torch.Tensor:
-    """Bool ``[T, T]``: True where changing input frame j changes output frame i."""
-    torch.manual_seed(1)
-    x = torch.randn(1, frames, HIDDEN)
-    base = module(x)
-    changed = torch.zeros(frames, frames, dtype=torch.bool)
-    for j in range(frames):
-        x2 = x.clone()
-        x2[0, j] += torch.randn(HIDDEN)
-        changed[:, j] = (module(x2) - base).abs().amax(-1)[0] > 1e-6
-    return changed
-
-
 @pytest.mark.parametrize(("chunk_size", "num_left_chunks"), [(3, 0), (3, 1), (4, -1)])
 @pytest.mark.parametrize("kind", NEW_KINDS)
 def test_no_frame_depends_on_frames_outside_its_chunks(kind: str, chunk_size: int, num_left_chunks: int) -> None:
@@ -211,7 +188,7 @@ def test_no_frame_depends_on_frames_outside_its_chunks(kind: str, chunk_size: in
     i, j = torch.arange(frames)[:, None], torch.arange(frames)[None, :]
     diff = i // chunk_size - j // chunk_size
     allowed = (diff >= 0) & ((diff <= num_left_chunks) if num_left_chunks >= 0 else True)
-    seen = influence(build(kind, chunk_size=chunk_size, num_left_chunks=num_left_chunks), frames)
+    seen = influence(build(kind, chunk_size=chunk_size, num_left_chunks=num_left_chunks), frames, HIDDEN)
     assert not (seen & ~allowed).any()
     if kind == "shared_qk":  # dense apart from the own key: every other frame of the allowed chunks matters
         off_diagonal = ~torch.eye(frames, dtype=torch.bool)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import CLIPS_PER_LANGUAGE, LANGUAGES, stage_spec, write_yaml
+from helpers.cli import CLIPS_PER_LANGUAGE, LANGUAGES, stage_spec, write_yaml
 
 from adaptspeech.cli import main
 

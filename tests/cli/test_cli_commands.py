@@ -14,24 +14,13 @@ import pytest
 import soundfile as sf
 import soxr
 import torch
-from cli_helpers import LANGUAGES, cli, load_prepared_split, stage_spec, subprocess_env, write_yaml
+from helpers.cli import LANGUAGES, cli, load_prepared_split, run_main, stage_spec, subprocess_env, write_yaml
 from transformers import Wav2Vec2Processor
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.cli import DECODING_CHOICES, build_parser, demo_recipe_dir, main
+from adaptspeech.cli import DECODING_CHOICES, build_parser, demo_recipe_dir
 from adaptspeech.data import DataCollatorCTCWithPadding, load_audio
 from adaptspeech.evaluation import transcribe_dataset
-
-
-def run_main(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """``(exit status, stdout, stderr)`` of ``adaptspeech ARGV`` run in this process (earlier output dropped)."""
-    capsys.readouterr()
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def naive_edits(reference: list[str], hypothesis: list[str]) -> int:
@@ -207,7 +196,7 @@ def test_push_offline_is_one_line_and_the_folder_loads_back(
         base.load_adapter("ro", folder)
         loaded = base(**batch).logits
         expected = model.eval()(**batch).logits
-    torch.testing.assert_close(loaded, expected, rtol=0, atol=0)
+    torch.testing.assert_close(loaded, expected, rtol=0, atol=0)  # the adapter through its files: the same model
     assert not torch.allclose(without, expected)
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import REPO, cli, load_prepared_split, mean_loss, run_command, stage_spec, write_yaml
+from helpers.cli import cli, load_prepared_split, mean_loss, run_command, stage_spec, write_yaml
+from helpers.paths import REPO
 from safetensors.torch import load_file
 from transformers import set_seed
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.training.stage import build_model
+from adaptspeech.training.model_setup import build_model
 
 pytestmark = pytest.mark.slow
 

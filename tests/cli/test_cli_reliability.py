@@ -15,21 +15,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from cli_helpers import load_prepared_split
+from helpers.cli import load_prepared_split, run_main
 
-from adaptspeech.cli import main
 from adaptspeech.cli.common import CommandError, _decoding_options, _resolve_device
-
-
-def run_main(argv: list[str], capture: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """``(exit status, stdout, stderr)`` of ``adaptspeech ARGV`` in this process (earlier output dropped)."""
-    capture.readouterr()
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capture.readouterr()
-    return code, captured.out, captured.err
 
 
 def corpus_clips(prepared: Path, count: int = 2) -> list[Path]:
@@ -379,7 +367,7 @@ def test_transcribe_reads_standard_input(tmp_path, capfd, monkeypatch):
     import subprocess
     import sys
 
-    from cli_helpers import subprocess_env
+    from helpers.cli import subprocess_env
 
     model = _random_fbank_model(tmp_path / "model")
     clip = tmp_path / "x.wav"

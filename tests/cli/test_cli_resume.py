@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from cli_helpers import cli, run_command, stage_spec, subprocess_env, write_yaml
+from helpers.cli import cli, run_command, stage_spec, subprocess_env, write_yaml
 from safetensors.torch import load_file
 
 from adaptspeech.cli import main

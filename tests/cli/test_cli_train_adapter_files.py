@@ -8,17 +8,11 @@ import shutil
 from pathlib import Path
 
 import torch
-from cli_helpers import stage_spec, write_yaml
+from helpers.cli import run_main, stage_spec, write_yaml
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.cli import main
-from adaptspeech.training.stage import build_model, load_prepared
-
-
-def run_main(argv, capsys):
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
+from adaptspeech.data.prepared_data import load_prepared
+from adaptspeech.training.model_setup import build_model
 
 
 def base_model(tmp_path: Path, prepared: Path) -> Path:

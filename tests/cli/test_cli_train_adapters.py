@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import load_prepared_split, stage_spec, write_yaml
+from helpers.cli import load_prepared_split, stage_spec, write_yaml
 from transformers import set_seed
 
 from adaptspeech.cli import main
-from adaptspeech.training.stage import build_model, model_class_for_head, saved_head
+from adaptspeech.saved_model import load_saved_model, saved_head
+from adaptspeech.training.model_setup import build_model
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,7 @@ def changed_groups(spec: dict, prepared: Path) -> dict[str, bool]:
     set_seed(spec["seed"])
     initial = dict(build_model(spec["model"], processor).named_parameters())
     path = Path(spec["output_dir"]) / "model"
-    trained = model_class_for_head(saved_head(path)).from_pretrained(path)
+    trained = load_saved_model(path)
     changed: dict[str, bool] = {}
     for group, params in trained._named_groups().items():
         changed[group] = any(not torch.equal(p, initial[name]) for name, p in params)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import LANGUAGES, stage_spec, write_yaml
+from helpers.cli import LANGUAGES, stage_spec, write_yaml
 
 from adaptspeech.cli import main
 

@@ -25,26 +25,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_helpers import stage_spec, write_yaml
+from helpers.cli import one_error_line, run_main, stage_spec, write_yaml
+from helpers.files import folder_bytes
 
 from adaptspeech.cli import main
 from adaptspeech.training.resume import checkpoint_problem
 from adaptspeech.training.run_lock import LOCK_FILE
 
 pytestmark = pytest.mark.slow
-
-
-def run_main(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_line_error(err: str) -> str:
-    lines = [line for line in err.strip().splitlines() if line.startswith("adaptspeech: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def config(prepared: Path, tmp_path: Path, **training) -> Path:
@@ -69,7 +57,7 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(prepared_corpus,
     code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
     assert code == 1
     run = tmp_path / "run"
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         f"adaptspeech: error: step 4: writing checkpoint {run}/checkpoints/checkpoint-4 failed (No space left on "
         f"device); the incomplete folder was removed, the last complete checkpoint is "
         f"{run}/checkpoints/checkpoint-2 (resume with --resume)"
@@ -102,7 +90,7 @@ def test_a_full_disk_while_saving_the_model_leaves_no_half_written_model(prepare
     code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
     assert code == 1
     run = tmp_path / "run"
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         f"adaptspeech: error: writing the trained model to {run}/model failed (No space left on device); nothing was "
         f"left half-written, the last complete checkpoint is {run}/checkpoints/checkpoint-2: free space and run again "
         "with --resume"
@@ -123,7 +111,7 @@ def test_a_truncated_safetensors_file_is_skipped_or_refused(prepared_corpus, tmp
 
     code, _, err = run_main(["train", "--config", stage, "--no-progress", "--resume", latest.parent], capsys)
     assert code == 1
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         f"adaptspeech: error: --resume {latest.parent}: not a complete checkpoint: {latest} is truncated "
         f"({size // 2} of {size} bytes)"
     )
@@ -144,7 +132,7 @@ def test_resume_with_changed_settings_lists_them(prepared_corpus, tmp_path, caps
             "model.trainable.backbone=false", "training.max_steps=4"]
     code, _, err = run_main(argv, capsys)
     assert code == 1
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         f"adaptspeech: error: --resume: the stage spec changed since the first start ({tmp_path}/run/stage_spec.json): "
         "model.trainable.backbone: true -> false; training.learning_rate: 0.005 -> 0.01; restore these settings or "
         "train into a new output_dir (only the step budget, logging, saving and evaluation may change)"
@@ -163,7 +151,7 @@ def test_a_second_run_into_the_same_output_dir_is_refused(prepared_corpus, tmp_p
     lock.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "started": "2026-01-01 10:00:00"}))
     code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
     assert code == 1
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         f"adaptspeech: error: output_dir {tmp_path}/run is in use by another run (process {os.getpid()}, started "
         f"2026-01-01 10:00:00); wait for it to finish or pick another output_dir (if that run is over, delete {lock})"
     )
@@ -195,7 +183,7 @@ def test_a_nan_loss_stops_at_its_step_and_keeps_the_last_checkpoint(prepared_cor
     code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
     assert code == 1
     run = tmp_path / "run"
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         "adaptspeech: error: step 3: the training loss is nan (loss_ctc=nan) on this process or another; stopped "
         f"before the optimizer step, the last complete checkpoint is {run}/checkpoints/checkpoint-2. Check the data "
         "of this step (NaN features?) or lower training.learning_rate"
@@ -211,18 +199,13 @@ def test_a_language_code_that_is_not_iso_like_is_one_line(prepared_corpus, tmp_p
     stage = write_yaml(tmp_path / "stage.yaml", spec)
     code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
     assert code == 1
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         "adaptspeech: error: data.train_languages: expected a list of language codes (ISO 639: 2 or 3 lower-case "
         "letters, optionally with subtags: ro, pt-BR, zh-CN), got ['ro', 'Romanian']"
     )
 
 
 # ---- a used output_dir and checkpoints of another run --------------------------------------------------------------
-
-
-def tree_bytes(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` (relative path -> content)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def other_run(prepared: Path, output_dir: Path, tmp_path: Path, **training) -> Path:
@@ -238,31 +221,31 @@ def test_a_plain_rerun_into_a_used_output_dir_is_refused_and_keeps_the_earlier_r
     run = tmp_path / "run"
     first = config(prepared_corpus, tmp_path, max_steps=4)
     assert run_main(["train", "--config", first, "--no-progress"], capsys)[0] == 0
-    before = tree_bytes(run)
+    before = folder_bytes(run)
 
     other = other_run(prepared_corpus, run, tmp_path)
     code, _, err = run_main(["train", "--config", other, "--no-progress"], capsys)
     assert code == 1
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         f"adaptspeech: error: output_dir {run} holds another run: stage 'tiny' (checkpoint-2, checkpoint-4, model/), "
         'whose settings differ from this one\'s: data.train_languages: ["ro", "cs", "pl"] -> ["cs"]; name: "tiny" -> '
         '"other"; training.max_steps: 4 -> 2; training.save_steps: 2 -> 1. Replace it with --overwrite or pick another '
         "output_dir"
     )
-    assert tree_bytes(run) == before  # byte for byte
+    assert folder_bytes(run) == before  # byte for byte
 
     code, _, err = run_main(["train", "--config", first, "--no-progress"], capsys)  # the same settings again
     assert code == 1
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         f"adaptspeech: error: output_dir {run} holds another run: stage 'tiny' (checkpoint-2, checkpoint-4, model/), "
         "of the same settings. Continue it with --resume, replace it with --overwrite, or pick another output_dir"
     )
-    assert tree_bytes(run) == before
+    assert folder_bytes(run) == before
 
     # a setting refused before training leaves it whole, --overwrite or not
     argv = ["train", "--config", other, "--no-progress", "--overwrite", "model.config.backbone_config.num_mel_bins=40"]
     assert run_main(argv, capsys)[0] == 1
-    assert tree_bytes(run) == before
+    assert folder_bytes(run) == before
 
     # --overwrite replaces it: none of its checkpoints is left for --resume to adopt
     assert run_main(["train", "--config", other, "--no-progress", "--overwrite"], capsys)[0] == 0
@@ -288,7 +271,7 @@ def test_resume_refuses_a_checkpoint_written_with_other_settings(prepared_corpus
     other = other_run(prepared_corpus, tmp_path / "b", tmp_path, max_steps=4)
     code, _, err = run_main(["train", "--config", other, "--no-progress", "--resume", checkpoint], capsys)
     assert code == 1
-    assert one_line_error(err) == (
+    assert one_error_line(err) == (
         f"adaptspeech: error: --resume: {checkpoint} was written by a run of other settings "
         f'({checkpoint}/stage_spec.json): data.train_languages: ["ro", "cs", "pl"] -> ["cs"]; name: "tiny" -> '
         '"other"; restore these settings or train into a new output_dir (only the step budget, logging, saving and '
@@ -329,7 +312,7 @@ def test_a_setting_out_of_its_range_is_one_line_before_anything_is_written(prepa
     stage = config(prepared_corpus, tmp_path, max_steps=2)
     code, _, err = run_main(["train", "--config", stage, "--no-progress", override], capsys)
     assert code == 1
-    assert one_line_error(err) == f"adaptspeech: error: {message}"
+    assert one_error_line(err) == f"adaptspeech: error: {message}"
     assert not (tmp_path / "run").exists()
 
 
@@ -340,7 +323,7 @@ def test_a_model_too_large_for_memory_is_refused_with_its_parameter_count(prepar
     code, _, err = run_main(["train", "--config", stage, "--no-progress",
                              "model.config.backbone_config.hidden_size=1000000000000"], capsys)
     assert code == 1
-    line = one_line_error(err)
+    line = one_error_line(err)
     assert line.startswith(
         "adaptspeech: error: model.config.backbone_config (hidden_size: 1000000000000, intermediate_size: 64, "
         "num_hidden_layers: 2): the model would have at least "
@@ -358,5 +341,5 @@ def test_a_model_too_large_for_memory_is_refused_with_its_parameter_count(prepar
         r"adaptspeech: error: model\.config\.backbone_config \(hidden_size: 32, intermediate_size: 64, "
         r"num_hidden_layers: 2\): the model would have 4\d,\d{3} parameters \(\d+ kB in float32\), more than the "
         r"memory of this machine \(100 kB\); make the model smaller",
-        one_line_error(err),
+        one_error_line(err),
     ), err

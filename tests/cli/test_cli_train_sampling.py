@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import stage_spec, write_yaml
+from helpers.cli import stage_spec, write_yaml
 
 from adaptspeech.cli import main
 from adaptspeech.data.subsets import language_sampling_probabilities

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from datasets import load_from_disk
+from helpers.cli import run_main
 from transformers import Wav2Vec2Processor
 
 from adaptspeech.cli import main
@@ -71,13 +72,6 @@ def simple_corpus(root: Path, lang: str = "ro") -> Path:
             "test": [("ok5.wav", "salut")],
         },
     )
-
-
-def run_main(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def assert_one_line_error(code: int, err: str, *fragments: str) -> None:

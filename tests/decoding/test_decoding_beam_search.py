@@ -21,7 +21,7 @@ from adaptspeech.decoding import (
 )
 from adaptspeech.heads.las import LASDecoder
 from adaptspeech.heads.las_config import LASConfig
-from adaptspeech.testing_las import (
+from adaptspeech.testing.tones import (
     TinyJointCTCLAS,
     make_tone_batch,
     random_texts,

@@ -8,11 +8,10 @@ from pathlib import Path, PurePosixPath
 import evaluate
 import huggingface_hub.constants
 import pytest
+from helpers.paths import REPO
 
 import adaptspeech.metrics as metrics
 from adaptspeech.metrics import METRIC_NAMES, load_metric, metric_path
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -71,7 +70,7 @@ def test_unknown_metric_is_refused_with_allowed_values(name: str) -> None:
 
 
 def test_module_files_are_package_data() -> None:
-    pyproject = REPO_ROOT / "pyproject.toml"
+    pyproject = REPO / "pyproject.toml"
     if not pyproject.is_file():
         pytest.skip("not running from a source checkout")
     tomllib = pytest.importorskip("tomllib")

@@ -1,9 +1,9 @@
 """AdaptSpeechConfig: validation at construction, JSON round trip, Auto registration."""
 
 import json
-from pathlib import Path
 
 import pytest
+from helpers.paths import FORMAT_0_1_0
 from transformers import AutoConfig
 
 from adaptspeech import AdaptSpeechConfig
@@ -88,7 +88,6 @@ def test_adapter_defaults_apply_to_shorthand_languages():
     assert {lang: settings.bottleneck for lang, settings in config.adapters.items()} == {"ro": 24, "cs": 24}
 
 
-FORMAT_0_1_0 = Path(__file__).resolve().parents[1] / "fixtures" / "format_0.1.0"
 
 
 @pytest.mark.parametrize("name", ["ctc_fusion", "ctc_wav2vec2_lora", "ctc_las", "mms_adapter/base"])

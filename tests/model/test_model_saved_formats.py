@@ -6,17 +6,17 @@ or not, another thread count), so they are compared with a tolerance of 1e-5 (fl
 a wrong weight, setting or code path moves them by 1e-2 or more). What is literally the same computation, the folder
 loaded twice, or saved again and reloaded, is compared bit for bit."""
 
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.paths import FORMAT_0_1_0
 from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCTC, AutoModelForSpeechSeq2Seq, Wav2Vec2ForCTC
 
 import adaptspeech  # noqa: F401  (registers the model classes and the peft method)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "format_0.1.0"
+FIXTURES = FORMAT_0_1_0
 TOL = 1e-5
 
 

@@ -11,7 +11,7 @@ import re
 import textwrap
 
 import pytest
-from recipe_helpers import DEMO, STUDY
+from helpers.recipes import DEMO, STUDY
 
 from adaptspeech.cli import main
 from adaptspeech.recipes import RECIPE_TASKS, RecipeError, load_recipe, recipe_module, run_recipe

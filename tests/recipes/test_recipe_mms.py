@@ -9,16 +9,18 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset, DatasetDict
+from helpers.paths import RECIPES
 from safetensors.torch import load_file, save_file
 from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.data.prepared_corpus import COMPLETE_MARKER
 from adaptspeech.data.processor import build_processor
+from adaptspeech.overrides import apply_overrides, load_yaml
 from adaptspeech.testing import TINY_BACKBONES
-from adaptspeech.training.stage import apply_overrides, load_yaml, run_stage
+from adaptspeech.training.stage import run_stage
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "mms_simadapter"
+RECIPE = RECIPES / "mms_simadapter"
 VOCAB = {"[PAD]": 0, "[UNK]": 1, "<s>": 2, "</s>": 3, "|": 4, **{c: 5 + i for i, c in enumerate("abcdefg")}}
 
 

@@ -4,15 +4,16 @@ results table, the fusion heatmap and the training curves are written; recipe an
 import json
 
 import pytest
-from recipe_helpers import TINY, few_steps
+from helpers.recipes import TINY, few_steps
 
+from adaptspeech.overrides import apply_overrides, parse_override
 from adaptspeech.recipes import RecipeError, load_recipe, run_recipe
-from adaptspeech.training.stage import StageConfigError, StageSpec, apply_overrides, parse_override
+from adaptspeech.training.stage import StageConfigError, StageSpec
 
 
 def _toy_run(out) -> list[str]:
     """Overrides shared by every toy run of the demo recipe: its output folder, languages and target subset; no LM
-    rows (tests/recipes/test_demo_lm.py covers them)."""
+    rows (tests/recipes/test_recipe_demo_lm_rows.py covers them)."""
     return [f"output_dir={out}", "progress=false", "sources=[cs, pl]", "target=sk", "target_subset=8utt",
             "lm.enabled=false"]
 

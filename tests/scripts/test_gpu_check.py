@@ -5,15 +5,14 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-import gpu_check  # noqa: E402
+import gpu_check
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
-"""Fixtures of the training tests: a real processor for the rows of ``training_helpers.make_dataset``."""
+"""Fixtures of the training tests: a real processor for the rows of ``helpers.training.make_dataset``."""
 
 from __future__ import annotations
 
 import pytest
-from training_helpers import VOCAB
+from helpers.training import VOCAB
 
 from adaptspeech.data.processor import build_processor
 

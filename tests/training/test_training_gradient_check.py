@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from training_helpers import LANGS, make_dataset, training_args
+from helpers.training import LANGS, make_dataset, training_args
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.data import DataCollatorCTCWithPadding

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from training_helpers import training_args, waveforms
+from helpers.training import training_args, waveforms
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.data import DataCollatorCTCWithPadding

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from training_helpers import make_dataset, training_args, waveforms
+from helpers.training import make_dataset, training_args, waveforms
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.data import DataCollatorCTCWithPadding

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 from accelerate.data_loader import prepare_data_loader
+from helpers.training import StopAt, make_dataset, training_args
 from torch.utils.data import DataLoader
-from training_helpers import make_dataset, training_args
-from transformers import TrainerCallback
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.data import DataCollatorCTCWithPadding, TemperatureSampler
@@ -106,16 +105,6 @@ def test_two_processes_take_disjoint_halves_of_the_same_draw():
     first = list(sampler)
     sampler.set_epoch(1)
     assert list(sampler) != first  # each epoch is a new draw
-
-
-class StopAt(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True
-        return control
 
 
 def test_a_resumed_run_continues_the_same_draw(tmp_path, processor):

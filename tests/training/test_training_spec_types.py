@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from adaptspeech import yaml_loader
+from adaptspeech.overrides import apply_overrides
 from adaptspeech.training.spec_types import DATA_TYPES, EVALUATION_TYPES, MODEL_TYPES, STAGE_TYPES, TRAINABLE_TYPES
-from adaptspeech.training.stage import StageConfigError, StageSpec, apply_overrides
+from adaptspeech.training.stage import StageConfigError, StageSpec
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 

@@ -3,9 +3,8 @@ WER/CER at evaluation, and resume_from_checkpoint reproducing an uninterrupted r
 
 import pytest
 import torch
+from helpers.training import LANGS, StopAt, make_dataset, training_args
 from safetensors.torch import load_file
-from training_helpers import LANGS, make_dataset, training_args
-from transformers import TrainerCallback
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.data import DataCollatorCTCWithPadding
@@ -69,16 +68,6 @@ def test_trainer_logs_terms_writes_adapter_checkpoints_and_per_language_metrics(
     for lang in LANGS:
         assert metrics[f"eval_cer_{lang}"] == reference["per_language"][lang]["cer"]
         assert metrics[f"eval_wer_{lang}"] == reference["per_language"][lang]["wer"]
-
-
-class StopAt(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True
-        return control
 
 
 def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, processor):

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from adaptspeech.data.prepared_data import load_prepared, select_languages
 from adaptspeech.data.subsets import SubsetSize, nested_subsets, speakers
 from adaptspeech.metrics.significance import utterance_edits
 from adaptspeech.progress import log
@@ -48,7 +49,7 @@ from adaptspeech.recipes.engine import set_threads
 from adaptspeech.recipes.protocol_evaluation import fusion_heatmap, resolve_device, trained_parameters
 from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
 from adaptspeech.recipes.protocol_stages import PlannedStage, prepare_data, recipe_plan, stage_spec, train_recipe_stage
-from adaptspeech.training.stage import StageSpec, load_prepared, run_stage, select_languages
+from adaptspeech.training.stage import StageSpec, run_stage
 
 from .report import CurvePoint, write_curve_results
 from .settings import METHOD_STAGES, CurveError, CurveSettings, grid_points, scaled_steps, setting_tag

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from adaptspeech.data.subsets import SubsetSize
+from adaptspeech.overrides import apply_overrides, load_yaml
 from adaptspeech.recipes.spec import RecipeError
-from adaptspeech.training.stage import apply_overrides, load_yaml
 
 from .report import METHOD_LABELS
 
