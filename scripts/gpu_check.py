@@ -419,8 +419,8 @@ def training_section(ctx: Context) -> Section:
     section = Section("training", "Training step at XLS-R 300M's shape, bf16, fused AdamW")
     results: list[dict[str, Any]] = []
     for checkpointing in (False, True):
-        for kind in TRAINING_CONFIGS:
-            if ctx.over_budget(f"training: {kind} (checkpointing {on_off(checkpointing)})"):
+        for configuration in TRAINING_CONFIGS:
+            if ctx.over_budget(f"training: {configuration} (checkpointing {on_off(checkpointing)})"):
                 continue
             args = argparse.Namespace(
                 layers=scale.layers_300m, batch=scale.batch_300m, seconds=scale.seconds_300m,
@@ -428,10 +428,12 @@ def training_section(ctx: Context) -> Section:
                 threads=None, checkpointing=checkpointing, freeze_feature_encoder=False, fused=ctx.cuda,
             )
             try:
-                result = bts.measure(kind, args)
+                result = bts.measure(configuration, args)
             except Exception as err:
-                result = {"config": kind, "error": one_line(err)}
-                section.failures.append(f"training: {kind} (checkpointing {checkpointing}): {result['error']}")
+                result = {"config": configuration, "error": one_line(err)}
+                section.failures.append(
+                    f"training: {configuration} (checkpointing {checkpointing}): {result['error']}"
+                )
             result["checkpointing"] = checkpointing
             results.append(result)
             ctx.release()
@@ -452,8 +454,8 @@ def training_section(ctx: Context) -> Section:
         "|---|---|---|---|---|---|---|---|",
     ]
 
-    def find(kind: str, checkpointing: bool) -> dict[str, Any] | None:
-        return next((r for r in results if r["config"] == kind and r["checkpointing"] == checkpointing
+    def find(configuration: str, checkpointing: bool) -> dict[str, Any] | None:
+        return next((r for r in results if r["config"] == configuration and r["checkpointing"] == checkpointing
                      and "error" not in r), None)
 
     for r in results:
