@@ -18,7 +18,7 @@ from .heads import HEADS
 CONFIG_FILE = "config.json"
 """The file of a saved model that records its settings and its head."""
 
-__all__ = ["CONFIG_FILE", "SavedModelError", "load_saved_model", "saved_head"]
+__all__ = ["CONFIG_FILE", "SavedModelError", "load_saved_model", "model_fingerprint", "saved_head"]
 
 
 class SavedModelError(ValueError):
@@ -65,3 +65,16 @@ def load_saved_model(path: str | os.PathLike, progress_bar: bool = True) -> Any:
     finally:
         if bars and not progress_bar:
             hf_logging.enable_progress_bar()
+
+
+def model_fingerprint(model_dir: str | os.PathLike) -> str:
+    """SHA-256 over the names and contents of the files of a saved model folder (a retrained model changes it): what
+    a cached result or a pseudo-label records as the model it came from."""
+    import hashlib
+
+    model_dir = Path(model_dir)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(model_dir)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()

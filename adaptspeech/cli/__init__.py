@@ -21,6 +21,7 @@ from .common import DECODING_CHOICES, PROG, CommandError
 from .evaluate import _add_evaluate
 from .lm import _add_lm
 from .prepare import _add_prepare
+from .pseudo_label import _add_pseudo_label
 from .push import _add_push
 from .recipe import _add_demo, _add_recipe, demo_recipe_dir
 from .train import _add_train
@@ -45,6 +46,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_evaluate,
     _add_transcribe,
     _add_lm,
+    _add_pseudo_label,
     _add_push,
     _add_recipe,
     _add_demo,

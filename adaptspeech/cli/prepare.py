@@ -13,7 +13,9 @@ from .common import _float_range, _positive_float, _positive_int
 
 def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     prepare = subparsers.add_parser("prepare", help="build corpora and prepared datasets")
-    corpora = prepare.add_subparsers(dest="corpus", metavar="{synthetic,common-voice}", required=True)
+    corpora = prepare.add_subparsers(
+        dest="corpus", metavar="{synthetic,common-voice,audio-folder,common-voice-other}", required=True
+    )
 
     synth = corpora.add_parser(
         "synthetic",
@@ -40,6 +42,14 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="sampling rate of the clips (default 16000; 22050 keeps espeak-ng's)",
     )
+    synth.add_argument(
+        "--unlabelled-clips", type=_non_negative_int, default=0, metavar="N",
+        help="also N clips per language without a transcript (self-training's pool): new sentences, training voices "
+        "and words only, in other.tsv with empty sentences; what they say goes to unlabelled_sentences.tsv, read only "
+        "to measure pseudo-label error (default 0)",
+    )
+    synth.add_argument("--unlabelled-languages", default=None,
+                       help="comma-separated languages that get the unlabelled clips (default: all)")
     synth.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     synth.set_defaults(func=_run_prepare_synthetic)
 
@@ -74,6 +84,55 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     cv.add_argument("--num-proc", type=_positive_int, default=None, help="processes for datasets.map")
     cv.set_defaults(func=_run_prepare_common_voice)
 
+    folder = corpora.add_parser(
+        "audio-folder",
+        help="an untranscribed pool from a folder of wav / flac / mp3 / ogg files (recursive), for pseudo-labelling",
+        description="Decode every audio file under --root, cut recordings longer than --max-segment at pauses into "
+        "utterance-sized segments (each row keeps its source file and offsets), compute the model inputs and write "
+        "a pool folder (dataset/, feature_extractor/, pool_report.json). Unreadable, empty, silent and too-short "
+        "files are skipped and counted by reason.",
+    )
+    folder.add_argument("--root", required=True, help="the folder of audio files")
+    _add_pool_options(folder)
+    folder.set_defaults(func=_run_prepare_pool)
+
+    other = corpora.add_parser(
+        "common-voice-other",
+        help="an untranscribed pool from a Common Voice release's other.tsv (clips not validated; sentences dropped)",
+        description="The clips of <root>/<language>/other.tsv as an untranscribed pool (their sentences are not "
+        "kept); the release's own dev / test clips and sentences are held out: a pool sharing either is refused "
+        "(or, with --drop-overlapping, those clips are dropped).",
+    )
+    other.add_argument("--root", required=True, help="a Common Voice release folder (or a synthetic corpus)")
+    _add_pool_options(other)
+    other.set_defaults(func=_run_prepare_pool, common_voice_other=True)
+
+
+def _non_negative_int(text: str) -> int:
+    return 0 if text.strip() == "0" else _positive_int(text)
+
+
+def _add_pool_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--language", required=True, help="the language code of the audio")
+    parser.add_argument("--out", required=True, help="the pool folder (created; an earlier pool is replaced)")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument(
+        "--feature-type", choices=FEATURE_TYPES.names(), default=None,
+        help=f"model input (default {DEFAULT_FEATURE_TYPE}); it must be what the labelling model reads",
+    )
+    kind.add_argument("--processor", default=None, metavar="DIR",
+                      help="take the feature extractor of this model or prepared processor folder")
+    parser.add_argument("--max-segment", type=_positive_float, default=12.0, metavar="SECONDS",
+                        help="longer recordings are cut at pauses into segments of at most this (default 12)")
+    parser.add_argument("--min-segment", type=_positive_float, default=0.5, metavar="SECONDS",
+                        help="shorter segments (and files) are dropped (default 0.5)")
+    parser.add_argument("--held-out", default=None, metavar="DIR",
+                        help="refuse clips sharing audio or a sentence with the dev / test splits of this Common Voice "
+                        "or prepared folder (common-voice-other: default --root)")
+    parser.add_argument("--drop-overlapping", action="store_true",
+                        help="drop the clips that share audio or a sentence with dev / test instead of refusing")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
 
 def _run_prepare_synthetic(args: argparse.Namespace) -> int:
     from ..data.synthetic import DEFAULT_LANGUAGES, build_synthetic_corpus
@@ -83,6 +142,12 @@ def _run_prepare_synthetic(args: argparse.Namespace) -> int:
         settings["noise_snr_db"] = args.noise_snr_db
     if args.sample_rate is not None:
         settings["sample_rate"] = args.sample_rate
+    if args.unlabelled_clips:
+        settings["unlabelled_clips"] = args.unlabelled_clips
+        if args.unlabelled_languages:
+            settings["unlabelled_languages"] = [x.strip() for x in args.unlabelled_languages.split(",") if x.strip()]
+    elif args.unlabelled_languages:
+        raise ValueError("--unlabelled-languages needs --unlabelled-clips N")
     summary = build_synthetic_corpus(
         args.out,
         args.languages or DEFAULT_LANGUAGES,
@@ -99,6 +164,9 @@ def _run_prepare_synthetic(args: argparse.Namespace) -> int:
         f"{summary['audio_hours']:.2f} h of audio; total {summary['seconds']:.1f} s -> {summary['out_dir']}"
     )
     print(f"test voices (not in train/dev): {', '.join(summary['test_voices'])}")
+    if summary.get("unlabelled_clips"):
+        pools = ", ".join(f"{lang} {n}" for lang, n in summary["unlabelled_clips"].items())
+        print(f"unlabelled clips (other.tsv; their sentences in unlabelled_sentences.tsv): {pools}")
     return 0
 
 
@@ -123,4 +191,26 @@ def _run_prepare_common_voice(args: argparse.Namespace) -> int:
     rows = {split: len(part) for split, part in result.dataset.items()}
     print(f"prepared {json.dumps(rows)} -> {result.dataset_dir}; processor -> {result.processor_dir}")
     print(result.report.summary())
+    return 0
+
+
+def _run_prepare_pool(args: argparse.Namespace) -> int:
+    from ..data.pool_overlap import held_out
+    from ..data.pool_segments import SegmentSettings
+    from ..data.pools import feature_extractor_for, prepare_audio_folder, prepare_common_voice_other
+    from ..progress import library_progress_bars
+
+    cv_other = getattr(args, "common_voice_other", False)
+    extractor = feature_extractor_for(args.feature_type or DEFAULT_FEATURE_TYPE, args.processor)
+    held_source = args.held_out or (args.root if cv_other else None)
+    held = held_out(held_source, args.language) if held_source else None
+    build = prepare_common_voice_other if cv_other else prepare_audio_folder
+    with library_progress_bars(enabled=not args.no_progress):
+        pool = build(args.root, args.language, args.out, extractor,
+                     segments=SegmentSettings(max_segment_s=args.max_segment, min_segment_s=args.min_segment),
+                     held=held, drop_overlapping=args.drop_overlapping, progress=not args.no_progress)
+    summary = pool.summary
+    skipped = ", ".join(f"{reason}={n}" for reason, n in sorted(summary["skipped"].items())) or "none"
+    print(f"pool of {summary['segments']} segments ({summary['hours'] * 60:.1f} min) from {summary['files_used']} of "
+          f"{summary['files']} files ({summary['files_split']} cut at pauses); skipped: {skipped} -> {pool.out_dir}")
     return 0

@@ -103,6 +103,12 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "--timestamps", choices=("word", "char"), default=None,
         help="word or character start / end times (CTC greedy, or --lm for words); output: one JSON object per file",
     )
+    transcribe.add_argument(
+        "--confidence", action="store_true",
+        help="score every word and the file (CTC posteriors; with --lm the N-best of the LM beam search): output one "
+        "JSON object per file with \"confidence\" and \"words\" [{text, start, end, confidence}] (--method ctc_greedy "
+        "or --lm)",
+    )
     _add_model_options(transcribe)
     transcribe.set_defaults(func=_run_transcribe)
 
@@ -201,6 +207,8 @@ def _run_transcribe(args: argparse.Namespace) -> int:
                            "--cut-by energy")
     if lm_decoder is not None and args.timestamps == "char":
         raise CommandError("--timestamps char: the LM decoder gives word times only; use --timestamps word")
+    if args.confidence and not decoder.best_path and lm_decoder is None:
+        raise CommandError(f"--confidence needs --method ctc_greedy (the best CTC path) or --lm, not --method {method}")
     stdin = [path for path in args.audio if path in STDIN_NAMES]
     if len(stdin) > 1:
         raise CommandError(f"AUDIO {' and '.join(map(repr, stdin))}: standard input can be read once; give it once")
@@ -219,15 +227,19 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             stride_length_s=args.stride_length, timestamps=args.timestamps, lm_decoder=lm_decoder,
             lang_ids=lang_ids, cut_by=args.cut_by, search_length_s=args.search_length,
             norm_window_s=args.norm_window, split_by=args.split_by, min_pause_s=args.min_pause,
-            speech_pad_s=args.speech_pad, **options,
+            speech_pad_s=args.speech_pad, confidence=args.confidence, **options,
         )[0]
         if "skipped" in result.extra:
             print(f"{PROG}: error: {escape_field(path)}: no text: {result.extra['skipped']}", file=sys.stderr)
             failures += 1
             continue
-        if args.timestamps is None:
+        if args.timestamps is None and not args.confidence:
             print(f"{escape_field(path)}\t{escape_field(result.text)}", flush=True)
         else:
-            print(json.dumps({"path": str(path), "text": result.text, "seconds": round(result.seconds, 3),
-                              "chunks": result.chunks}, ensure_ascii=False), flush=True)
+            line: dict[str, Any] = {"path": str(path), "text": result.text, "seconds": round(result.seconds, 3)}
+            if args.timestamps is not None:
+                line["chunks"] = result.chunks
+            if args.confidence:
+                line.update(confidence=round(result.extra["confidence"], 6), words=result.extra["words"])
+            print(json.dumps(line, ensure_ascii=False), flush=True)
     return 1 if failures else 0

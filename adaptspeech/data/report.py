@@ -14,6 +14,7 @@ from .audio import EMPTY, MISSING, NAN, SILENT, TOO_LONG, TRUNCATED, UNREADABLE
 EMPTY_SENTENCE = "empty_sentence"
 TOO_SHORT = "too_short"
 DIGITS = "digits"
+HELD_OUT_OVERLAP = "held_out_overlap"
 
 SKIP_REASONS: dict[str, str] = {
     MISSING: "the clip file does not exist (or the path names a folder)",
@@ -26,6 +27,7 @@ SKIP_REASONS: dict[str, str] = {
     TOO_SHORT: "the clip has fewer encoder frames than CTC needs for its transcript",
     EMPTY_SENTENCE: "the sentence is empty after normalisation",
     DIGITS: "the sentence holds digits and skip_digits=True",
+    HELD_OUT_OVERLAP: "an untranscribed pool's clip shares its audio or its sentence with a dev / test clip",
 }
 """Every reason a row can be skipped for, with its meaning."""
 

@@ -92,6 +92,13 @@ mostly letter names or abbreviation debris that espeak-ng would spell. Languages
 _ESPEAK_VOICE = {"zh": "cmn", "nb": "nb", "fil": "tl"}  # wordfreq code -> espeak-ng voice where they differ
 SPLITS = ("train", "dev", "test")
 CONFIG_FILE = "synthetic_config.json"
+UNLABELLED_SPLIT = "other"
+"""The split of the unlabelled clips: Common Voice's ``other.tsv`` (clips without a validated transcript), written
+with empty sentences."""
+UNLABELLED_SENTENCES = "unlabelled_sentences.tsv"
+"""Beside ``other.tsv``: what each unlabelled clip says (``path``, ``sentence``). Read only to measure the error of
+pseudo-labels, never by training or labelling."""
+_UNLABELLED_STREAM = 2
 
 
 @dataclass(frozen=True)
@@ -298,8 +305,10 @@ def _display(sentence: str, language: str) -> str:
     return (shown if normalize_text(shown, language) == sentence else sentence) + "."
 
 
-def plan_language(language: str, config: SyntheticConfig) -> list[ClipSpec]:
-    """The clips of one language, train then dev then test, from the seed alone."""
+def plan_language(language: str, config: SyntheticConfig, unlabelled: int = 0) -> list[ClipSpec]:
+    """The clips of one language, train then dev then test, from the seed alone; then ``unlabelled`` clips of split
+    ``other`` (:data:`UNLABELLED_SPLIT`: new sentences of the training word list, training voices), drawn from a
+    random stream of their own so that their number leaves the labelled clips as they are."""
     words, freqs = load_word_list(language, config)
     if len(words) < 2 * config.heldout_min_rank + 20:
         raise ValueError(f"language {language!r}: only {len(words)} usable words in wordfreq's list")
@@ -322,25 +331,33 @@ def plan_language(language: str, config: SyntheticConfig) -> list[ClipSpec]:
         voices = test_voices if split == "test" else train_voices
         for sentence in sentences[split]:
             u = float(rng.random())  # drawn with or without noise, so that noise leaves the rest of the plan alone
-            snr = (
-                None if config.noise_snr_db is None else config.noise_snr_db[0] + u * float(np.ptp(config.noise_snr_db))
-            )
-            specs.append(
-                ClipSpec(
-                    language=language,
-                    split=split,
-                    file_name=f"synthetic_{language}_{index:06d}.mp3",
-                    sentence=_display(sentence, language),
-                    voice=voices[int(rng.integers(len(voices)))],
-                    rate=int(rng.integers(config.rate_range[0], config.rate_range[1] + 1)),
-                    pitch=int(rng.integers(config.pitch_range[0], config.pitch_range[1] + 1)),
-                    peak=float(rng.uniform(*config.peak_range)),
-                    snr_db=snr,
-                    seed=int(rng.integers(2**31)),
-                )
-            )
+            specs.append(_clip_spec(language, split, f"synthetic_{language}_{index:06d}.mp3", sentence, voices, u,
+                                    config, rng))
             index += 1
+    if unlabelled > 0:
+        pool_rng = _language_rng(config.seed, language, _UNLABELLED_STREAM)
+        for i, sentence in enumerate(_sentences(train_words, weights[~heldout], unlabelled, config, pool_rng, taken)):
+            specs.append(_clip_spec(language, UNLABELLED_SPLIT, f"synthetic_{language}_u{i:06d}.mp3", sentence,
+                                    train_voices, float(pool_rng.random()), config, pool_rng))
     return specs
+
+
+def _clip_spec(language: str, split: str, file_name: str, sentence: str, voices: Sequence[str], u: float,
+               config: SyntheticConfig, rng: np.random.Generator) -> ClipSpec:
+    """One clip's rendering settings, drawn from ``rng`` (``u``: the uniform draw of its noise level)."""
+    snr = None if config.noise_snr_db is None else config.noise_snr_db[0] + u * float(np.ptp(config.noise_snr_db))
+    return ClipSpec(
+        language=language,
+        split=split,
+        file_name=file_name,
+        sentence=_display(sentence, language),
+        voice=voices[int(rng.integers(len(voices)))],
+        rate=int(rng.integers(config.rate_range[0], config.rate_range[1] + 1)),
+        pitch=int(rng.integers(config.pitch_range[0], config.pitch_range[1] + 1)),
+        peak=float(rng.uniform(*config.peak_range)),
+        snr_db=snr,
+        seed=int(rng.integers(2**31)),
+    )
 
 
 def supported_languages() -> list[str]:
@@ -439,11 +456,21 @@ def _write_language_tsvs(lang_dir: Path, specs: list[ClipSpec], durations: dict[
         }
         return [values[c] for c in CV_COLUMNS]
 
+    labelled = [s for s in specs if s.split != UNLABELLED_SPLIT]
+    unlabelled = [s for s in specs if s.split == UNLABELLED_SPLIT]
     for split in SPLITS:
-        _write_tsv(lang_dir / f"{split}.tsv", CV_COLUMNS, (row(s) for s in specs if s.split == split))
-    _write_tsv(lang_dir / "validated.tsv", CV_COLUMNS, (row(s) for s in specs))
-    for split in ("other", "invalidated"):
-        _write_tsv(lang_dir / f"{split}.tsv", CV_COLUMNS, ())
+        _write_tsv(lang_dir / f"{split}.tsv", CV_COLUMNS, (row(s) for s in labelled if s.split == split))
+    _write_tsv(lang_dir / "validated.tsv", CV_COLUMNS, (row(s) for s in labelled))
+    _write_tsv(lang_dir / "invalidated.tsv", CV_COLUMNS, ())
+    # the unlabelled clips: other.tsv without their sentences, which go to a file of their own
+    sentence = CV_COLUMNS.index("sentence")
+    _write_tsv(lang_dir / f"{UNLABELLED_SPLIT}.tsv", CV_COLUMNS,
+               ([*row(s)[:sentence], "", *row(s)[sentence + 1:]] for s in unlabelled))
+    sentences = lang_dir / UNLABELLED_SENTENCES
+    if unlabelled:
+        _write_tsv(sentences, ("path", "sentence"), ((s.file_name, s.sentence) for s in unlabelled))
+    else:
+        sentences.unlink(missing_ok=True)
     _write_tsv(
         lang_dir / "clip_durations.tsv",
         ("clip", "duration[ms]"),
@@ -475,6 +502,8 @@ def build_synthetic_corpus(
     num_workers: int = 2,
     *,
     progress: bool = True,
+    unlabelled_clips: int = 0,
+    unlabelled_languages: Iterable[str] | None = None,
     **settings: Any,
 ) -> dict[str, Any]:
     """Build (or resume) a synthetic multilingual corpus in the Common Voice release layout.
@@ -487,6 +516,11 @@ def build_synthetic_corpus(
         seed (`int`, defaults to 0): the corpus is a function of the seed and the settings.
         num_workers (`int`, defaults to 2): synthesis processes (1: in this process).
         progress (`bool`, defaults to `True`): show a tqdm progress bar.
+        unlabelled_clips (`int`, defaults to 0): clips per language without a transcript, for self-training: new
+            sentences of the training word lists, training voices, written to ``other.tsv`` with empty sentences
+            (what each says goes to :data:`UNLABELLED_SENTENCES`, to measure pseudo-label error only). Their number
+            leaves the labelled clips unchanged, and a corpus resumed with another number keeps every other clip.
+        unlabelled_languages: the languages that get them (default: all of ``languages``).
         **settings: any other field of :class:`SyntheticConfig` (voices, noise_snr_db, sample_rate, ...).
 
     While it writes, ``out_dir/.owner_pid`` holds this process's id: a second build into the same folder is refused
@@ -519,12 +553,20 @@ def build_synthetic_corpus(
             f"build_synthetic_corpus: unknown setting(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}"
         )
     config = SyntheticConfig(seed=seed, clips_per_language=clips_per_language, **settings)
+    if unlabelled_clips < 0:
+        raise ValueError(f"unlabelled_clips must be >= 0, got {unlabelled_clips}")
+    pool_langs = langs if unlabelled_languages is None else parse_languages(list(unlabelled_languages))
+    stray = [lang for lang in pool_langs if lang not in langs]
+    if stray:
+        raise ValueError(f"unlabelled_languages: {', '.join(stray)} not among the languages {', '.join(langs)}")
+    unlabelled = {lang: unlabelled_clips if lang in pool_langs else 0 for lang in langs}
     with owned_folder(out_dir) as out:  # another run writing it: refused (it would remove that run's *.part clips)
-        return _write_corpus(out, config, langs, num_workers, progress, started)
+        return _write_corpus(out, config, langs, num_workers, progress, started, unlabelled)
 
 
 def _write_corpus(
-    out: Path, config: SyntheticConfig, langs: list[str], num_workers: int, progress: bool, started: float
+    out: Path, config: SyntheticConfig, langs: list[str], num_workers: int, progress: bool, started: float,
+    unlabelled: dict[str, int],
 ) -> dict[str, Any]:
     """The body of :func:`build_synthetic_corpus`, run while it holds ``out``."""
     clips_per_language = config.clips_per_language
@@ -544,7 +586,7 @@ def _write_corpus(
         encoding="utf-8",
     )
 
-    plans = {lang: plan_language(lang, config) for lang in langs}
+    plans = {lang: plan_language(lang, config, unlabelled.get(lang, 0)) for lang in langs}
     durations: dict[str, dict[str, float]] = {lang: {} for lang in langs}
     todo: list[tuple[ClipSpec, str, int | None]] = []
     for lang, specs in plans.items():
@@ -594,4 +636,5 @@ def _write_corpus(
         "splits": {lang: dict(Counter(s.split for s in specs)) for lang, specs in plans.items()},
         "train_voices": train_voices,
         "test_voices": test_voices,
+        "unlabelled_clips": {lang: n for lang, n in unlabelled.items() if n},
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.ctc import collapse_best_path
 from .inputs import check_id, check_log_probs
 
 
@@ -22,8 +23,4 @@ def ctc_greedy_decode(
     """
     lengths = check_log_probs(log_probs, lengths)
     check_id("blank_id", blank_id, log_probs.shape[-1])
-    best = log_probs.argmax(dim=-1).cpu()  # [B, T]
-    previous = torch.nn.functional.pad(best, (1, 0), value=-1)[:, :-1]
-    real = torch.arange(best.shape[1])[None, :] < lengths[:, None]
-    keep = (best != blank_id) & (best != previous) & real
-    return [row[mask].tolist() for row, mask in zip(best, keep)]
+    return collapse_best_path(log_probs.argmax(dim=-1).cpu().numpy(), lengths.numpy(), blank_id)

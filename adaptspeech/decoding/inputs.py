@@ -5,6 +5,9 @@ from __future__ import annotations
 import torch
 
 from ..heads.listener import padding_mask_to_lengths
+from ..runtime.ctc import check_id
+
+__all__ = ["check_id", "check_log_probs", "encoder_frames"]
 
 
 def check_log_probs(
@@ -29,12 +32,6 @@ def check_log_probs(
         raise ValueError(f"lengths row {row} is {int(lengths[row])}; allowed values: 0..{frames} "
                          f"(the frames of {name})")
     return lengths
-
-
-def check_id(name: str, value: int, vocab_size: int) -> None:
-    """Refuse a special-token id outside ``[0, vocab_size)``."""
-    if not 0 <= value < vocab_size:
-        raise ValueError(f"{name}={value} is outside the vocabulary; allowed values: 0..{vocab_size - 1}")
 
 
 def encoder_frames(encoder_hidden_states: torch.Tensor, encoder_padding_mask: torch.Tensor | None

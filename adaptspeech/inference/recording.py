@@ -14,6 +14,7 @@ import numpy as np
 
 from ..data.audio import DEFAULT_SILENCE_THRESHOLD
 from ..data.feature_types import FeatureType
+from ..runtime.audio import undecodable
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
 
 
@@ -22,7 +23,8 @@ class FrameGrid:
     """A model's output-frame grid over its input.
 
     Attributes:
-        model: the adaptspeech model (its front end gives the output length of an input).
+        model: the adaptspeech model (its front end gives the output length of an input), or ``None`` for a grid of
+            its own (:meth:`of_features`: finding speech in audio before any model reads it).
         features: the feature type it reads, at 16 kHz.
         samples_per_frame: input samples per output frame (``inputs_to_logits_ratio``: 640 for the fbank front end,
             320 for wav2vec2).
@@ -41,6 +43,15 @@ class FrameGrid:
         ratio = inputs_to_logits_ratio(model)
         return cls(model, features, ratio, ratio // features.unit_hop)
 
+    @classmethod
+    def of_features(cls, features: FeatureType, samples_per_frame: int) -> FrameGrid:
+        """A grid without a model: ``features`` read by a front end giving one output frame per ``samples_per_frame``
+        samples (the speech regions of an untranscribed pool, :mod:`~adaptspeech.data.pool_segments`)."""
+        if samples_per_frame % features.unit_hop:
+            raise ValueError(f"samples_per_frame {samples_per_frame} is not a multiple of the unit hop "
+                             f"{features.unit_hop}")
+        return cls(None, features, samples_per_frame, samples_per_frame // features.unit_hop)
+
     @property
     def seconds_per_frame(self) -> float:
         """Seconds per output frame (0.04 for the fbank front end)."""
@@ -56,7 +67,10 @@ class FrameGrid:
         return -(-num_units // self.units_per_frame)
 
     def output_frames(self, num_units: int) -> int:
-        """Output frames the model's front end gives for ``num_units`` input units (the unchunked model's count)."""
+        """Output frames the model's front end gives for ``num_units`` input units (the unchunked model's count; without
+        a model, the whole frames they fill)."""
+        if self.model is None:
+            return num_units // self.units_per_frame
         return int(self.model._get_feat_extract_output_lengths(num_units))
 
     def shortest_input(self) -> int:
@@ -89,17 +103,4 @@ def nothing_to_decode(model: Any, waveform: np.ndarray,
         waveform: ``[S]`` the recording at 16 kHz.
         silence_threshold: peak amplitude below which a recording is silent (``prepare``'s default, about -80 dBFS).
     """
-    waveform = np.asarray(waveform)
-    if waveform.size == 0:
-        return "no samples"
-    if not np.isfinite(waveform).all():
-        return "non-finite samples (NaN or infinity)"
-    peak = float(np.abs(waveform).max())
-    if peak == 0.0:
-        return "digital silence only"
-    if peak < silence_threshold:
-        return f"silent (peak amplitude {peak:.2e} < {silence_threshold:.0e})"
-    shortest = shortest_input(model)
-    if len(waveform) < shortest:
-        return f"too short for one output frame ({len(waveform)} samples; the model needs at least {shortest})"
-    return None
+    return undecodable(np.asarray(waveform), shortest_input(model), silence_threshold)

@@ -125,6 +125,7 @@ def transcribe(
     split_by: str = "pauses",
     min_pause_s: float = DEFAULT_MIN_PAUSE_S,
     speech_pad_s: float = DEFAULT_SPEECH_PAD_S,
+    confidence: bool = False,
     **options: Any,
 ) -> list[Transcription]:
     """Transcribe 16 kHz mono waveforms one by one.
@@ -149,6 +150,9 @@ def transcribe(
             module docstring, and :mod:`~adaptspeech.inference.segmenting` for attention / joint decoding).
         min_pause_s: shortest pause between two speech regions (``split_by="pauses"``).
         speech_pad_s: seconds of pause kept on each side of a speech region (``split_by="pauses"``).
+        confidence: also score each word and the recording (:mod:`adaptspeech.decoding.confidence`; a best-path CTC
+            method or the LM decoder): ``extra["confidence"]`` (the recording's) and ``extra["words"]`` (``[{"text",
+            "start", "end", "confidence"}, ...]``, seconds).
         **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
     """
     DECODING_METHODS.check(method, "method")
@@ -157,6 +161,8 @@ def transcribe(
         raise ValueError(f"timestamps need the best CTC path (method ctc_greedy or an LM), not method {method!r}")
     if lm_decoder is not None and timestamps == "char":
         raise ValueError("the LM decoder gives word timestamps only; use timestamps='word'")
+    if confidence and not decoder.best_path and lm_decoder is None:
+        raise ValueError(f"confidence needs the best CTC path (method ctc_greedy) or an LM, not method {method!r}")
     settings = LongFormSettings(chunk_length_s, stride_length_s, chunk_batch_size, split_by, cut_by, search_length_s,
                                 norm_window_s, min_pause_s, speech_pad_s)
     grid = FrameGrid.of(model)
@@ -171,7 +177,7 @@ def transcribe(
             features = recording_input(waveform, processor.feature_extractor, norm_window_s)  # stage 0
             if decoder.ctc_only or lm_decoder is not None:
                 results.append(_decode_ctc(model, grid, processor.tokenizer, features, waveform, settings, method,
-                                           timestamps, lm_decoder, lang_ids, options))
+                                           timestamps, lm_decoder, lang_ids, options, confidence))
             else:
                 results.append(_decode_segments(model, grid, processor.tokenizer, features, waveform, settings,
                                                 method, lang_ids, options))
@@ -180,13 +186,16 @@ def transcribe(
 
 def _decode_ctc(model: Any, grid: FrameGrid, tokenizer: Any, features: ModelInput, waveform: np.ndarray,
                 settings: LongFormSettings, method: str, timestamps: str | None, lm_decoder: Any,
-                lang_ids: torch.Tensor | None, options: dict[str, Any]) -> Transcription:
-    """One recording through the stages for a CTC decoder (or the LM decoder)."""
+                lang_ids: torch.Tensor | None, options: dict[str, Any], confidence: bool = False) -> Transcription:
+    """One recording through the stages for a CTC decoder (or the LM decoder); with ``confidence``, its words
+    scored (:mod:`adaptspeech.decoding.confidence`)."""
     seconds = len(waveform) / MODEL_SAMPLING_RATE
     delimiter = getattr(tokenizer, "word_delimiter_token_id", None)
     log_probs, filled = recording_ctc_log_probs(model, features, waveform, settings, lang_ids,
                                                 delimiter)  # stages 1 - 4
     extra = {} if filled is None else {"speech": frame_spans(filled, grid.seconds_per_frame, seconds)}
+    if confidence:  # stages 5 - 6 with the words' confidences
+        return _scored(tokenizer, log_probs, grid.seconds_per_frame, seconds, extra, timestamps, lm_decoder, options)
     if lm_decoder is not None:  # stages 5 - 6
         text, words = lm_decoder.decode(log_probs, seconds_per_frame=grid.seconds_per_frame, **options)
         return Transcription(text, words if timestamps else None, seconds, extra)
@@ -195,6 +204,26 @@ def _decode_ctc(model: Any, grid: FrameGrid, tokenizer: Any, features: ModelInpu
     if timestamps is not None:
         chunks = ctc_timestamps(log_probs.argmax(-1).tolist(), tokenizer, grid.seconds_per_frame, timestamps)
     return Transcription(label_text(tokenizer, ids), chunks, seconds, extra)
+
+
+def _scored(tokenizer: Any, log_probs: torch.Tensor, seconds_per_frame: float, seconds: float, extra: dict[str, Any],
+            timestamps: str | None, lm_decoder: Any, options: dict[str, Any]) -> Transcription:
+    """A recording's text with its words' confidences: the LM beam search's N-best, or the best CTC path's."""
+    from ..decoding.confidence import best_path_words, utterance_confidence
+
+    if lm_decoder is not None:
+        text, words = lm_decoder.decode_scored(log_probs, beam_size=options.get("beam_size"))
+    else:
+        words = best_path_words(log_probs, tokenizer)
+        text = " ".join(w.text for w in words)
+    extra = {**extra, "confidence": utterance_confidence(words, log_probs),
+             "words": [w.to_dict(seconds_per_frame) for w in words]}
+    chunks = None
+    if timestamps == "word":
+        chunks = [{k: w[k] for k in ("text", "start", "end")} for w in extra["words"]]
+    elif timestamps == "char":
+        chunks = ctc_timestamps(log_probs.argmax(-1).tolist(), tokenizer, seconds_per_frame, timestamps)
+    return Transcription(text, chunks, seconds, extra)
 
 
 def recording_ctc_log_probs(

@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .build import UNIGRAMS_NAME
 from .files import locate_lm
+
+if TYPE_CHECKING:  # torch is imported where a tensor is handled: the torch-free runtime decodes with this module
+    import torch
 
 _SPECIAL = re.compile(r"^(<[^>]*>|\[[^\]]*\]|⁇)$")
 DEFAULT_ALPHA = 0.5
@@ -119,7 +121,7 @@ class LMDecoder:
             seconds_per_frame: the output frame period (``inputs_to_logits_ratio / 16000``).
             beam_size: overrides ``beam_width`` for this call.
         """
-        logits = np.asarray(log_probs.detach().float().cpu() if isinstance(log_probs, torch.Tensor) else log_probs,
+        logits = np.asarray(log_probs.detach().float().cpu() if hasattr(log_probs, "detach") else log_probs,
                             dtype=np.float32)
         beams = self.decoder.decode_beams(
             logits, beam_width=beam_size or self.beam_width, beam_prune_logp=self.beam_prune_logp,
@@ -129,6 +131,41 @@ class LMDecoder:
         words = [{"text": self._clean(word), "start": round(start * seconds_per_frame, 6),
                   "end": round(end * seconds_per_frame, 6)} for word, (start, end) in frames]
         return text, [word for word in words if word["text"]]
+
+    def decode_scored(self, log_probs: torch.Tensor | np.ndarray, beam_size: int | None = None,
+                      measure: str | None = None) -> tuple[str, list[Any]]:
+        """``(text, words)`` of the best beam, each word a :class:`~adaptspeech.decoding.confidence.ScoredWord`
+        whose confidence is its N-best posterior over the returned beams times the least CTC frame confidence over
+        its frames (:mod:`adaptspeech.decoding.confidence`).
+
+        Args:
+            log_probs: ``[T, V]`` CTC log-probabilities of the real frames.
+            beam_size: overrides ``beam_width`` for this call.
+            measure: the frame confidence measure (default :data:`~adaptspeech.decoding.confidence.DEFAULT_MEASURE`).
+        """
+        import torch
+
+        from ..decoding.confidence import (
+            DEFAULT_MEASURE,
+            ScoredWord,
+            frame_confidence,
+            nbest_word_posteriors,
+            span_confidence,
+        )
+
+        tensor = torch.as_tensor(np.asarray(log_probs.detach().float().cpu() if isinstance(log_probs, torch.Tensor)
+                                            else log_probs, dtype=np.float32))
+        beams = self.decoder.decode_beams(
+            tensor.numpy(), beam_width=beam_size or self.beam_width, beam_prune_logp=self.beam_prune_logp,
+            token_min_logp=self.token_min_logp, hotwords=self.hotwords, hotword_weight=self.hotword_weight,
+        )
+        nbest = [([(self._clean(word), frames) for word, frames in beam[2]], float(beam[4])) for beam in beams]
+        nbest = [([(w, f) for w, f in words if w], score) for words, score in nbest]
+        posteriors = nbest_word_posteriors(nbest)
+        confidence = frame_confidence(tensor, measure or DEFAULT_MEASURE).numpy()
+        words = [ScoredWord(text, posterior * span_confidence(confidence, start, end), start, end)
+                 for (text, (start, end)), posterior in zip(nbest[0][0], posteriors, strict=True)]
+        return self._clean(beams[0][0]), words
 
     def _clean(self, text: str) -> str:
         """Drop the special tokens (``<s>``, ``</s>``, unknown), as the other decoders' text does."""

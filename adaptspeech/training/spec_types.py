@@ -78,6 +78,12 @@ FINITE_POSITIVE = SettingType("a finite number > 0", lambda v: _is_finite(v) and
 FINITE_NON_NEGATIVE = SettingType("a finite number >= 0", lambda v: _is_finite(v) and v >= 0)
 PROBABILITY = SettingType("a number in [0, 1]", lambda v: _is_finite(v) and 0 <= v <= 1)
 BELOW_ONE = SettingType("a number in [0, 1)", lambda v: _is_finite(v) and 0 <= v < 1)
+OPEN_UNIT = SettingType("a number in (0, 1)", lambda v: _is_finite(v) and 0 < v < 1, float)
+SPEED_FACTORS = SettingType(
+    "a non-empty list of speed factors in (0.5, 2] (e.g. [0.9, 1.0, 1.1])",
+    lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_finite(x) and 0.5 < x <= 2 for x in v),
+    lambda v: [float(x) for x in v],
+)
 POSITIVE_INTS = SettingType(
     "a list of positive integers", lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) and x > 0 for x in v)
 )
@@ -144,6 +150,10 @@ DATA_TYPES: dict[str, SettingType] = {
     "subset_seed": INT,
     "max_eval_rows": optional(POSITIVE_INT),
     "language_sampling_temperature": optional(POSITIVE_FLOAT),
+    "speed_perturb": optional(SPEED_FACTORS),
+    "pseudo_labelled_dir": optional(NON_EMPTY_STR),
+    "pseudo_labelled_share": OPEN_UNIT,
+    "pseudo_labelled_min_confidence": optional(PROBABILITY),
 }
 MODEL_INITS = ("config", "pretrained", "backbone")
 MODEL_TYPES: dict[str, SettingType] = {

@@ -15,6 +15,10 @@ A stage spec (``recipes/*/stage_*.yaml``)::
       train_subset: null                    # e.g. "10min" or "200utt" per language
       subset_seed: 0
       language_sampling_temperature: null   # T: draw languages with p_l ∝ n_l^(1/T) (null: plain shuffling)
+      speed_perturb: null                   # e.g. [0.9, 1.0, 1.1]: each training row played at a drawn speed
+      pseudo_labelled_dir: null             # written by `adaptspeech pseudo-label`: rows trained beside the labelled
+      pseudo_labelled_share: 0.5            # share of every batch drawn from them
+      pseudo_labelled_min_confidence: null  # keep the pseudo-labels at least this confident (null: all)
     model:
       init: config                          # config | pretrained | backbone
       path: null                            # pretrained: a saved adaptspeech model; backbone: an HF checkpoint
@@ -35,6 +39,10 @@ Every key can be overridden from the command line as ``section.key=value`` (YAML
 value is checked against its declared type (:mod:`adaptspeech.training.spec_types`): ``model.trainable.backbone=no``
 (the string "no") is refused, not read as true. The head is ``model.config.head`` (or the saved model's, with
 ``init: pretrained``); there is no ``model.head``.
+
+Speed perturbation (:mod:`adaptspeech.data.speed_perturb`) resamples each training row on the fly; pseudo-labelled
+rows (:mod:`adaptspeech.data.pseudo_labelled`) join the labelled ones with their share of every batch
+(:mod:`adaptspeech.data.source_mix`); the dev evaluation stays on the labelled data.
 
 Trainable adapters are active: without ``model.active_languages`` the adapters in ``model.trainable.adapters`` are
 the active ones (routed per utterance by language when there are several); an explicit ``model.active_languages``
@@ -175,8 +183,21 @@ def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _select_data(spec: StageSpec) -> tuple[Any, Any, Any]:
-    """``(processor, training rows, evaluation rows)`` of a stage; array columns read as numpy
+@dataclass
+class StageData:
+    """A stage's rows: the processor, the training rows (labelled, then pseudo-labelled ones when the stage has them;
+    speed-perturbed when it asks), the evaluation rows and how the two training sources mix."""
+
+    processor: Any
+    train: Any
+    evaluation: Any
+    source_mix: tuple[int, float] | None = None
+    """``(labelled rows, pseudo-labelled share of a batch)``, or None: labelled rows only."""
+    pseudo_rows: int = 0
+
+
+def _select_data(spec: StageSpec) -> StageData:
+    """The processor, training rows and evaluation rows of a stage; array columns read as numpy
     (:func:`~adaptspeech.data.array_rows.with_array_rows`)."""
     from ..data.array_rows import with_array_rows
     from ..data.prepared_data import PreparedDataError, load_prepared, select_languages
@@ -202,7 +223,27 @@ def _select_data(spec: StageSpec) -> tuple[Any, Any, Any]:
         )
     if data.get("max_eval_rows"):
         evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data["max_eval_rows"])))
-    return processor, with_array_rows(train), with_array_rows(evaluation_set)
+    source_mix, pseudo_rows = None, 0
+    if data.get("pseudo_labelled_dir"):
+        from ..data.pseudo_labelled import ConfidenceFilter, load_pseudo_labelled
+        from ..data.source_mix import mix_sources
+
+        try:
+            pseudo = load_pseudo_labelled(data["pseudo_labelled_dir"], train_languages, processor.tokenizer,
+                                          ConfidenceFilter(data.get("pseudo_labelled_min_confidence")))
+        except (OSError, ValueError) as err:
+            raise StageConfigError(str(err)) from None
+        source_mix, pseudo_rows = (len(train), float(data.get("pseudo_labelled_share", 0.5))), len(pseudo)
+        train = mix_sources(train, pseudo)
+    train = with_array_rows(train)
+    if data.get("speed_perturb"):
+        from ..data.feature_types import FeatureType
+        from ..data.speed_perturb import SpeedPerturbedRows, WaveformReader
+
+        features = FeatureType.of(processor.feature_extractor)
+        train = SpeedPerturbedRows(train, data["speed_perturb"], features, WaveformReader.of_prepared(
+            data["prepared_dir"]), features.encoder_stride, seed=spec.seed)
+    return StageData(processor, train, with_array_rows(evaluation_set), source_mix, pseudo_rows)
 
 
 def _freeze_unused_backbone_parameters(model: Any, probe: dict[str, torch.Tensor]) -> list[str]:
@@ -320,7 +361,8 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
     from .trainer import AdaptSpeechTrainer
 
     set_seed(spec.seed)
-    processor, train, evaluation_set = _select_data(spec)
+    data = _select_data(spec)
+    processor, train, evaluation_set = data.processor, data.train, data.evaluation
     model = build_model(spec.model, processor)
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -345,9 +387,12 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
         decoding=decoding,
         language_sampling_temperature=spec.data.get("language_sampling_temperature"),
         gradient_check_steps=spec.model.get("gradient_check_steps", 10),
+        source_mix=data.source_mix,
     )
     trainer.add_callback(StageSpecCheckpointCallback(spec.to_dict()))
     _record_start(spec, resume_from, overwrite, Path(args.output_dir))
+    if hasattr(train, "reset_counts"):
+        train.reset_counts()  # the speed factors of the training reads only (not the checks' probes)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
     train_seconds = time.perf_counter() - start
@@ -361,8 +406,11 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
         summary = {
             "stage": spec.name,
             "train_seconds": train_seconds,
-            "train_rows": len(train),
-            "train_hours": float(sum(train["duration"])) / 3600 if "duration" in train.column_names else None,
+            "train_rows": len(train) - data.pseudo_rows,
+            "train_hours": _hours(train, 0, len(train) - data.pseudo_rows),
+            "pseudo_labelled_rows": data.pseudo_rows,
+            "pseudo_labelled_hours": _hours(train, len(train) - data.pseudo_rows, len(train)),
+            "speed_perturb": getattr(train, "counts", None),
             "trainable": model.trainable_parameters(),
             "frozen_unused": frozen_unused,
             "language_sampling": _language_sampling_summary(train, spec.data.get("language_sampling_temperature")),
@@ -411,6 +459,15 @@ def save_final_model(model: Any, processor: Any, model_dir: Path, checkpoints: P
             f"writing the trained model to {model_dir} failed ({err.strerror or err}); nothing was left half-written, "
             f"{kept}: free space and run again with --resume"
         ) from err
+
+
+def _hours(rows: Any, first: int, end: int) -> float | None:
+    """Hours of audio of rows ``[first, end)`` (None without a ``duration`` column)."""
+    from ..data.array_rows import column_list
+
+    if "duration" not in rows.column_names:
+        return None
+    return float(sum(column_list(rows, "duration")[first:end])) / 3600
 
 
 def _language_sampling_summary(train: Any, temperature: float | None) -> dict[str, Any] | None:

@@ -63,16 +63,17 @@ def attach_to_trainable(loss: torch.Tensor, model: torch.nn.Module) -> torch.Ten
 
 
 class SamplerEpochCallback(TrainerCallback):
-    """Give the temperature sampler the epoch at every epoch start (accelerate does not reach a sampler under its
+    """Give the trainer's own sampler (temperature sampling, the mix of labelled and pseudo-labelled rows) and the
+    speed-perturbed training rows the epoch at every epoch start (accelerate does not reach a sampler under its
     batch-skipping wrapper when a distributed run resumes in the middle of an epoch)."""
 
     def __init__(self, trainer: AdaptSpeechTrainer) -> None:
         self.trainer = trainer
 
     def on_epoch_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        sampler = self.trainer.language_sampler
-        if sampler is not None:
-            sampler.set_epoch(math.floor(state.epoch or 0))
+        for follower in (self.trainer.language_sampler, self.trainer.train_dataset):
+            if follower is not None and hasattr(follower, "set_epoch"):
+                follower.set_epoch(math.floor(state.epoch or 0))
         return control
 
 
@@ -86,6 +87,9 @@ class AdaptSpeechTrainer(Trainer):
             ``p_l ∝ n_l^(1/T)`` (the dataset needs a ``language`` column); None: the stock random sampler.
         gradient_check_steps (`int`, defaults to 10): optimizer steps checked by :class:`GradientCheckCallback`
             (0: no check).
+        source_mix (`tuple[int, float]`, *optional*): ``(labelled rows, pseudo-labelled share)``: the training rows
+            are the labelled rows then the pseudo-labelled ones, and every batch holds that share of the latter
+            (:class:`~adaptspeech.data.source_mix.SourceMixSampler`).
     """
 
     def __init__(
@@ -94,12 +98,21 @@ class AdaptSpeechTrainer(Trainer):
         decoding: DecodingEvaluation | None = None,
         language_sampling_temperature: float | None = None,
         gradient_check_steps: int = DEFAULT_GRADIENT_CHECK_STEPS,
+        source_mix: tuple[int, float] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.decoding = decoding
         self.language_sampling_temperature = language_sampling_temperature
         self.language_sampler: Any = None
+        self.source_mix = source_mix
+        mixed = language_sampling_temperature is not None or self.args.train_sampling_strategy != "random"
+        if source_mix is not None and mixed:
+            raise StageConfigError(
+                "data.pseudo_labelled_dir mixes its rows into every batch with its own sampler: it cannot be "
+                "combined with data.language_sampling_temperature or training.train_sampling_strategy="
+                f"{self.args.train_sampling_strategy!r} (remove one of them)"
+            )
         if language_sampling_temperature is not None:
             if not language_sampling_temperature > 0:
                 raise StageConfigError(
@@ -110,7 +123,7 @@ class AdaptSpeechTrainer(Trainer):
                     "data.language_sampling_temperature replaces the training sampler: it cannot be combined with "
                     f"training.train_sampling_strategy={self.args.train_sampling_strategy!r} (remove one of the two)"
                 )
-            self.add_callback(SamplerEpochCallback(self))
+        self.add_callback(SamplerEpochCallback(self))
         self._decoding_dataset: Any = None
         self.gradient_check = GradientCheckCallback(gradient_check_steps, any_process=self._any_process)
         self.add_callback(FusionGuideScheduleCallback())
@@ -181,6 +194,15 @@ class AdaptSpeechTrainer(Trainer):
 
     # --- sampling ----------------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
+        if self.source_mix is not None:
+            from ..data.source_mix import SourceMixSampler
+
+            dataset = train_dataset if train_dataset is not None else self.train_dataset
+            num_labelled, share = self.source_mix
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            self.language_sampler = SourceMixSampler(num_labelled, len(dataset) - num_labelled, share,
+                                                     self.args.train_batch_size, seed=seed)
+            return self.language_sampler
         if self.language_sampling_temperature is None:
             dataset = train_dataset if train_dataset is not None else self.train_dataset
             column = self.args.length_column_name

@@ -59,3 +59,23 @@ def span_audio(wave: np.ndarray, start: int, end: int, feature_type: str) -> np.
     exactly those units)."""
     first, last = FEATURE_TYPES.get(feature_type)().unit_samples(start, end)
     return wave[first:last]
+
+
+def labelling_model(folder: Path, processor_dir: Path, languages: tuple[str, ...] = ("ro",), seed: int = 0) -> Path:
+    """A random tiny fbank model over the vocabulary of a prepared folder's processor (80 mel bins), saved with that
+    processor into ``folder``: its CTC head writes characters of the vocabulary (random, not blank), so that
+    pseudo-labels are not empty."""
+    from transformers import Wav2Vec2Processor
+
+    processor = Wav2Vec2Processor.from_pretrained(processor_dir)
+    processor.save_pretrained(folder)
+    config = tiny_config("fbank_conformer", vocab_size=len(processor.tokenizer), adapter_languages=list(languages),
+                         backbone_overrides={"num_mel_bins": int(getattr(processor.feature_extractor, "n_mels", 80))})
+    torch.manual_seed(seed)
+    model = AdaptSpeechForCTC(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "adapter" in name or "ctc_head" in name:
+                parameter.normal_(0.0, 0.5)
+    model.save_pretrained(folder)
+    return folder

@@ -21,23 +21,20 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...registry import Registry
+from ...runtime.features import normalize_utterance
+
+__all__ = [
+    "DEFAULT_FEATURE_TYPE",
+    "FEATURE_TYPES",
+    "FeatureType",
+    "feature_type_of",
+    "feature_type_of_model",
+    "normalize_utterance",
+    "register_feature_type",
+]
 
 DEFAULT_FEATURE_TYPE = "waveform"
 """What a feature extractor without a ``feature_type`` attribute (a pretrained checkpoint's) computes."""
-
-
-def normalize_utterance(x: np.ndarray, axis: int = 0, eps: float = 1e-7) -> np.ndarray:
-    """``(x - mean) / sqrt(var + eps)`` along ``axis``, as ``Wav2Vec2FeatureExtractor.do_normalize`` does.
-
-    Args:
-        x: ``[S]`` samples or ``[T, D]`` features (statistics per column along ``axis=0``).
-
-    Returns:
-        float32, the shape of ``x``.
-    """
-    mean = x.mean(axis=axis, keepdims=True)
-    var = x.var(axis=axis, keepdims=True)
-    return ((x - mean) / np.sqrt(var + eps)).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ cached test evaluation (resumable).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -49,6 +48,7 @@ from adaptspeech.recipes.engine import set_threads
 from adaptspeech.recipes.protocol_evaluation import fusion_heatmap, resolve_device, trained_parameters
 from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
 from adaptspeech.recipes.protocol_stages import PlannedStage, prepare_data, recipe_plan, stage_spec, train_recipe_stage
+from adaptspeech.saved_model import model_fingerprint
 from adaptspeech.training.stage import StageSpec, run_stage
 
 from .report import CurvePoint, write_curve_results
@@ -56,15 +56,6 @@ from .settings import METHOD_STAGES, CurveError, CurveSettings, grid_points, sca
 
 #: the trained methods in the order they run within a budget (SimAdapter needs the budget's chosen adapter)
 TRAINED_METHODS = ("scratch", "finetune", "adapter", "simadapter")
-
-
-def model_fingerprint(model_dir: Path) -> str:
-    """SHA-256 over the names and contents of the files of a saved model (a retrained model changes it)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(model_dir)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def ensure_shared_stages(recipe: SimAdapterRecipe, prepared: Path, methods: Sequence[str], progress: bool) -> None:

@@ -1,0 +1,411 @@
+"""Self-training of a SimAdapter recipe's target systems on untranscribed audio: K rounds of noisy-student training
+(Xie et al. 2020; Park et al. 2020, "Improved noisy student training for automatic speech recognition"; WeNet's
+``examples/aishell/NST``, NeMo's iterative pseudo-labelling), the recipe section ``self_training``.
+
+For each system of ``systems`` (``target_adapter``: the target's adapter alone, ``fusion``: SimAdapter, ``finetune``:
+full fine-tuning), starting from the system the recipe trained (the *teacher*), each round
+
+1. labels the pool with the teacher (+ the recipe's n-gram LM, its weights tuned on dev for that teacher):
+   :func:`~adaptspeech.inference.pseudo_label.pseudo_label`, the labels scored by their confidence;
+2. keeps the confident labels (``min_confidence`` or ``keep_fraction``: the filter is what makes self-training work;
+   WeNet's loop without it got worse, 4.85 -> 5.52 CER on AISHELL-1);
+3. trains a *student* as the recipe trained the system (same stage file, same starting model: the source-adapter
+   model for the adapter, the base for fine-tuning, the self-trained adapter for SimAdapter), on the labelled rows and
+   the kept pseudo-labelled rows (``share`` of every batch), with noise: the model's SpecAugment and dropout and
+   speed perturbation (``speed_perturb``), for ``steps_scale`` times the stage's steps;
+4. evaluates the student on dev (the stage's own dev evaluation); the student becomes the next teacher while its dev
+   CER improves on the best so far, else the rounds stop.
+
+The system's self-trained model is the round with the lowest dev CER (round 0: the teacher itself, when no student
+improved). The pool (section ``pool``, or built by :func:`ensure_pool`: the synthetic corpus's unlabelled clips of the
+target, or a Common Voice release's ``other.tsv``) must share no clip or sentence with dev / test. For a synthetic
+corpus, what the unlabelled clips say is known (``unlabelled_sentences.tsv``, never read by training): each round
+records the pseudo-labels' CER, overall, of the kept ones and per confidence bin (:func:`label_quality`).
+
+Everything lives in ``<output_dir>/self_training/``: ``pool/``, ``<system>/round_<k>/{labels,student}`` and
+``self_training.json``; a round whose record (spec, teacher, pool, LM) matches is reused, not redone.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..progress import log
+from ..saved_model import model_fingerprint
+from ..training.spec_types import (
+    BOOL,
+    FINITE_POSITIVE,
+    NON_EMPTY_STR,
+    OPEN_UNIT,
+    POSITIVE_INT,
+    PROBABILITY,
+    SPEED_FACTORS,
+    SettingType,
+    optional,
+)
+from .protocol_spec import SimAdapterRecipe
+from .protocol_stages import PlannedStage, recipe_plan, stage_spec
+from .spec import RecipeError, Section
+
+#: ``--only self_training``: train nothing else, run (or reuse) the self-training rounds, re-evaluate
+SELF_TRAINING_STEP = "self_training"
+#: the systems self-training can start from, in the order they run (SimAdapter fuses the self-trained adapter)
+SELF_TRAINED_SYSTEMS = ("target_adapter", "fusion", "finetune")
+#: confidence bins of the label-quality table
+CONFIDENCE_BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+FOLDER = "self_training"
+
+
+def _systems(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(x in SELF_TRAINED_SYSTEMS for x in value)
+
+
+@dataclass(frozen=True)
+class SelfTrainingSettings(Section):
+    """The recipe's ``self_training`` section (module docstring).
+
+    Args:
+        enabled: run the rounds (``--only self_training`` runs them too); off, a finished run's rows are still shown.
+        pool: a pool folder (``adaptspeech prepare audio-folder`` / ``common-voice-other``); None: :func:`ensure_pool`.
+        pool_clips: a synthetic corpus: unlabelled clips of the target synthesised for the pool.
+        systems: the systems self-trained.
+        rounds: the most rounds per system.
+        min_confidence, keep_fraction: the filter (one of them; neither: every non-empty label).
+        share: the pseudo-labelled share of every batch.
+        speed_perturb: the speed factors of the students' training rows (null: none).
+        steps_scale: a student trains this many times its stage's steps.
+        use_lm: label with the recipe's n-gram LM (its ``lm`` section) when it has one.
+        beam_size: the LM beam search's width while labelling.
+    """
+
+    enabled: bool = False
+    pool: str | None = None
+    pool_clips: int = 1600
+    systems: tuple[str, ...] = SELF_TRAINED_SYSTEMS
+    rounds: int = 3
+    min_confidence: float | None = None
+    keep_fraction: float | None = 0.8
+    share: float = 0.5
+    speed_perturb: tuple[float, ...] | None = (0.9, 1.0, 1.1)
+    steps_scale: float = 2.0
+    use_lm: bool = True
+    beam_size: int = 16
+
+    SETTINGS: ClassVar[Mapping[str, SettingType]] = {
+        "enabled": BOOL,
+        "pool": optional(NON_EMPTY_STR),
+        "pool_clips": POSITIVE_INT,
+        "systems": SettingType(f"a non-empty list of {', '.join(SELF_TRAINED_SYSTEMS)}", _systems, tuple),
+        "rounds": POSITIVE_INT,
+        "min_confidence": optional(PROBABILITY),
+        "keep_fraction": optional(SettingType("a number in (0, 1]", lambda v: PROBABILITY.accepts(v) and v > 0)),
+        "share": OPEN_UNIT,
+        "speed_perturb": optional(SettingType(SPEED_FACTORS.description, SPEED_FACTORS.accepts,
+                                              lambda v: tuple(float(x) for x in v))),
+        "steps_scale": FINITE_POSITIVE,
+        "use_lm": BOOL,
+        "beam_size": POSITIVE_INT,
+    }
+
+    def __post_init__(self) -> None:
+        if self.min_confidence is not None and self.keep_fraction is not None:
+            raise RecipeError("self_training: give min_confidence or keep_fraction, not both (set the other to null)")
+
+    def confidence_filter(self) -> Any:
+        from ..data.pseudo_labelled import ConfidenceFilter
+
+        return ConfidenceFilter(self.min_confidence, self.keep_fraction)
+
+
+@dataclass(frozen=True)
+class LMSetup:
+    """The n-gram LM the teachers label with: its folder, the (alpha, beta) grid tuned on dev per teacher, the beam."""
+
+    folder: Path
+    alphas: tuple[float, ...]
+    betas: tuple[float, ...]
+    beam_size: int
+
+
+@dataclass
+class RoundRecord:
+    """One round of one system: its teacher, labels, filter, student and their figures."""
+
+    round: int
+    teacher: str
+    student: str | None
+    alpha: float | None = None
+    beta: float | None = None
+    labels: dict[str, Any] = field(default_factory=dict)
+    dev_cer: float | None = None
+    improved: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class SystemRun:
+    """A system's rounds and the chosen one (0: the teacher itself)."""
+
+    system: str
+    teacher_dev_cer: float
+    rounds: list[RoundRecord]
+    chosen: int
+
+    @property
+    def model_dir(self) -> Path:
+        """The self-trained model: the chosen round's student (or the teacher)."""
+        return Path(self.rounds[self.chosen - 1].student) if self.chosen else Path(self.rounds[0].teacher)
+
+
+# ---- the pool ----------------------------------------------------------------------------------------------------
+
+
+def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared: Path) -> Path:
+    """The pool folder of the target: ``settings.pool``, else (built once into ``self_training/pool``) the synthetic
+    corpus's ``pool_clips`` unlabelled clips, or the Common Voice release's ``other.tsv``; refused when it shares a
+    clip or a sentence with the prepared dev / test splits."""
+    from ..data.pool_overlap import held_out, overlapping
+    from ..data.pools import POOL_MARKER, feature_extractor_for, load_pool, prepare_common_voice_other
+    from ..data.synthetic import build_synthetic_corpus
+
+    held = held_out(prepared, spec.target)
+    if settings.pool:
+        rows, _ = load_pool(settings.pool)
+        shared = overlapping(held, zip(rows["path"], rows["audio_sha256"], rows["sentence"], strict=True))
+        if shared:
+            raise RecipeError(f"self_training.pool {settings.pool} shares {len(shared)} clip(s) with dev/test: "
+                              f"{'; '.join(shared[:5])}")
+        return Path(settings.pool)
+    folder = spec.output_dir / FOLDER / "pool"
+    record = {"pool_clips": settings.pool_clips, "corpus": spec.corpus.to_dict(), "target": spec.target}
+    marker = folder.parent / "pool_record.json"
+    if (folder / POOL_MARKER).is_file() and marker.is_file() and json.loads(marker.read_text()) == record:
+        return folder
+    corpus = spec.corpus
+    if corpus.type == "synthetic":
+        root = Path(corpus.root or spec.output_dir / "corpus")
+        build_synthetic_corpus(root, [spec.target], corpus.clips_per_language,
+                               seed=spec.seed if corpus.seed is None else corpus.seed, num_workers=corpus.workers,
+                               progress=spec.progress, unlabelled_clips=settings.pool_clips, **corpus.synthetic)
+    else:
+        if not corpus.root:
+            raise RecipeError("self_training.pool: give a pool folder (the corpus has no root to read other.tsv from)")
+        root = Path(corpus.root)
+    extractor = feature_extractor_for(processor_dir=str(prepared / "processor"))
+    pool = prepare_common_voice_other(root, spec.target, folder, extractor, held=held, progress=spec.progress)
+    marker.write_text(json.dumps(record, indent=1))
+    log(f"self-training pool: {pool.summary['segments']} segments, {60 * pool.summary['hours']:.1f} min -> {folder}")
+    return folder
+
+
+def held_aside_sentences(spec: SimAdapterRecipe, pool: Path) -> dict[str, str] | None:
+    """What each pool clip says (normalised), when the corpus knows it (the synthetic corpus's
+    ``unlabelled_sentences.tsv``; read only to measure the labels' error), else None."""
+    from ..data.common_voice import find_language_dir, read_tsv
+    from ..data.synthetic import UNLABELLED_SENTENCES
+    from ..data.text import normalize_text
+
+    config = json.loads((pool / "pool_config.json").read_text())
+    root = Path(str(config.get("source", "")).removesuffix(" (other.tsv)"))
+    if not root.is_dir():
+        return None
+    tsv = find_language_dir(root, spec.target) / UNLABELLED_SENTENCES
+    if not tsv.is_file():
+        return None
+    columns = read_tsv(tsv)
+    return {p: normalize_text(s, spec.target) for p, s in zip(columns["path"], columns["sentence"], strict=True)}
+
+
+def label_quality(labels_dir: Path, pool_paths: list[str], truth: dict[str, str] | None,
+                  kept: set[int] | None = None) -> dict[str, Any]:
+    """The pseudo-labels' CER against what the clips say: all of them, the kept ones, per confidence bin
+    (:data:`CONFIDENCE_BINS`); ``{}`` when the truth is unknown."""
+    from ..data.pseudo_labelled import LABELS_FILE
+    from ..metrics.scoring import count_edits
+
+    if truth is None:
+        return {}
+    records = [json.loads(line) for line in (labels_dir / LABELS_FILE).read_text(encoding="utf-8").splitlines()]
+
+    def cer(chosen: list[dict[str, Any]]) -> float | None:
+        refs = [truth[pool_paths[r["index"]]] for r in chosen]
+        counts = count_edits([r["text"] for r in chosen], refs, "char") if chosen else None
+        return None if counts is None else counts.edits / max(counts.ref_units, 1)
+
+    bins = []
+    for low, high in itertools.pairwise(CONFIDENCE_BINS):
+        inside = [r for r in records if low <= r["confidence"] < high or (high == 1.0 and r["confidence"] == 1.0)]
+        bins.append({"low": low, "high": high, "count": len(inside), "cer": cer(inside)})
+    out = {"cer_all": cer(records), "bins": bins}
+    if kept is not None:
+        out["cer_kept"] = cer([r for r in records if r["index"] in kept])
+    return out
+
+
+# ---- the rounds --------------------------------------------------------------------------------------------------
+
+
+def _planned(spec: SimAdapterRecipe, system: str) -> PlannedStage:
+    stages = {stage.name: stage for stage in recipe_plan(spec)}
+    if system not in stages:
+        raise RecipeError(f"self_training.systems: {system} is not trained by this recipe")
+    return stages[system]
+
+
+def _dev_cer(stage_dir: Path) -> float:
+    summary = json.loads((stage_dir / "stage_summary.json").read_text())
+    split = json.loads((stage_dir / "stage_spec.json").read_text())["data"].get("eval_split", "dev")
+    return float(summary[split]["overall"]["cer"])
+
+
+def student_spec(spec: SimAdapterRecipe, settings: SelfTrainingSettings, system: str, prepared: Path,
+                 labels: Path, output_dir: Path, start: Path | None = None) -> dict[str, Any]:
+    """The stage spec of a student: the system's stage with the pseudo-labelled rows, the noise, the scaled steps,
+    from the system's own starting model (or ``start``)."""
+    settings_spec = stage_spec(spec, _planned(spec, system), prepared)
+    student = copy.deepcopy(settings_spec)
+    student["name"] = f"{system}_student"
+    student["output_dir"] = str(output_dir)
+    data = student["data"]
+    data.update(pseudo_labelled_dir=str(labels), pseudo_labelled_share=settings.share)
+    if settings.speed_perturb:
+        data["speed_perturb"] = list(settings.speed_perturb)
+    if start is not None:
+        student["model"]["path"] = str(start)
+    training = student.setdefault("training", {})
+    steps = max(1, round(int(training.get("max_steps", 500)) * settings.steps_scale))
+    if "warmup_steps" in training:
+        training["warmup_steps"] = round(int(training["warmup_steps"]) * steps / int(training["max_steps"]))
+    training.update(max_steps=steps, save_strategy="no", eval_strategy="no")
+    training.pop("train_sampling_strategy", None)
+    from ..training.stage import StageSpec
+
+    StageSpec.from_dict(student)
+    return student
+
+
+class SelfTrainingRunner:
+    """Runs (or reuses) the rounds of every system (module docstring)."""
+
+    def __init__(self, spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared: Path, pool: Path,
+                 lm: LMSetup | None) -> None:
+        from ..data.pools import load_pool
+        from ..data.prepared_data import load_prepared, select_languages
+
+        self.spec, self.settings, self.prepared, self.pool, self.lm = spec, settings, prepared, pool, lm
+        self.folder = spec.output_dir / FOLDER
+        dataset, self.processor = load_prepared(prepared)
+        self.dev = select_languages(dataset["dev"], [spec.target], "dev", "self_training")
+        rows, _ = load_pool(pool)
+        self.pool_paths = list(rows["path"])
+        self.pool_seconds = float(np.sum(rows["duration"]))
+        self.truth = held_aside_sentences(spec, pool)
+        self.pool_key = model_fingerprint(pool / "dataset")[:16]
+
+    def _teacher_lm(self, model: Any) -> tuple[Any, float | None, float | None]:
+        """An LM decoder tuned on dev for ``model`` (None without an LM)."""
+        if self.lm is None:
+            return None, None, None
+        from ..lm.decoder import LMDecoder, build_decoder
+        from ..lm.tune import dev_log_probs, grid_search
+
+        decoder = LMDecoder(build_decoder(self.processor.tokenizer, self.lm.folder), beam_width=self.lm.beam_size)
+        log_probs = dev_log_probs(model, self.dev, self.processor)
+        best = grid_search(decoder, log_probs, list(self.dev["text"]), self.lm.alphas, self.lm.betas)[0]
+        decoder.set_weights(best["alpha"], best["beta"])
+        return decoder, best["alpha"], best["beta"]
+
+    def _label(self, teacher: Path, out: Path) -> tuple[Any, float | None, float | None, float]:
+        from ..inference.pseudo_label import pseudo_label
+        from ..modeling import AdaptSpeechForCTC
+
+        started = time.perf_counter()
+        model = AdaptSpeechForCTC.from_pretrained(teacher)
+        decoder, alpha, beta = self._teacher_lm(model)
+        lm_key = None if decoder is None else {"lm": str(self.lm.folder), "alpha": alpha, "beta": beta,
+                                               "beam_size": self.settings.beam_size}
+        model_id = f"{teacher}@{model_fingerprint(teacher)[:12]}"
+        result = pseudo_label(model, self.processor, self.pool, out, model_id=model_id,
+                              lm_decoder=decoder, lm_key=lm_key, target=self.prepared,
+                              confidence_filter=self.settings.confidence_filter(), beam_size=self.settings.beam_size,
+                              progress=self.spec.progress)
+        return result, alpha, beta, time.perf_counter() - started
+
+    def run_system(self, system: str, start: Path | None = None) -> SystemRun:
+        """The rounds of ``system`` (``start``: the student's starting model instead of the stage's own)."""
+        from ..training.stage import run_stage
+
+        teacher = self.spec.output_dir / system / "model"
+        best_dev = teacher_dev = _dev_cer(teacher.parent)
+        records: list[RoundRecord] = []
+        chosen = 0
+        for k in range(1, self.settings.rounds + 1):
+            round_dir = self.folder / system / f"round_{k}"
+            student_dir = round_dir / "student"
+            record_key = json.loads(json.dumps({
+                "teacher": model_fingerprint(teacher), "start": model_fingerprint(start) if start else None,
+                "pool": self.pool_key, "settings": self.settings.to_dict(), "lm": None if self.lm is None else
+                {"folder": str(self.lm.folder), "alphas": self.lm.alphas, "betas": self.lm.betas},
+            }))
+            marker = round_dir / "round.json"
+            if marker.is_file() and json.loads(marker.read_text())["key"] == record_key and \
+                    (student_dir / "model").is_dir():
+                record = RoundRecord(**json.loads(marker.read_text())["record"])
+                log(f"self-training {system} round {k}: done before, reused (dev CER {100 * record.dev_cer:.2f}%)")
+            else:
+                log(f"self-training {system} round {k}: labelling the pool with {teacher}")
+                labels, alpha, beta, label_seconds = self._label(teacher, round_dir / "labels")
+                kept = set(np.flatnonzero(np.isin(self.pool_paths, labels.dataset["path"])).tolist())
+                quality = label_quality(round_dir / "labels", self.pool_paths, self.truth, kept)
+                spec = student_spec(self.spec, self.settings, system, self.prepared, round_dir / "labels", student_dir,
+                                    start)
+                log(f"self-training {system} round {k}: kept {labels.summary['kept']} of {labels.summary['rows']} "
+                    f"labels" + (f" (CER {100 * quality['cer_kept']:.2f}% kept, {100 * quality['cer_all']:.2f}% all)"
+                                 if quality else "") + f"; training the student for {spec['training']['max_steps']} "
+                    "steps")
+                result = run_stage(spec, progress=self.spec.progress, overwrite=True)
+                summary = labels.summary
+                record = RoundRecord(
+                    k, str(teacher), str(student_dir / "model"), alpha, beta,
+                    {"rows": summary["rows"], "kept": summary["kept"], "kept_share": summary["kept_share"],
+                     "kept_hours": summary["kept_hours"], "confidence_quantiles": summary["confidence_quantiles"],
+                     "real_time_factor": summary["real_time_factor"], "quality": quality},
+                    _dev_cer(student_dir), seconds={"label": label_seconds, "train": result.train_seconds})
+                marker.write_text(json.dumps({"key": record_key, "record": record.__dict__}, indent=1, default=float))
+            record.improved = record.dev_cer < best_dev
+            records.append(record)
+            log(f"self-training {system} round {k}: dev CER {100 * record.dev_cer:.2f}% (best so far "
+                f"{100 * best_dev:.2f}%)")
+            if not record.improved:
+                break
+            best_dev, chosen, teacher = record.dev_cer, k, Path(record.student)
+        return SystemRun(system, teacher_dev, records, chosen)
+
+    def run(self) -> dict[str, SystemRun]:
+        """Every system of the settings, in :data:`SELF_TRAINED_SYSTEMS` order; SimAdapter's students start from the
+        self-trained adapter when the adapter is self-trained too."""
+        runs: dict[str, SystemRun] = {}
+        for system in SELF_TRAINED_SYSTEMS:
+            if system not in self.settings.systems:
+                continue
+            start = None
+            if system == "fusion" and "target_adapter" in runs and runs["target_adapter"].chosen:
+                start = runs["target_adapter"].model_dir
+            runs[system] = self.run_system(system, start)
+        return runs
+
+
+def describe_run(run: SystemRun) -> str:
+    """One line: the dev CER of each round and the chosen one."""
+    rounds = ", ".join(f"round {r.round} {100 * r.dev_cer:.2f}" for r in run.rounds if r.dev_cer is not None)
+    return (f"{run.system}: teacher dev CER {100 * run.teacher_dev_cer:.2f}%; {rounds}; chosen round {run.chosen}"
+            + ("" if run.chosen else " (no student beat the teacher)"))

@@ -1,0 +1,167 @@
+"""The self-training rows of a SimAdapter recipe's results table: each self-trained system on the test set, without
+and with the n-gram LM, each with the paired bootstrap against the same system without self-training, and the
+results.md section with every round's figures (:mod:`~adaptspeech.recipes.self_training`).
+
+Rows ``<system> + self-training`` (compared with ``<system>``) and, where the recipe has an LM row for the system,
+``<system> + self-training + <n>-gram LM`` (compared with ``<system> + <n>-gram LM``; alpha / beta tuned on dev for
+the self-trained model as for the LM rows). ``results.json["self_training"]`` holds per system the rounds (labels kept,
+their CER against what the clips say where known, per confidence bin, dev CER, test CER of each round's student, times)
+and the relative CER change of each row.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..metrics.significance import utterance_edits
+from ..progress import log
+from .protocol_evaluation import ExtraRows, TargetEvaluation, bootstrap_cell
+from .self_training import LMSetup, SelfTrainingSettings, SystemRun, describe_run
+
+#: results.md column of the self-training rows: CER difference to the same system without self-training
+VS_NO_SELF_TRAINING_COLUMN = "CER - same system without self-training, 95% CI"
+SUFFIX = "self-training"
+
+
+def _evaluate(model_dir: Path, data: Any, evaluation: TargetEvaluation, method: str, options: dict[str, Any],
+              lm_decoder: Any = None) -> dict[str, Any]:
+    from ..evaluation import evaluate_dataset
+    from ..modeling import AdaptSpeechForCTC
+
+    model = AdaptSpeechForCTC.from_pretrained(model_dir).to(evaluation.device)
+    extra = {} if lm_decoder is not None else options
+    return evaluate_dataset(model, data, evaluation.processor, method=method, batch_size=evaluation.batch_size,
+                            progress=evaluation.progress, return_hypotheses=True, lm_decoder=lm_decoder, **extra)
+
+
+def _tuned_lm(model_dir: Path, dev: Any, evaluation: TargetEvaluation, lm: LMSetup) -> tuple[Any, dict[str, float]]:
+    from ..lm.decoder import LMDecoder, build_decoder
+    from ..lm.tune import dev_log_probs, grid_search
+    from ..modeling import AdaptSpeechForCTC
+
+    model = AdaptSpeechForCTC.from_pretrained(model_dir).to(evaluation.device)
+    decoder = LMDecoder(build_decoder(evaluation.processor.tokenizer, lm.folder), beam_width=lm.beam_size)
+    best = grid_search(decoder, dev_log_probs(model, dev, evaluation.processor, evaluation.batch_size),
+                       list(dev["text"]), lm.alphas, lm.betas)[0]
+    decoder.set_weights(best["alpha"], best["beta"])
+    return decoder, best
+
+
+def self_training_rows(target: str, split: str, method: str, options: dict[str, Any], settings: SelfTrainingSettings,
+                       runs: dict[str, SystemRun], evaluation: TargetEvaluation, lm: LMSetup | None,
+                       lm_rows: dict[str, dict[str, Any]], lm_edits: dict[str, np.ndarray],
+                       pool_minutes: float, lm_label: str = "4-gram LM") -> ExtraRows:
+    """The rows, their edits, ``results.json["self_training"]`` and the results.md section.
+
+    Args:
+        target, split, method, options: the recipe's target and its test-set decoding.
+        runs: the self-trained systems (:meth:`~adaptspeech.recipes.self_training.SelfTrainingRunner.run`).
+        evaluation: the protocol's evaluation so far (the rows without self-training and their edits).
+        lm: the LM the rows with an LM decode with (None: no LM rows).
+        lm_rows: the recipe's LM rows by system name (``<system> + <n>-gram LM``), lm_edits their edits.
+        pool_minutes: the pool's audio.
+    """
+    from ..data.prepared_data import select_languages
+
+    started = time.perf_counter()
+    dataset = evaluation.dataset
+    test = select_languages(dataset[split], [target], split, "self_training")
+    dev = select_languages(dataset["dev"], [target], "dev", "self_training")
+    references = list(test["text"])
+    by_system = {row["system"]: row for row in evaluation.rows}
+    out = ExtraRows("self_training", column=VS_NO_SELF_TRAINING_COLUMN)
+    systems: dict[str, Any] = {}
+    significance: dict[str, Any] = {}
+    for stage, run in runs.items():
+        name = evaluation.systems[stage]
+        if name not in by_system:
+            continue
+        base = by_system[name]
+        per_round = []
+        for record in run.rounds:
+            metrics = _evaluate(Path(record.student), test, evaluation, method, options)
+            per_round.append({"round": record.round, "test_cer": metrics["overall"]["cer"],
+                              "test_wer": metrics["overall"]["wer"]})
+        chosen = _evaluate(run.model_dir, test, evaluation, method, options)
+        train_seconds = sum(r.seconds.get("train", 0.0) for r in run.rounds)
+        row = {**base, "system": f"{name} + {SUFFIX}", "cer": chosen["overall"]["cer"],
+               "wer": chosen["overall"]["wer"], "train_seconds": (base.get("train_seconds") or 0.0) + train_seconds}
+        out.edits[row["system"]], _ = utterance_edits(chosen["hypotheses"], references, "char")
+        row[VS_NO_SELF_TRAINING_COLUMN], significance[row["system"]] = bootstrap_cell(
+            out.edits[row["system"]], evaluation.edits[name], evaluation.ref_units)
+        out.rows.append(row)
+        entry: dict[str, Any] = {
+            "stage": stage, "chosen_round": run.chosen, "teacher_dev_cer": run.teacher_dev_cer,
+            "rounds": [{**r.__dict__, **per_round[i]} for i, r in enumerate(run.rounds)],
+            "test": {"no_self_training": base["cer"], "self_training": row["cer"],
+                     "relative_change": row["cer"] / base["cer"] - 1 if base["cer"] else None},
+        }
+        lm_name = f"{name} + {lm_label}"
+        if lm is not None and lm_name in lm_rows:
+            decoder, best = _tuned_lm(run.model_dir, dev, evaluation, lm)
+            with_lm = _evaluate(run.model_dir, test, evaluation, method, options, lm_decoder=decoder)
+            lm_row = {**lm_rows[lm_name], "system": f"{name} + {SUFFIX} + {lm_label}",
+                      "cer": with_lm["overall"]["cer"], "wer": with_lm["overall"]["wer"], "alpha": best["alpha"],
+                      "beta": best["beta"], "train_seconds": row["train_seconds"]}
+            out.edits[lm_row["system"]], _ = utterance_edits(with_lm["hypotheses"], references, "char")
+            lm_row[VS_NO_SELF_TRAINING_COLUMN], significance[lm_row["system"]] = bootstrap_cell(
+                out.edits[lm_row["system"]], lm_edits[lm_name], evaluation.ref_units)
+            out.rows.append(lm_row)
+            entry["test_lm"] = {"no_self_training": lm_rows[lm_name]["cer"], "self_training": lm_row["cer"],
+                                "relative_change": lm_row["cer"] / lm_rows[lm_name]["cer"] - 1,
+                                "alpha": best["alpha"], "beta": best["beta"]}
+        systems[name] = entry
+        log(f"self-training {describe_run(run)}; test CER {100 * base['cer']:.2f} -> {100 * row['cer']:.2f}%")
+    out.summary = {"settings": settings.to_dict(), "pool_minutes": pool_minutes, "systems": systems,
+                   "significance_vs_no_self_training": significance,
+                   "evaluation_seconds": time.perf_counter() - started}
+    out.markdown = self_training_markdown(out.summary, split)
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def self_training_markdown(summary: dict[str, Any], split: str) -> str:
+    """The results.md section: the settings, then per system its rounds, then the labels' CER per confidence bin."""
+    s = summary["settings"]
+    kept = (f"minimum confidence {s['min_confidence']:g}" if s["min_confidence"] is not None else
+            f"the {100 * s['keep_fraction']:.0f}% most confident" if s["keep_fraction"] is not None else "all")
+    lines = [
+        f"### Self-training on {summary['pool_minutes']:.1f} min of untranscribed audio",
+        "",
+        f"Up to {s['rounds']} rounds of noisy-student training per system: the teacher labels the pool"
+        f"{' with the n-gram LM (weights tuned on dev)' if s['use_lm'] else ''}, {kept} of the labels are kept, a "
+        f"student trains as the system did ({s['steps_scale']:g}x its steps) on the labelled rows and the kept "
+        f"pseudo-labelled ones ({100 * s['share']:.0f}% of every batch) with SpecAugment, dropout and speed "
+        f"perturbation {s['speed_perturb']}; the rounds stop when dev CER stops improving, and the round with the "
+        "lowest dev CER is the self-trained system. Pseudo-label CER: against what the clips say (known for the "
+        "synthetic pool, never read by training).",
+        "",
+        f"| system | round | labels kept | kept min | pseudo-label CER % all / kept | dev CER % | {split} CER % |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, entry in summary["systems"].items():
+        lines.append(f"| {name} | 0 (teacher) | - | - | - | {_pct(entry['teacher_dev_cer'])} | "
+                     f"{_pct(entry['test']['no_self_training'])} |")
+        for r in entry["rounds"]:
+            quality = r["labels"].get("quality") or {}
+            mark = " (chosen)" if r["round"] == entry["chosen_round"] else ""
+            lines.append(
+                f"| {name} | {r['round']}{mark} | {r['labels']['kept']} of {r['labels']['rows']} | "
+                f"{60 * r['labels']['kept_hours']:.1f} | {_pct(quality.get('cer_all'))} / "
+                f"{_pct(quality.get('cer_kept'))} | {_pct(r['dev_cer'])} | {_pct(r['test_cer'])} |"
+            )
+    first = next((e["rounds"][0] for e in summary["systems"].values() if e["rounds"]), None)
+    bins = (first or {}).get("labels", {}).get("quality", {}).get("bins") if first else None
+    if bins:
+        lines += ["", "Pseudo-labels of the first system's round 1 by utterance confidence:", "",
+                  "| confidence | labels | CER % |", "| --- | --- | --- |"]
+        lines += [f"| [{b['low']:.1f}, {b['high']:.1f}) | {b['count']} | {_pct(b['cer'])} |" for b in bins]
+    lines += ["", f"Evaluation of the self-training rows: {summary['evaluation_seconds']:.0f} s."]
+    return "\n".join(lines) + "\n"

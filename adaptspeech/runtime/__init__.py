@@ -1,0 +1,23 @@
+"""The parts of adaptspeech that run without PyTorch: audio decoding (:mod:`.audio`), the numeric front end
+(:mod:`.features`), CTC decoding (:mod:`.ctc`, :mod:`.prefix_beam`), the exported model folder (:mod:`.folder`,
+:mod:`.tokens`) and :class:`OnnxRecognizer`, which transcribes with an exported ONNX graph on onnxruntime.
+
+Nothing in this package imports torch, and the torch code paths reuse it (the data preparation decodes audio with
+:func:`~.audio.load_audio`, the torch CTC decoders collapse paths and search prefixes with the functions here), so
+a model runs the same front end and decoders with or without PyTorch. ``pip install adaptspeech[runtime]`` adds
+onnxruntime; PyTorch is not imported on this path (``docs/export.md``).
+"""
+
+from typing import Any
+
+__all__ = ["OnnxRecognizer", "Recognition"]
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`OnnxRecognizer` and :class:`Recognition` load on first use (the data preparation imports
+    :mod:`.audio` without needing onnxruntime)."""
+    if name in __all__:
+        from . import recognizer
+
+        return getattr(recognizer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
