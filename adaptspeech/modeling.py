@@ -227,7 +227,8 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
             ``(hidden [B, T, D], frame_mask [B, T] bool, hidden_states or None, fusion weights per layer)``.
         """
         spec = self.config.backbone_spec
-        if int(self._get_feat_extract_output_lengths(inputs.shape[1])) <= 0:
+        frames = spec.num_frames(self.backbone, inputs.shape[1])
+        if frames <= 0:
             unit = "samples" if self.main_input_name == "input_values" else "feature frames"
             raise ValueError(f"{self.main_input_name} of {inputs.shape[1]} {unit} is too short for one output frame of "
                              "this model: drop the clip or pad it")
@@ -235,7 +236,6 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
         padding = None
         if attention_mask is not None:
             attention_mask = attention_mask.to(torch.bool)
-            frames = int(self._get_feat_extract_output_lengths(inputs.shape[1]))
             padding = spec.frame_mask(self.backbone, attention_mask, frames, inputs.shape[0])
         with routing_call(rows, collect_fusion_weights) as call, frame_padding(padding):
             outputs = self.backbone(inputs, attention_mask=attention_mask, output_hidden_states=output_hidden_states)

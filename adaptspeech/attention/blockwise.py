@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from ..shortcuts import maybe_true
 from .masks import attention_mask_rows, key_padding_mask
 from .positional import relative_scores_prepadded, relative_scores_prepadded_backward
 
@@ -211,7 +212,7 @@ def _forward_blocks(
         block_lse = torch.add(peak, total.log(), out=lse_rows[:, start:stop])
         if allowed is not None:  # a row with no allowed key gets zero weights (as masked_softmax): exp(-inf)
             empty = ~allowed.any(dim=-1, keepdim=True)
-            if bool(empty.any()):
+            if maybe_true(empty.any()):
                 block_lse.view(batch, heads, queries, 1).masked_fill_(empty, float("inf"))
                 total.view(batch, heads, queries, 1).masked_fill_(empty, float("inf"))
         if settings.dropout > 0:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..shortcuts import known_true, maybe_true
 from .config import AttentionConfig
 from .masks import fill_empty_rows
 from .options.sparse import FixedSparseOptions, SparseOptions
@@ -195,8 +196,8 @@ class SparseAttention(SharedQKAttention):
             allowed=allowed,
             own=own,
             mask=mask,
-            empty=empty if bool(empty.any()) else None,
-            slots=None if bool((slots == torch.arange(frames, device=slots.device)).all()) else slots,
+            empty=empty if maybe_true(empty.any()) else None,
+            slots=None if known_true((slots == torch.arange(frames, device=slots.device)).all()) else slots,
         )
 
     def forward(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -205,7 +206,7 @@ class SparseAttention(SharedQKAttention):
         batch, frames, _ = hidden_states.shape
         query, key = self.queries_and_keys(hidden_states)  # [B, h, T, d_k]
         value = self.split_heads(self.value_proj(hidden_states))
-        if padding_mask is not None and bool(padding_mask.all()):
+        if padding_mask is not None and known_true(padding_mask.all()):
             padding_mask = None
         contexts = [
             self.attend(query[:, layout.heads], key[:, layout.heads], value[:, layout.heads], layout, padding_mask)

@@ -68,6 +68,18 @@ class BackboneSpec:
         """Number of encoder frames for each input length [B] -> [B]."""
         return model._get_feat_extract_output_lengths(input_lengths).to(torch.long)
 
+    def num_frames(self, model: PreTrainedModel, num_units: int) -> int:
+        """Encoder frames of an input of ``num_units`` samples / feature frames, in Python integers (a symbolic size
+        stays symbolic while a graph is exported): the convolution lengths ``(L - k) // s + 1`` of the config's
+        ``conv_kernel`` / ``conv_stride`` where it has them, else the model's own length function."""
+        config = model.config
+        kernels, strides = getattr(config, "conv_kernel", None), getattr(config, "conv_stride", None)
+        if kernels is None or strides is None or getattr(config, "add_adapter", False):
+            return int(model._get_feat_extract_output_lengths(num_units))
+        for kernel, stride in zip(kernels, strides):
+            num_units = (num_units - kernel) // stride + 1
+        return num_units
+
     def frame_mask(
         self, model: PreTrainedModel, attention_mask: torch.Tensor | None, num_frames: int, batch_size: int
     ) -> torch.Tensor:

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..shortcuts import known_true
+
 _FRAME_MASK: ContextVar[torch.Tensor | None] = ContextVar("adaptspeech_frame_mask", default=None)
 _HOOKED = "_adaptspeech_masks_padding"
 
@@ -41,7 +43,9 @@ def _zero_padding(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] |
     if mask is None or not args:
         return None
     hidden = args[0]  # [B, T, D]
-    if hidden.dim() != 3 or tuple(mask.shape) != tuple(hidden.shape[:2]) or bool(mask.all()):
+    if hidden.dim() != 3 or tuple(mask.shape) != tuple(hidden.shape[:2]):
+        return None
+    if known_true(mask.all()):  # a graph being exported masks always (x * 1 == x)
         return None
     return (hidden * mask.unsqueeze(-1).to(hidden.dtype), *args[1:])
 

@@ -199,3 +199,6 @@ class FbankConformerSpec(BackboneSpec):
 
     def ffn_input_module(self, layer: nn.Module) -> nn.Module:
         return layer.ffn2_layer_norm
+
+    def num_frames(self, model: FbankConformerModel, num_units: int) -> int:
+        return model._get_feat_extract_output_lengths(num_units)  # Python integer arithmetic already

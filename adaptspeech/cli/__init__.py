@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from .common import DECODING_CHOICES, PROG, CommandError
 from .evaluate import _add_evaluate
+from .export import _add_export
 from .lm import _add_lm
 from .prepare import _add_prepare
 from .pseudo_label import _add_pseudo_label
@@ -48,6 +49,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_lm,
     _add_pseudo_label,
     _add_push,
+    _add_export,
     _add_recipe,
     _add_demo,
 )

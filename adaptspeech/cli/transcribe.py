@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import stat
 import sys
 from typing import Any
@@ -21,6 +20,7 @@ from ..inference import (
 )
 from ..inference.local_norm import DEFAULT_NORM_WINDOW_S
 from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
+from ..runtime.command import add_onnx_options, escape_field, transcribe_files
 from .common import (
     PROG,
     CommandError,
@@ -52,7 +52,10 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "status is then 1. Attention and joint decoding cut a recording longer than --chunk-length into segments at "
         "pauses (--cut-by, --search-length) and decode them one by one.",
     )
-    transcribe.add_argument("--model", required=True, metavar="DIR", help="a model folder saved by `adaptspeech train`")
+    transcribe.add_argument("--model", default=None, metavar="DIR", help="a model folder saved by `adaptspeech train`")
+    transcribe.add_argument("--onnx", default=None, metavar="DIR",
+                            help="instead of --model: a folder written by `adaptspeech export`, run on onnxruntime "
+                            "(whole files, CTC decoding: --decoder, --precision, --beam-size, --threads)")
     transcribe.add_argument("audio", nargs="+", metavar="AUDIO",
                             help="audio files; '-' (or /dev/stdin) reads one from standard input")
     transcribe.add_argument(
@@ -110,24 +113,12 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "or --lm)",
     )
     _add_model_options(transcribe)
+    add_onnx_options(transcribe.add_argument_group("--onnx"), beam_size=False)
     transcribe.set_defaults(func=_run_transcribe)
 
 
 STDIN_NAMES = ("-", "/dev/stdin")
 """AUDIO names that read standard input."""
-
-_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def escape_field(text: str) -> str:
-    """``text`` as one field of a ``PATH<TAB>TEXT`` line: backslash, tab, newline and carriage return written as
-    ``\\\\``, ``\\t``, ``\\n``, ``\\r`` (:func:`unescape_field` reverses it)."""
-    return str(text).translate(_ESCAPES)
-
-
-def unescape_field(field: str) -> str:
-    """The text of a field written by :func:`escape_field`."""
-    return re.sub(r"\\([\\tnr])", lambda m: {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}[m.group(1)], field)
 
 
 def _stream_bytes(path: str) -> bytes | None:
@@ -180,6 +171,11 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     from ..decoding.registry import DECODING_METHODS
     from ..inference.transcriber import transcribe
 
+    if (args.model is None) == (args.onnx is None):
+        raise CommandError("pass --model DIR (a trained model) or --onnx DIR (an export), one of them")
+    if args.onnx is not None:
+        return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
+                                prog=PROG)
     device = _resolve_device(args.device)
     model, processor = _load_model(args.model)
     if processor is None:

@@ -55,7 +55,7 @@ def test_decoding_choices_are_the_registered_methods():
 def test_every_subcommand_is_registered():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(sub.choices) == {"prepare", "train", "evaluate", "transcribe", "push", "recipe", "demo", "lm",
-                                 "pseudo-label"}
+                                 "pseudo-label", "export"}
 
 
 # ---- evaluate ------------------------------------------------------------------------------------------------

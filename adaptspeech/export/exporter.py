@@ -1,0 +1,243 @@
+"""``adaptspeech export``: one language of a saved CTC model (its adapter, or the SimAdapter fusion) as an ONNX folder
+(:mod:`adaptspeech.runtime.folder` describes the layout) that runs without PyTorch.
+
+What exports:
+
+* every backbone (wav2vec2 post- and stable-layer-norm, hence the XLS-R / MMS shapes, wav2vec2-conformer, the fbank
+  Conformer), through :mod:`.graph` (dynamic batch and length);
+* the backbone's own attention and every swappable kind in :data:`EXPORTABLE_ATTENTION`; the others are refused
+  (:data:`UNEXPORTABLE_ATTENTION` names each with its reason);
+* CTC heads: ``ctc``, and the CTC branch of ``ctc_las`` (the graph stops at the CTC logits; the LAS decoder's
+  autoregressive loop is not exported, so joint CTC/attention rescoring needs PyTorch); ``las`` alone is refused.
+
+The folder is written into a temporary sibling and renamed into place, so an interrupted export leaves nothing
+half-written; an existing folder is replaced only with ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..runtime.folder import FORMAT_VERSION, FP32_GRAPH, INT8_GRAPH, SETTINGS_FILE, TOKENS_FILE
+
+#: swappable attention kinds whose export is tested to match PyTorch (tests/export/test_export_attention.py)
+EXPORTABLE_ATTENTION: tuple[str, ...] = (
+    "mhsa", "rel_pos", "shared_qk", "ldsa", "synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random",
+)
+#: kinds refused, with the reason
+UNEXPORTABLE_ATTENTION: dict[str, str] = {
+    "lsh_simple": "the hash buckets are sorted and gathered with data-dependent sizes",
+    "lsh_simple_alsh": "the hash buckets are sorted and gathered with data-dependent sizes",
+    "lsh_sign_alsh": "the hash buckets are sorted and gathered with data-dependent sizes",
+    "lsh_xbox": "the hash buckets are sorted and gathered with data-dependent sizes",
+    "lsh_xbox_qnf": "the hash buckets are sorted and gathered with data-dependent sizes",
+    "sparse_fixed": "the sparse layouts are built in Python from the sequence length",
+    "sparse_strided": "the sparse layouts are built in Python from the sequence length",
+}
+QUANTIZATIONS = ("int8",)
+
+
+class ExportError(ValueError):
+    """A model or setting that cannot be exported; one line naming the setting and what would do."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_model` wrote: the folder, the graphs by precision and the language(s) inside."""
+
+    folder: Path
+    graphs: dict[str, Path]
+    language: str | None
+    fusion: list[str] | None
+
+
+def choose_language(model: Any, language: str | None, fusion: bool) -> tuple[str | None, list[str] | None]:
+    """Activate what the graph will hold: the fusion (its target language's head), or ``language``'s adapter (the
+    only one when the model has a single language). Returns ``(language, fused languages or None)``.
+
+    Raises:
+        ExportError: no fusion with ``fusion``; a language the model does not have (naming those it has); several
+            languages and no ``language``.
+    """
+    languages = list(model.adapter_languages)
+    if fusion:
+        settings = model.config.fusion
+        if settings is None:
+            raise ExportError("--fusion: the model has no SimAdapter fusion (train one, or export one language with "
+                              f"--language, one of {languages})")
+        model.set_fusion_active(True)
+        return settings.target_language, list(settings.languages)
+    if language is None:
+        if len(languages) > 1:
+            raise ExportError(f"the model has adapters for {len(languages)} languages ({', '.join(languages)}): pass "
+                              "--language (or --fusion) to choose what the graph holds")
+        if not languages:
+            return None, None
+        language = languages[0]
+    if language not in languages:
+        raise ExportError(f"--language {language}: the model has no adapter for it; it has "
+                          f"{', '.join(languages) or 'none'}")
+    model.set_target_language(language)
+    return language, None
+
+
+def check_exportable(model: Any) -> None:
+    """Refuse a model whose graph would not be right: an attention kind ONNX cannot express, or no CTC head.
+
+    Raises:
+        ExportError: naming the kind (and the kinds that export) or the head.
+    """
+    kind = model.config.attention.kind
+    if not model.config.attention.is_default and kind not in EXPORTABLE_ATTENTION:
+        reason = UNEXPORTABLE_ATTENTION.get(kind, "its export is not tested")
+        raise ExportError(f"attention kind {kind!r} cannot be exported to ONNX ({reason}); the kinds that export: "
+                          f"default, {', '.join(EXPORTABLE_ATTENTION)}")
+    if getattr(model, "ctc_head", None) is None:
+        raise ExportError(f"head {model.config.head!r} has no CTC output: only CTC heads export (a ctc_las model "
+                          "exports its CTC branch; the LAS decoder is not exported)")
+
+
+def _feature_settings(processor: Any, model: Any) -> dict[str, Any]:
+    from ..data.feature_types import FeatureType
+
+    features = FeatureType.of(processor.feature_extractor)
+    return {
+        "type": features.name,
+        "framed": features.framed,
+        "sampling_rate": features.sampling_rate,
+        "n_mels": features.n_mels,
+        "do_normalize": features.do_normalize,
+        "samples_per_frame": features.inputs_to_logits_ratio(model),
+    }
+
+
+def _max_frames(model: Any) -> int | None:
+    """The longest encoder output the graph's relative position table covers (conformers), else None."""
+    config = model.backbone.config
+    if getattr(config, "position_embeddings_type", None) == "relative" and hasattr(config, "max_source_positions"):
+        return int(config.max_source_positions)
+    return None
+
+
+def export_model(
+    model_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    language: str | None = None,
+    fusion: bool = False,
+    quantize: str | None = None,
+    overwrite: bool = False,
+    metrics: list[dict[str, Any]] | None = None,
+) -> ExportResult:
+    """Export the saved model at ``model_dir`` into ``out``.
+
+    Args:
+        model_dir: a model folder (``adaptspeech train``'s ``model/``) with its processor.
+        out: the folder to write (must not exist, or be replaced with ``overwrite``).
+        language: the language whose adapter and head the graph holds.
+        fusion: hold the SimAdapter fusion instead (its target language's head).
+        quantize: ``"int8"`` also writes ``model.int8.onnx`` (:mod:`.quantize`).
+        overwrite: replace an existing ``out``.
+        metrics: results for the model card (see :func:`adaptspeech.export.card.write_card`).
+
+    Raises:
+        ExportError: see :func:`choose_language`, :func:`check_exportable`; an existing ``out`` without
+            ``overwrite``; a quantisation other than int8.
+    """
+    from transformers import Wav2Vec2Processor
+
+    from ..saved_model import load_saved_model
+    from .card import write_card
+    from .graph import ExportableCTC, eager_attention, example_inputs, export_graph
+    from .quantize import quantize_int8
+    from .tokens import token_table
+
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ExportError(f"--quantize {quantize}: allowed values: {', '.join(QUANTIZATIONS)}")
+    out = Path(out)
+    if out.exists() and not overwrite:
+        what = "another export" if (out / SETTINGS_FILE).is_file() else "files"
+        raise ExportError(f"--out {out} already holds {what}: pass --overwrite to replace it, or another folder")
+    model_dir = Path(model_dir)
+    model = load_saved_model(model_dir, progress_bar=False).eval()
+    check_exportable(model)
+    if not (model_dir / "tokenizer_config.json").is_file():
+        raise ExportError(f"--model {model_dir}: no tokenizer saved beside the model (tokens.txt needs it)")
+    processor = Wav2Vec2Processor.from_pretrained(model_dir)
+    language, fused = choose_language(model, language, fusion)
+    table = token_table(processor.tokenizer)
+    vocab_size = model.ctc_head.vocab_size_of(language) if language is not None else model.config.vocab_size
+    if len(table) != vocab_size:
+        raise ExportError(f"the CTC head of {language or 'the model'} has {vocab_size} outputs but the tokenizer in "
+                          f"{model_dir} has {len(table)} tokens")
+    feature = _feature_settings(processor, model)
+    settings = {
+        "format_version": FORMAT_VERSION,
+        "language": language,
+        "fusion": fused,
+        "languages": list(model.adapter_languages),
+        "backbone_type": model.config.backbone_type,
+        "backbone_name_or_path": model.config.backbone_name_or_path,
+        "backbone_revision": model.config.backbone_revision,
+        "head": model.config.head,
+        "attention": model.config.attention.kind,
+        "feature": feature,
+        "vocab_size": len(table),
+        "max_frames": _max_frames(model),
+        "tokenizer": {
+            "blank_id": table.blank_id, "word_delimiter": table.word_delimiter,
+            "skip_tokens": sorted(table.skip_tokens),
+            "clean_up_tokenization_spaces": table.clean_up_tokenization_spaces,
+            "do_lower_case": table.do_lower_case, "unk_token": table.unk_token,
+        },
+        "graph": {"inputs": ["x", "x_lengths"], "outputs": ["logits", "logits_lengths"], "normalizes_input":
+                  feature["do_normalize"]},
+        "graphs": {"fp32": FP32_GRAPH},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        module = ExportableCTC(model, normalize=feature["do_normalize"]).eval()
+        feature_size = int(feature["n_mels"]) if feature["framed"] else 1
+        units = 200 if feature_size > 1 else int(feature["samples_per_frame"]) * 50
+        with eager_attention(model):
+            export_graph(module, example_inputs(model, feature_size, units), work / FP32_GRAPH)
+        if quantize == "int8":
+            quantize_int8(work / FP32_GRAPH, work / INT8_GRAPH)
+            settings["graphs"]["int8"] = INT8_GRAPH
+        table.write(work / TOKENS_FILE)
+        _copy_lm(model_dir, work)
+        (work / SETTINGS_FILE).write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_card(work, settings, metrics or [])
+        _replace(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return ExportResult(out, {p: out / f for p, f in settings["graphs"].items()}, language, fused)
+
+
+def _copy_lm(model_dir: Path, work: Path) -> None:
+    """The model folder's saved n-gram LM (``alphabet.json`` and ``language_model/``), when it has one."""
+    from ..lm.files import ALPHABET_NAME, LANGUAGE_MODEL_DIR
+
+    if (model_dir / LANGUAGE_MODEL_DIR).is_dir():
+        shutil.copytree(model_dir / LANGUAGE_MODEL_DIR, work / LANGUAGE_MODEL_DIR)
+        if (model_dir / ALPHABET_NAME).is_file():
+            shutil.copy2(model_dir / ALPHABET_NAME, work / ALPHABET_NAME)
+
+
+def _replace(work: Path, out: Path) -> None:
+    """Rename the finished ``work`` folder to ``out``; an existing ``out`` is moved aside first and removed after."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.replaced")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+    work.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

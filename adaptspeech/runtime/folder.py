@@ -1,0 +1,138 @@
+"""The folder ``adaptspeech export`` writes, read without torch: its files, its settings and their checks.
+
+Layout::
+
+    OUT/
+      model.onnx              fp32 graph (adaptspeech.export.graph: inputs x, x_lengths; outputs logits, logits_lengths)
+      model.int8.onnx         the same with int8 linear-layer weights (``--quantize int8``)
+      tokens.txt              SYMBOL ID a line (sherpa-onnx's format; the word delimiter written ▁)
+      adaptspeech_export.json the settings below
+      alphabet.json, language_model/   the model folder's n-gram LM, when it has one
+      README.md               the model card
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .tokens import TokenTable, read_symbols, table_from_symbols
+
+SETTINGS_FILE = "adaptspeech_export.json"
+TOKENS_FILE = "tokens.txt"
+FP32_GRAPH = "model.onnx"
+INT8_GRAPH = "model.int8.onnx"
+FORMAT_VERSION = 1
+PRECISIONS = ("fp32", "int8")
+
+
+class ExportFolderError(ValueError):
+    """An exported folder that cannot be used: one line naming the folder, the file and the fault."""
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """An exported folder's settings (``adaptspeech_export.json``) and token table.
+
+    Attributes:
+        path: the folder.
+        settings: the JSON settings (``feature`` holds ``type``, ``framed``, ``sampling_rate``, ``n_mels``,
+            ``do_normalize``, ``samples_per_frame``; ``graphs`` maps precision -> file; ``max_frames`` the longest
+            output the graph's position table covers, or null).
+        table: the token table of ``tokens.txt`` and the tokenizer settings.
+    """
+
+    path: Path
+    settings: dict[str, Any]
+    table: TokenTable
+
+    @property
+    def feature(self) -> dict[str, Any]:
+        return self.settings["feature"]
+
+    @property
+    def framed(self) -> bool:
+        """The graph reads log-mel frames ``[B, S, n_mels]`` (else waveforms ``[B, S]``)."""
+        return bool(self.feature["framed"])
+
+    @property
+    def sampling_rate(self) -> int:
+        return int(self.feature["sampling_rate"])
+
+    @property
+    def seconds_per_frame(self) -> float:
+        return float(self.feature["samples_per_frame"]) / self.sampling_rate
+
+    def graph(self, precision: str | None = None) -> Path:
+        """The graph file of ``precision`` (``fp32`` / ``int8``; None: int8 when exported, else fp32).
+
+        Raises:
+            ExportFolderError: that precision was not exported (naming the ones that were).
+        """
+        graphs = self.settings["graphs"]
+        if precision is None:
+            precision = "int8" if "int8" in graphs else "fp32"
+        if precision not in graphs:
+            raise ExportFolderError(f"{self.path}: no {precision} graph exported; it holds {sorted(graphs)}")
+        return self.path / graphs[precision]
+
+
+def read_export(path: str | os.PathLike) -> ExportedModel:
+    """Read and check an exported folder (the graph's output size is checked when a session loads it:
+    :func:`check_vocabulary`).
+
+    Raises:
+        ExportFolderError: no settings file, an unreadable one, another format version, a missing graph or
+            ``tokens.txt``, or tokens that disagree with the settings.
+    """
+    folder = Path(path)
+    settings_file = folder / SETTINGS_FILE
+    if not settings_file.is_file():
+        raise ExportFolderError(f"{folder}: no {SETTINGS_FILE} there (pass a folder written by `adaptspeech export`)")
+    try:
+        settings = json.loads(settings_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ExportFolderError(f"{settings_file}: unreadable ({err})") from None
+    if settings.get("format_version") != FORMAT_VERSION:
+        raise ExportFolderError(f"{settings_file}: format_version {settings.get('format_version')!r}; this "
+                                f"adaptspeech reads {FORMAT_VERSION}")
+    for precision, name in settings.get("graphs", {}).items():
+        if not (folder / name).is_file():
+            raise ExportFolderError(f"{folder}: the {precision} graph {name} is missing")
+    tokens_file = folder / TOKENS_FILE
+    if not tokens_file.is_file():
+        raise ExportFolderError(f"{folder}: {TOKENS_FILE} is missing")
+    try:
+        symbols = read_symbols(tokens_file)
+        tok = settings["tokenizer"]
+        table = table_from_symbols(symbols, tok["blank_id"], tok["word_delimiter"], tok["skip_tokens"],
+                                   clean_up_tokenization_spaces=tok["clean_up_tokenization_spaces"],
+                                   do_lower_case=tok["do_lower_case"], unk_token=tok["unk_token"])
+    except (KeyError, ValueError) as err:
+        raise ExportFolderError(f"{tokens_file}: {err}") from None
+    if len(table) != settings.get("vocab_size"):
+        raise ExportFolderError(f"{tokens_file} holds {len(table)} tokens, {SETTINGS_FILE} says vocab_size "
+                                f"{settings.get('vocab_size')}")
+    return ExportedModel(folder, settings, table)
+
+
+def check_vocabulary(model: ExportedModel, graph: Path, output_size: Any, input_shape: list[Any]) -> None:
+    """Refuse a graph whose logits are not ``len(tokens)`` wide, or whose input rank disagrees with the feature
+    settings (``output_size`` / ``input_shape``: the session's declared ``logits`` last dimension and ``x`` shape).
+
+    Raises:
+        ExportFolderError: naming the graph, the sizes and the file they come from.
+    """
+    if isinstance(output_size, int) and output_size != len(model.table):
+        raise ExportFolderError(f"{graph}: the graph outputs {output_size} labels but {TOKENS_FILE} holds "
+                                f"{len(model.table)} tokens: tokens.txt belongs to another export")
+    rank = 3 if model.framed else 2
+    if len(input_shape) != rank:
+        raise ExportFolderError(f"{graph}: the graph reads input of rank {len(input_shape)} but {SETTINGS_FILE} says "
+                                f"feature type {model.feature['type']!r} (rank {rank})")
+    if model.framed and isinstance(input_shape[2], int) and input_shape[2] != int(model.feature["n_mels"]):
+        raise ExportFolderError(f"{graph}: the graph reads {input_shape[2]} mel bins but {SETTINGS_FILE} says "
+                                f"n_mels {model.feature['n_mels']}")

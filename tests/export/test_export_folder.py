@@ -1,0 +1,116 @@
+"""An exported folder end to end: ``adaptspeech export`` writes it, :class:`OnnxRecognizer` and ``adaptspeech
+transcribe --onnx`` give the transcripts PyTorch gives, the int8 graph runs, the card parses back with
+huggingface_hub, and the runtime transcribes in a subprocess where torch cannot be imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from helpers.cli import one_error_line, run_main, subprocess_env
+from helpers.model_folders import audio, model_folder
+
+from adaptspeech.cli import main
+from adaptspeech.cli.common import _load_model
+from adaptspeech.inference.transcriber import transcribe
+from adaptspeech.runtime import OnnxRecognizer
+from adaptspeech.runtime.command import unescape_field
+
+SECONDS = (1.3, 0.7, 2.1)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A tiny fbank model with ro / cs adapters, its ro adapter exported with int8 weights, and three wav files."""
+    root = tmp_path_factory.mktemp("export")
+    model_folder(root / "model")
+    assert main(["export", "--model", str(root / "model"), "--language", "ro", "--out", str(root / "onnx"),
+                 "--quantize", "int8"]) == 0
+    wavs = []
+    for i, seconds in enumerate(SECONDS):
+        sf.write(root / f"clip{i}.wav", audio(seconds, seed=i), 16000)
+        wavs.append(str(root / f"clip{i}.wav"))
+    return root, wavs
+
+
+def _torch_texts(root, waveforms):
+    model, processor = _load_model(str(root / "model"))
+    model.set_target_language("ro")
+    return [t.text for t in transcribe(model, processor, waveforms, method="ctc_greedy")]
+
+
+def test_the_folder_holds_graphs_tokens_settings_and_a_card(exported):
+    from huggingface_hub import ModelCard
+
+    root, _ = exported
+    names = {p.name for p in (root / "onnx").iterdir()}
+    assert {"model.onnx", "model.int8.onnx", "tokens.txt", "adaptspeech_export.json", "README.md"} <= names
+    card = ModelCard.load(root / "onnx" / "README.md")
+    assert card.data.language == ["ro"]
+    assert card.data.pipeline_tag == "automatic-speech-recognition"
+    assert "onnx" in card.data.tags
+
+
+def test_onnx_transcripts_are_pytorchs(exported):
+    root, wavs = exported
+    waveforms = [audio(s, seed=i) for i, s in enumerate(SECONDS)]
+    expected = _torch_texts(root, waveforms)
+    assert any(expected), "the random model decodes to text"
+    recognizer = OnnxRecognizer(root / "onnx", precision="fp32")
+    assert [r.text for r in recognizer.transcribe(wavs)] == expected
+    assert [r.text for r in recognizer.transcribe(waveforms, batch_size=3)] == expected  # padded batch
+
+
+def test_int8_graph_is_close_to_fp32(exported):
+    """int8 weights change the logits (quantisation error), not the frames; measured < 0.2 on these logits."""
+    root, _ = exported
+    waveforms = [audio(1.0)]
+    fp32, frames = OnnxRecognizer(root / "onnx", precision="fp32").logits(waveforms)
+    int8, frames8 = OnnxRecognizer(root / "onnx").logits(waveforms)
+    np.testing.assert_array_equal(frames, frames8)
+    assert 0 < np.abs(fp32 - int8).max() < 0.5
+
+
+def test_transcribe_onnx_prints_the_recognizers_text(exported, capsys):
+    root, wavs = exported
+    code, out, _ = run_main(["transcribe", "--onnx", root / "onnx", "--precision", "fp32", *wavs], capsys)
+    assert code == 0
+    texts = [r.text for r in OnnxRecognizer(root / "onnx", precision="fp32").transcribe(wavs)]
+    assert [unescape_field(line.split("\t")[1]) for line in out.splitlines()] == texts
+
+
+def test_transcribe_needs_model_or_onnx(exported, capsys):
+    root, wavs = exported
+    code, _, err = run_main(["transcribe", "--model", root / "model", "--onnx", root / "onnx", wavs[0]], capsys)
+    assert code == 1
+    assert "--model DIR" in one_error_line(err) and "--onnx DIR" in one_error_line(err)
+
+
+BLOCK_TORCH = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(name + " is not installed")
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def test_the_runtime_runs_where_torch_cannot_be_imported(exported):
+    root, wavs = exported
+    script = BLOCK_TORCH + (
+        "from adaptspeech.runtime.command import main\n"
+        "code = main(sys.argv[1:])\n"
+        "assert not any(m == 'torch' or m.startswith('torch.') for m in sys.modules), 'torch was imported'\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, "--onnx", str(root / "onnx"), "--precision", "fp32", *wavs],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    texts = [r.text for r in OnnxRecognizer(root / "onnx", precision="fp32").transcribe(wavs)]
+    assert [unescape_field(line.split("\t")[1]) for line in done.stdout.splitlines()] == texts
+    assert torch.__version__  # this process has torch: the subprocess did not
