@@ -1,0 +1,120 @@
+"""Bad input to ``adaptspeech export`` and to an exported folder: one clear line each, nothing half-written
+(docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from helpers.cli import one_error_line, run_main
+from helpers.files import folder_bytes
+from helpers.model_folders import model_folder
+
+from adaptspeech.export import exporter
+from adaptspeech.runtime import OnnxRecognizer
+from adaptspeech.runtime.folder import SETTINGS_FILE, TOKENS_FILE, ExportFolderError
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Tiny fbank model folders (ro / cs adapters), and one exported with its ro adapter."""
+    from adaptspeech.export import export_model
+
+    root = tmp_path_factory.mktemp("models")
+    model_folder(root / "two")
+    export_model(root / "two", root / "onnx", language="ro")
+    return root
+
+
+def _error(argv, capsys) -> str:
+    code, _, err = run_main(argv, capsys)
+    assert code == 1
+    return one_error_line(err)
+
+
+def test_a_language_the_model_lacks_names_those_it_has(models, tmp_path, capsys):
+    line = _error(["export", "--model", models / "two", "--language", "de", "--out", tmp_path / "o"], capsys)
+    assert "--language de" in line and "cs, ro" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_several_languages_need_a_language(models, tmp_path, capsys):
+    line = _error(["export", "--model", models / "two", "--out", tmp_path / "o"], capsys)
+    assert "2 languages (cs, ro)" in line and "--language" in line
+
+
+def test_fusion_without_a_fusion(models, tmp_path, capsys):
+    line = _error(["export", "--model", models / "two", "--fusion", "--out", tmp_path / "o"], capsys)
+    assert "--fusion" in line and "no SimAdapter fusion" in line
+
+
+def test_an_attention_kind_onnx_cannot_express_is_named(tmp_path, capsys):
+    model_folder(tmp_path / "lsh", attention={"kind": "lsh_simple", "layers": [1]})
+    line = _error(["export", "--model", tmp_path / "lsh", "--language", "ro", "--out", tmp_path / "o"], capsys)
+    assert "'lsh_simple'" in line and "the kinds that export: default, mhsa" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_las_head_has_no_ctc_graph(tmp_path, capsys):
+    model_folder(tmp_path / "las", head="las", languages=("ro",))
+    line = _error(["export", "--model", tmp_path / "las", "--out", tmp_path / "o"], capsys)
+    assert "head 'las'" in line and "only CTC heads export" in line
+
+
+def test_an_existing_export_is_kept_unless_overwrite(models, tmp_path, capsys):
+    out = tmp_path / "onnx"
+    shutil.copytree(models / "onnx", out)
+    before = folder_bytes(out)
+    line = _error(["export", "--model", models / "two", "--language", "cs", "--out", out], capsys)
+    assert "already holds another export" in line and "--overwrite" in line
+    assert folder_bytes(out) == before
+
+
+def test_a_failed_export_leaves_nothing(models, tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError("translation failed")
+
+    monkeypatch.setattr("adaptspeech.export.graph.export_graph", fail)
+    with pytest.raises(RuntimeError, match="translation failed"):
+        exporter.export_model(models / "two", tmp_path / "o", language="ro")
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor its temporary sibling
+
+
+def test_overwrite_replaces_the_folder(models, tmp_path, capsys):
+    out = tmp_path / "onnx"
+    out.mkdir()
+    (out / "stale.txt").write_text("old")
+    code, _, _ = run_main(["export", "--model", models / "two", "--language", "cs", "--out", out, "--overwrite"],
+                          capsys)
+    assert code == 0
+    assert not (out / "stale.txt").exists()
+    assert json.loads((out / SETTINGS_FILE).read_text())["language"] == "cs"
+    assert [p.name for p in tmp_path.iterdir()] == ["onnx"]
+
+
+def test_tokens_of_another_size_are_refused_at_load(models, tmp_path):
+    out = tmp_path / "onnx"
+    shutil.copytree(models / "onnx", out)
+    with (out / TOKENS_FILE).open("a", encoding="utf-8") as handle:
+        handle.write(f"x {len((out / TOKENS_FILE).read_text().splitlines())}\n")
+    settings = json.loads((out / SETTINGS_FILE).read_text())
+    settings["vocab_size"] += 1
+    (out / SETTINGS_FILE).write_text(json.dumps(settings))
+    with pytest.raises(ExportFolderError, match=r"model.onnx: the graph outputs \d+ labels but tokens.txt holds"):
+        OnnxRecognizer(out)
+
+
+def test_feature_settings_that_disagree_with_the_graph_are_refused_at_load(models, tmp_path):
+    out = tmp_path / "onnx"
+    shutil.copytree(models / "onnx", out)
+    settings = json.loads((out / SETTINGS_FILE).read_text())
+    settings["feature"]["framed"] = False
+    (out / SETTINGS_FILE).write_text(json.dumps(settings))
+    with pytest.raises(ExportFolderError, match="the graph reads input of rank 3"):
+        OnnxRecognizer(out)
+
+
+def test_a_folder_that_is_no_export(tmp_path, capsys):
+    line = _error(["transcribe", "--onnx", tmp_path, "clip.wav"], capsys)
+    assert f"no {SETTINGS_FILE} there" in line
