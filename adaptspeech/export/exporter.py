@@ -28,17 +28,15 @@ from ..runtime.folder import FORMAT_VERSION, FP32_GRAPH, INT8_GRAPH, SETTINGS_FI
 
 #: swappable attention kinds whose export is tested to match PyTorch (tests/export/test_export_attention.py)
 EXPORTABLE_ATTENTION: tuple[str, ...] = (
-    "mhsa", "rel_pos", "shared_qk", "ldsa", "synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random",
+    "mhsa", "shared_qk", "ldsa", "synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random",
 )
 #: kinds refused, with the reason
 UNEXPORTABLE_ATTENTION: dict[str, str] = {
-    "lsh_simple": "the hash buckets are sorted and gathered with data-dependent sizes",
-    "lsh_simple_alsh": "the hash buckets are sorted and gathered with data-dependent sizes",
-    "lsh_sign_alsh": "the hash buckets are sorted and gathered with data-dependent sizes",
-    "lsh_xbox": "the hash buckets are sorted and gathered with data-dependent sizes",
-    "lsh_xbox_qnf": "the hash buckets are sorted and gathered with data-dependent sizes",
+    **{kind: "its hash buckets are sorted and gathered (onnxruntime has no Where kernel for the bucket ids' type)"
+       for kind in ("lsh_simple", "lsh_simple_alsh", "lsh_sign_alsh", "lsh_xbox", "lsh_xbox_qnf")},
     "sparse_fixed": "the sparse layouts are built in Python from the sequence length",
     "sparse_strided": "the sparse layouts are built in Python from the sequence length",
+    "rel_pos": "its relative-position table is built in numpy from the sequence length",
 }
 QUANTIZATIONS = ("int8",)
 

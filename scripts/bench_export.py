@@ -1,0 +1,168 @@
+"""Speed and accuracy of an exported model against PyTorch, one CPU thread, all in one run.
+
+Speed: PyTorch eager fp32, onnxruntime fp32 and onnxruntime int8 (dynamic int8 MatMul weights) on the same random
+utterance, interleaved rounds, the fastest round of each counts; printed as seconds of compute per second of audio
+and as speed-ups over PyTorch. Shapes: XLS-R 300M (random weights, one bottleneck adapter; ``--shape xlsr300m``), the
+demo's fbank Conformer (width 144, 4 layers; ``--shape demo``), or a saved model folder (``--model DIR``).
+
+Accuracy (``--model DIR --data PREPARED``): the CER / WER of greedy decoding of the ``--split`` rows with PyTorch fp32,
+onnxruntime fp32 and onnxruntime int8, from the prepared rows' features (the graph re-normalises them: idempotent).
+
+Usage::
+
+    python scripts/bench_export.py --shape xlsr300m --seconds 8
+    python scripts/bench_export.py --shape demo --seconds 8
+    python scripts/bench_export.py --model runs/demo_base --data PREPARED --split test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from adaptspeech.backbones.wav2vec2 import XLSR_300M_BACKBONE
+from adaptspeech.configuration import AdaptSpeechConfig
+from adaptspeech.export.graph import ExportableCTC, eager_attention, example_inputs, export_graph
+from adaptspeech.export.quantize import quantize_int8
+from adaptspeech.modeling import AdaptSpeechForCTC
+from adaptspeech.runtime.ctc import greedy_decode
+
+DEMO_BACKBONE = dict(hidden_size=144, num_hidden_layers=4, num_attention_heads=4, intermediate_size=576,
+                     conv_depthwise_kernel_size=15, num_mel_bins=80)
+
+
+def shaped_model(shape: str) -> AdaptSpeechForCTC:
+    """A random model of ``shape`` with one language adapter active (eval mode, dropout off)."""
+    if shape == "xlsr300m":
+        backbone = dict(XLSR_300M_BACKBONE, layerdrop=0.0, mask_time_prob=0.0, hidden_dropout=0.0,
+                        attention_dropout=0.0)
+        config = AdaptSpeechConfig(backbone_type="wav2vec2", backbone_config=backbone, vocab_size=40,
+                                   adapter_languages=["xx"])
+    else:
+        config = AdaptSpeechConfig(backbone_type="fbank_conformer", backbone_config=DEMO_BACKBONE, vocab_size=40,
+                                   adapter_languages=["xx"])
+    torch.manual_seed(0)
+    model = AdaptSpeechForCTC(config).eval()
+    model.set_target_language("xx")
+    return model
+
+
+def export_both(model: AdaptSpeechForCTC, folder: Path) -> dict[str, Path]:
+    """fp32 and int8 graphs of ``model`` in ``folder``."""
+    framed = model.main_input_name == "input_features"
+    feature_size = model.config.backbone_config.num_mel_bins if framed else 1
+    module = ExportableCTC(model, normalize=True).eval()
+    with eager_attention(model):
+        export_graph(module, example_inputs(model, feature_size, 200 if framed else 16000), folder / "model.onnx")
+    quantize_int8(folder / "model.onnx", folder / "model.int8.onnx")
+    return {"fp32": folder / "model.onnx", "int8": folder / "model.int8.onnx"}
+
+
+def session(path: Path) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def bench_speed(model: AdaptSpeechForCTC, graphs: dict[str, Path], seconds: float, rounds: int) -> dict[str, float]:
+    """Seconds of compute per second of audio of each path (fastest of ``rounds``)."""
+    framed = model.main_input_name == "input_features"
+    units = int(seconds * (100 if framed else 16000))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, units, 80) if framed else (1, units)).astype(np.float32)
+    lengths = np.array([units], np.int64)
+    module = ExportableCTC(model, normalize=True).eval()
+    sessions = {name: session(path) for name, path in graphs.items()}
+    runs = {"pytorch_fp32": lambda: module(torch.from_numpy(x), torch.from_numpy(lengths))}
+    for name, sess in sessions.items():
+        runs[f"onnxruntime_{name}"] = lambda sess=sess: sess.run(None, {"x": x, "x_lengths": lengths})
+    best = {name: float("inf") for name in runs}
+    with torch.inference_mode():
+        for name in runs:  # warm-up
+            runs[name]()
+        for _ in range(rounds):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                run()
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {name: value / seconds for name, value in best.items()}
+
+
+def bench_accuracy(model_dir: Path, graphs: dict[str, Path], data: Path, split: str, limit: int | None) -> dict:
+    """CER / WER (percent) of greedy decoding of the split with PyTorch fp32 and each graph."""
+    from datasets import load_from_disk
+    from jiwer import cer, wer
+    from transformers import Wav2Vec2Processor
+
+    from adaptspeech.export.tokens import token_table
+    from adaptspeech.saved_model import load_saved_model
+
+    rows = load_from_disk(str(data))[split]
+    if limit:
+        rows = rows.select(range(min(limit, len(rows))))
+    model = load_saved_model(model_dir, progress_bar=False).eval()
+    table = token_table(Wav2Vec2Processor.from_pretrained(model_dir).tokenizer)
+    module = ExportableCTC(model, normalize=True).eval()
+    sessions = {name: session(path) for name, path in graphs.items()}
+    hypotheses: dict[str, list[str]] = {"pytorch_fp32": [], **{f"onnxruntime_{n}": [] for n in sessions}}
+    references = []
+    for row in rows:
+        x = np.asarray(row[model.main_input_name], np.float32)[None]
+        lengths = np.array([x.shape[1]], np.int64)
+        with torch.inference_mode():
+            logits, frames = module(torch.from_numpy(x), torch.from_numpy(lengths))
+        outputs = {"pytorch_fp32": (logits.numpy(), frames.numpy())}
+        for name, sess in sessions.items():
+            outputs[f"onnxruntime_{name}"] = tuple(sess.run(None, {"x": x, "x_lengths": lengths}))
+        for name, (out, n) in outputs.items():
+            hypotheses[name].append(table.text(greedy_decode(out, n, table.blank_id)[0]))
+        references.append(row["text"])
+    return {name: {"cer": round(100 * cer(references, hyp), 2), "wer": round(100 * wer(references, hyp), 2)}
+            for name, hyp in hypotheses.items()} | {"utterances": len(references)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=("xlsr300m", "demo"), default="demo")
+    parser.add_argument("--model", type=Path, default=None, help="a saved model folder instead of --shape")
+    parser.add_argument("--language", default=None, help="the language of --model to export")
+    parser.add_argument("--data", type=Path, default=None, help="a prepared dataset folder (accuracy)")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--limit", type=int, default=None, help="rows of --split to score")
+    parser.add_argument("--seconds", type=float, default=8.0, help="utterance length of the speed runs")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    result: dict = {"torch": torch.__version__, "onnxruntime": ort.__version__, "threads": 1}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model is not None:
+            from adaptspeech.export import choose_language
+            from adaptspeech.saved_model import load_saved_model
+
+            model = load_saved_model(args.model, progress_bar=False).eval()
+            if model.adapter_languages or args.language:
+                choose_language(model, args.language, False)
+            result["model"] = str(args.model)
+        else:
+            model = shaped_model(args.shape)
+            result["model"] = f"{args.shape} shape, random weights"
+        graphs = export_both(model, Path(tmp))
+        result["graph_mb"] = {n: round(p.stat().st_size / 2**20, 1) for n, p in graphs.items()}
+        speed = bench_speed(model, graphs, args.seconds, args.rounds)
+        result["seconds_per_audio_second"] = {k: round(v, 4) for k, v in speed.items()}
+        result["speedup_over_pytorch"] = {k: round(speed["pytorch_fp32"] / v, 2) for k, v in speed.items()}
+        if args.data is not None and args.model is not None:
+            result["accuracy"] = bench_accuracy(args.model, graphs, args.data, args.split, args.limit)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Every attention kind the exporter accepts (:data:`adaptspeech.export.EXPORTABLE_ATTENTION`) gives PyTorch's logits
+in onnxruntime at two lengths in a padded batch (the kind swapped into layer 1 of a tiny fbank Conformer); the others
+are refused (tests/export/test_export_reliability.py). Tolerance 1e-4 max abs, as tests/export/test_export_graph.py
+states (measured below 1e-6 here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from adaptspeech.attention.registry import ATTENTION
+from adaptspeech.export import EXPORTABLE_ATTENTION, UNEXPORTABLE_ATTENTION
+from adaptspeech.export.graph import ExportableCTC, eager_attention, example_inputs, export_graph
+from adaptspeech.modeling import AdaptSpeechForCTC
+from adaptspeech.testing.tiny_models import tiny_config
+
+TOLERANCE = 1e-4
+
+
+def test_every_registered_kind_is_either_exportable_or_refused_with_a_reason():
+    assert set(EXPORTABLE_ATTENTION) | set(UNEXPORTABLE_ATTENTION) == set(ATTENTION.names())
+    assert not set(EXPORTABLE_ATTENTION) & set(UNEXPORTABLE_ATTENTION)
+
+
+@pytest.mark.parametrize("kind", EXPORTABLE_ATTENTION)
+def test_an_exportable_kind_matches_pytorch(kind, tmp_path):
+    config = tiny_config("fbank_conformer", adapter_languages=["ro"], attention={"kind": kind, "layers": [1]})
+    torch.manual_seed(0)
+    model = AdaptSpeechForCTC(config).eval()
+    model.set_target_language("ro")
+    module = ExportableCTC(model, normalize=False).eval()
+    with eager_attention(model):
+        export_graph(module, example_inputs(model, 16, 60), tmp_path / "model.onnx")
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    for units in (37, 250):
+        x, lengths = example_inputs(model, 16, units, batch=3)
+        with torch.no_grad():
+            expected, frames = module(x, lengths)
+        logits, onnx_frames = session.run(None, {"x": x.numpy(), "x_lengths": lengths.numpy()})
+        np.testing.assert_array_equal(onnx_frames, frames.numpy())
+        for row, n in enumerate(frames.tolist()):
+            assert np.abs(logits[row, :n] - expected[row, :n].numpy()).max() <= TOLERANCE, (kind, units)
