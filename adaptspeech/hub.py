@@ -16,14 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .model_card import card_data, metrics_from_rates
+
 MODEL_CARD_TEMPLATE = """---
-library_name: adaptspeech
-tags:
-- automatic-speech-recognition
-- adapters
-- adaptspeech
-{tags}language:
-{languages}base_model: {base_model}
+{front_matter}
 ---
 
 # {title}
@@ -71,6 +67,7 @@ def prepare_adapter_folder(
     include_fusion: bool = False,
     metrics: Mapping[str, Any] | None = None,
     include_head: bool = False,
+    dataset: str = "test set",
 ) -> Path:
     """Write the files of one language's adapter (and/or the fusion) plus a model card into ``folder``.
 
@@ -81,7 +78,11 @@ def prepare_adapter_folder(
         include_fusion: also write ``fusion.safetensors`` / ``fusion.json``; the card then lists the fused languages.
         metrics: e.g. ``{"test_cer": 0.061, "test_wer": 0.21}``, shown in the card.
         include_head: save the CTC head with the adapter (a language with its own vocabulary).
+        dataset: the dataset the metrics were measured on: ``SPLIT_wer`` / ``SPLIT_cer`` metrics become the card's
+            ``model-index`` (:mod:`adaptspeech.model_card`).
     """
+    from huggingface_hub import ModelCard
+
     if language is None and not include_fusion:
         raise ValueError("name a language to publish, or include_fusion=True to publish the fusion")
     folder = Path(folder)
@@ -106,9 +107,11 @@ def prepare_adapter_folder(
         adapter_desc += f"; SimAdapter fusion over {', '.join(fused)}"
         load_lines += [f"# load the adapters of {', '.join(fused)} first, then", 'model.load_fusion("<this repo>")']
     base = config.backbone_name_or_path or f"(built from config: {config.backbone_type})"
+    tags = ["automatic-speech-recognition", "adapters", "adaptspeech"] + (["simadapter"] if include_fusion else [])
+    data = card_data(f"adaptspeech-adapter-{'-'.join(languages)}", languages, tags, config.backbone_name_or_path,
+                     config.backbone_revision, metrics_from_rates(metrics, dataset), library_name="adaptspeech")
     card = MODEL_CARD_TEMPLATE.format(
-        tags="- simadapter\n" if include_fusion else "",
-        languages="".join(f"- {lang}\n" for lang in languages),
+        front_matter=data.to_yaml(),
         base_model=base,
         title=f"adaptspeech adapter: {', '.join(languages)}",
         summary=(
@@ -126,7 +129,7 @@ def prepare_adapter_folder(
         vocab_size=config.vocab_size,
         load_lines="\n".join(load_lines),
     )
-    (folder / "README.md").write_text(card)
+    ModelCard(card).save(folder / "README.md")
     return folder
 
 

@@ -86,3 +86,18 @@ def test_push_without_network_is_one_clear_line(tmp_path, monkeypatch):
     assert "\n" not in str(err.value) and "unreachable" in str(err.value)
     with pytest.raises(PushError, match="nothing to push"):
         push_folder(tmp_path / "empty", "someone/x")
+
+
+def test_the_card_parses_back_with_huggingface_hub(tmp_path):
+    """The card's metadata is huggingface_hub's: language, base model and revision, and a model-index the Hub shows."""
+    from huggingface_hub import ModelCard
+
+    model = trained_model()
+    folder = prepare_adapter_folder(model, tmp_path / "push", language="ro", metrics={"test_cer": 0.0612,
+                                    "test_wer": 0.21, "test_utterances": 40}, dataset="Common Voice 17 ro")
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.language == ["ro"]
+    assert card.data.base_model == "facebook/wav2vec2-xls-r-300m" and card.data.base_model_revision == "abc123"
+    assert card.data.pipeline_tag == "automatic-speech-recognition"
+    results = {(r.metric_type, r.dataset_name, r.dataset_split): r.metric_value for r in card.data.eval_results}
+    assert results == {("cer", "Common Voice 17 ro", "test"): 6.12, ("wer", "Common Voice 17 ro", "test"): 21.0}

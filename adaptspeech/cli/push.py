@@ -26,6 +26,8 @@ def _add_push(subparsers: argparse._SubParsersAction) -> None:
     push.add_argument("--folder", default=None, help="where to write the files (default: DIR/hub/<language or fusion>)")
     push.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or the cached login)")
     push.add_argument("--metrics", default=None, metavar="results.json", help="`adaptspeech evaluate --output` JSON")
+    push.add_argument("--dataset", default="test set", metavar="NAME",
+                      help="the dataset the --metrics were measured on (the card's model-index)")
     push.add_argument("--include-head", action="store_true", help="also publish the CTC head (own vocabulary)")
     push.add_argument("--private", action="store_true", help="create the repository as private")
     push.set_defaults(func=_run_push)
@@ -65,6 +67,7 @@ def _run_push(args: argparse.Namespace) -> int:
         include_fusion=args.fusion,
         metrics=metrics,
         include_head=args.include_head,
+        dataset=args.dataset,
     )
     url = push_folder(folder, args.repo_id, token=args.token, private=args.private)
     print(f"pushed {folder} to {args.repo_id}: {url}")
