@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
-from typing import Any
 
-from .common import CommandError
+from .push import _card_metrics
 
 
 def _add_export(subparsers: argparse._SubParsersAction) -> None:
@@ -32,25 +29,11 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
     export.set_defaults(func=_run_export)
 
 
-def _card_metrics(path: str, language: str | None, dataset: str) -> list[dict[str, Any]]:
-    """``[{"metric", "value", "dataset", "split"}]`` from an ``evaluate --output`` JSON (the language's entry, else
-    overall)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise CommandError(f"--metrics {path}: not JSON ({err})") from None
-    if not isinstance(data, dict) or "overall" not in data:
-        raise CommandError(f"--metrics {path}: expected the JSON object `adaptspeech evaluate --output` writes")
-    entry = (data.get("per_language") or {}).get(language) or data["overall"]
-    split = data.get("split", "test")
-    return [{"metric": m, "value": round(100 * float(entry[m]), 2), "dataset": dataset, "split": split}
-            for m in ("wer", "cer") if m in entry]
-
-
 def _run_export(args: argparse.Namespace) -> int:
     from ..export import export_model
+    from ..model_card import metrics_from_rates
 
-    metrics = _card_metrics(args.metrics, args.language, args.dataset) if args.metrics else None
+    metrics = metrics_from_rates(_card_metrics(args.metrics, args.language), args.dataset) if args.metrics else None
     result = export_model(args.model, args.out, language=args.language, fusion=args.fusion, quantize=args.quantize,
                           overwrite=args.overwrite, metrics=metrics)
     what = f"fusion over {', '.join(result.fusion)}" if result.fusion else (result.language or "the base model")

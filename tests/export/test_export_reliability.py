@@ -10,6 +10,7 @@ import pytest
 from helpers.cli import one_error_line, run_main
 from helpers.files import folder_bytes
 from helpers.model_folders import model_folder
+from huggingface_hub import ModelCard
 
 from adaptspeech.export import exporter
 from adaptspeech.runtime import OnnxRecognizer
@@ -85,12 +86,18 @@ def test_overwrite_replaces_the_folder(models, tmp_path, capsys):
     out = tmp_path / "onnx"
     out.mkdir()
     (out / "stale.txt").write_text("old")
-    code, _, _ = run_main(["export", "--model", models / "two", "--language", "cs", "--out", out, "--overwrite"],
-                          capsys)
+    results = tmp_path / "results.json"  # as `adaptspeech evaluate --output` writes it
+    results.write_text(json.dumps({"split": "test", "overall": {"cer": 0.1, "wer": 0.3, "num_utterances": 5},
+                                   "per_language": {"cs": {"cer": 0.12, "wer": 0.25, "num_utterances": 3}}}))
+    code, _, _ = run_main(["export", "--model", models / "two", "--language", "cs", "--out", out, "--overwrite",
+                           "--metrics", results, "--dataset", "toy"], capsys)
     assert code == 0
     assert not (out / "stale.txt").exists()
     assert json.loads((out / SETTINGS_FILE).read_text())["language"] == "cs"
-    assert [p.name for p in tmp_path.iterdir()] == ["onnx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["onnx", "results.json"]
+    card = ModelCard.load(out / "README.md")
+    assert card.data.language == ["cs"]
+    assert {(r.metric_type, r.metric_value) for r in card.data.eval_results} == {("cer", 12.0), ("wer", 25.0)}
 
 
 def test_tokens_of_another_size_are_refused_at_load(models, tmp_path):
