@@ -114,3 +114,19 @@ def test_the_runtime_runs_where_torch_cannot_be_imported(exported):
     texts = [r.text for r in OnnxRecognizer(root / "onnx", precision="fp32").transcribe(wavs)]
     assert [unescape_field(line.split("\t")[1]) for line in done.stdout.splitlines()] == texts
     assert torch.__version__  # this process has torch: the subprocess did not
+
+
+def test_a_joint_model_exports_its_ctc_branch(tmp_path):
+    """``ctc_las``: the graph ends at the CTC logits (the LAS decoder is not exported); they are PyTorch's."""
+    model_folder(tmp_path / "joint", head="ctc_las", languages=("ro",))
+    assert main(["export", "--model", str(tmp_path / "joint"), "--out", str(tmp_path / "onnx")]) == 0
+    model, processor = _load_model(str(tmp_path / "joint"))
+    model.set_target_language("ro")
+    waveforms = [audio(1.1, seed=4), audio(0.6, seed=5)]
+    features = processor(waveforms, sampling_rate=16000, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model(**features)
+    logits, frames = OnnxRecognizer(tmp_path / "onnx", precision="fp32").logits(waveforms)
+    np.testing.assert_array_equal(frames, out.frame_lengths.numpy())
+    for row, n in enumerate(frames.tolist()):  # tolerance: tests/export/test_export_graph.py
+        assert np.abs(logits[row, :n] - out.logits[row, :n].numpy()).max() <= 1e-4
