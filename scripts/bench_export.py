@@ -12,7 +12,7 @@ Usage::
 
     python scripts/bench_export.py --shape xlsr300m --seconds 8
     python scripts/bench_export.py --shape demo --seconds 8
-    python scripts/bench_export.py --model runs/demo_base --data PREPARED --split test
+    python scripts/bench_export.py --model runs/demo_base --data PREPARED --split test --lm LM_DIR --skip-speed
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from adaptspeech.configuration import AdaptSpeechConfig
 from adaptspeech.export.graph import ExportableCTC, eager_attention, example_inputs, export_graph
 from adaptspeech.export.quantize import quantize_int8
 from adaptspeech.modeling import AdaptSpeechForCTC
-from adaptspeech.runtime.ctc import greedy_decode
+from adaptspeech.runtime.ctc import greedy_decode, log_softmax
 
 DEMO_BACKBONE = dict(hidden_size=144, num_hidden_layers=4, num_attention_heads=4, intermediate_size=576,
                      conv_depthwise_kernel_size=15, num_mel_bins=80)
@@ -96,8 +96,10 @@ def bench_speed(model: AdaptSpeechForCTC, graphs: dict[str, Path], seconds: floa
     return {name: value / seconds for name, value in best.items()}
 
 
-def bench_accuracy(model_dir: Path, graphs: dict[str, Path], data: Path, split: str, limit: int | None) -> dict:
-    """CER / WER (percent) of greedy decoding of the split with PyTorch fp32 and each graph."""
+def bench_accuracy(model_dir: Path, graphs: dict[str, Path], data: Path, split: str, limit: int | None,
+                   lm: Path | None = None) -> dict:
+    """CER / WER (percent) of greedy decoding of the split with PyTorch fp32 and each graph, and with the n-gram LM
+    at ``lm`` (pyctcdecode, default weights) when given."""
     from datasets import load_from_disk
     from jiwer import cer, wer
     from transformers import Wav2Vec2Processor
@@ -112,7 +114,13 @@ def bench_accuracy(model_dir: Path, graphs: dict[str, Path], data: Path, split: 
     table = token_table(Wav2Vec2Processor.from_pretrained(model_dir).tokenizer)
     module = ExportableCTC(model, normalize=True).eval()
     sessions = {name: session(path) for name, path in graphs.items()}
-    hypotheses: dict[str, list[str]] = {"pytorch_fp32": [], **{f"onnxruntime_{n}": [] for n in sessions}}
+    names = ["pytorch_fp32", *(f"onnxruntime_{n}" for n in sessions)]
+    decoders = {"greedy": None}
+    if lm is not None:
+        from adaptspeech.lm.decoder import LMDecoder, build_decoder
+
+        decoders["lm"] = LMDecoder(build_decoder(table, lm))
+    hypotheses: dict[str, list[str]] = {f"{name} {d}": [] for name in names for d in decoders}
     references = []
     for row in rows:
         x = np.asarray(row[model.main_input_name], np.float32)[None]
@@ -123,7 +131,9 @@ def bench_accuracy(model_dir: Path, graphs: dict[str, Path], data: Path, split: 
         for name, sess in sessions.items():
             outputs[f"onnxruntime_{name}"] = tuple(sess.run(None, {"x": x, "x_lengths": lengths}))
         for name, (out, n) in outputs.items():
-            hypotheses[name].append(table.text(greedy_decode(out, n, table.blank_id)[0]))
+            hypotheses[f"{name} greedy"].append(table.text(greedy_decode(out, n, table.blank_id)[0]))
+            if "lm" in decoders:
+                hypotheses[f"{name} lm"].append(decoders["lm"].decode(log_softmax(out[0, : int(n[0])]))[0])
         references.append(row["text"])
     return {name: {"cer": round(100 * cer(references, hyp), 2), "wer": round(100 * wer(references, hyp), 2)}
             for name, hyp in hypotheses.items()} | {"utterances": len(references)}
@@ -137,6 +147,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None, help="a prepared dataset folder (accuracy)")
     parser.add_argument("--split", default="test")
     parser.add_argument("--limit", type=int, default=None, help="rows of --split to score")
+    parser.add_argument("--lm", type=Path, default=None, help="an n-gram LM folder (`adaptspeech lm build`)")
+    parser.add_argument("--skip-speed", action="store_true", help="accuracy only")
     parser.add_argument("--seconds", type=float, default=8.0, help="utterance length of the speed runs")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -156,11 +168,12 @@ def main() -> None:
             result["model"] = f"{args.shape} shape, random weights"
         graphs = export_both(model, Path(tmp))
         result["graph_mb"] = {n: round(p.stat().st_size / 2**20, 1) for n, p in graphs.items()}
-        speed = bench_speed(model, graphs, args.seconds, args.rounds)
-        result["seconds_per_audio_second"] = {k: round(v, 4) for k, v in speed.items()}
-        result["speedup_over_pytorch"] = {k: round(speed["pytorch_fp32"] / v, 2) for k, v in speed.items()}
+        if not args.skip_speed:
+            speed = bench_speed(model, graphs, args.seconds, args.rounds)
+            result["seconds_per_audio_second"] = {k: round(v, 4) for k, v in speed.items()}
+            result["speedup_over_pytorch"] = {k: round(speed["pytorch_fp32"] / v, 2) for k, v in speed.items()}
         if args.data is not None and args.model is not None:
-            result["accuracy"] = bench_accuracy(args.model, graphs, args.data, args.split, args.limit)
+            result["accuracy"] = bench_accuracy(args.model, graphs, args.data, args.split, args.limit, args.lm)
     print(json.dumps(result, indent=2))
 
 

@@ -36,18 +36,19 @@ def add_onnx_options(parser: Any, beam_size: bool = True) -> None:
                         help="greedy (best path, default), beam (CTC prefix beam search) or lm (the folder's n-gram "
                         "LM)")
     if beam_size:
-        parser.add_argument("--beam-size", type=int, default=8, help="beams kept by --decoder beam / lm (default 8)")
+        parser.add_argument("--beam-size", type=int, default=None,
+                            help="beams kept by --decoder beam / lm (default 8 / 32)")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads (default 1)")
 
 
 def transcribe_files(folder: str, paths: Sequence[str], precision: str | None = None, decoder: str = "greedy",
-                     beam_size: int | None = 8, threads: int = 1, out: TextIO | None = None,
+                     beam_size: int | None = None, threads: int = 1, out: TextIO | None = None,
                      err: TextIO | None = None, prog: str = "adaptspeech") -> int:
     """Transcribe ``paths`` with the export in ``folder``: a ``PATH<TAB>TEXT`` line each on ``out``; a file that
     cannot be read gets one line on ``err`` and the others are still transcribed. Returns the exit status (1 when
     a file failed)."""
     out, err = out or sys.stdout, err or sys.stderr
-    recognizer = OnnxRecognizer(folder, precision=precision, decoder=decoder, beam_size=beam_size or 8,
+    recognizer = OnnxRecognizer(folder, precision=precision, decoder=decoder, beam_size=beam_size,
                                 num_threads=threads)
     failures = 0
     for path in paths:

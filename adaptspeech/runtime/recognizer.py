@@ -51,7 +51,7 @@ class OnnxRecognizer:
         precision: ``fp32`` or ``int8`` (None: int8 when the folder has it, else fp32).
         decoder: ``greedy`` (best path), ``beam`` (CTC prefix beam search) or ``lm`` (pyctcdecode with the folder's
             n-gram LM, or the LM at ``lm``).
-        beam_size: beams kept (``beam`` / ``lm``).
+        beam_size: beams kept (default: 8 for ``beam``, the LM decoder's 32 for ``lm``).
         lm: an LM folder for ``decoder="lm"`` (default: the exported folder's own).
         num_threads: onnxruntime intra-op threads.
         providers: onnxruntime execution providers (default CPU).
@@ -62,7 +62,7 @@ class OnnxRecognizer:
     """
 
     def __init__(self, folder: str | os.PathLike, precision: str | None = None, decoder: str = "greedy",
-                 beam_size: int = 8, lm: str | os.PathLike | None = None, num_threads: int = 1,
+                 beam_size: int | None = None, lm: str | os.PathLike | None = None, num_threads: int = 1,
                  providers: Sequence[str] | None = None) -> None:
         import onnxruntime as ort
 
@@ -82,11 +82,11 @@ class OnnxRecognizer:
         self._lm = self._lm_decoder(lm) if decoder == "lm" else None
 
     def _lm_decoder(self, lm: str | os.PathLike | None) -> Any:
-        from ..lm.decoder import LMDecoder, build_decoder
+        from ..lm.decoder import DEFAULT_BEAM_WIDTH, LMDecoder, build_decoder
 
         folder = Path(lm) if lm is not None else self.model.path
         try:
-            return LMDecoder(build_decoder(self.model.table, folder), beam_width=self.beam_size)
+            return LMDecoder(build_decoder(self.model.table, folder), beam_width=self.beam_size or DEFAULT_BEAM_WIDTH)
         except FileNotFoundError as err:
             raise ExportFolderError(f"decoder='lm': {err}") from None
 
@@ -117,7 +117,7 @@ class OnnxRecognizer:
         if self.decoder == "greedy":
             ids = greedy_decode(logits, frames, table.blank_id)
         elif self.decoder == "beam":
-            ids = [best[0][0] for best in prefix_beam_search(log_softmax(logits), frames, self.beam_size,
+            ids = [best[0][0] for best in prefix_beam_search(log_softmax(logits), frames, self.beam_size or 8,
                                                             table.blank_id)]
         else:
             results = []

@@ -4,6 +4,7 @@ huggingface_hub, and the runtime transcribes in a subprocess where torch cannot 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -130,3 +131,32 @@ def test_a_joint_model_exports_its_ctc_branch(tmp_path):
     np.testing.assert_array_equal(frames, out.frame_lengths.numpy())
     for row, n in enumerate(frames.tolist()):  # tolerance: tests/export/test_export_graph.py
         assert np.abs(logits[row, :n] - out.logits[row, :n].numpy()).max() <= 1e-4
+
+
+def test_the_model_folders_lm_travels_with_the_export(exported, tmp_path):
+    """A model folder with an n-gram LM (``lm tune --save``'s layout) exports it; ``decoder="lm"`` decodes with it as
+    the PyTorch path's LM decoder does on PyTorch's log-probabilities."""
+    from helpers.lm import CORPUS
+
+    from adaptspeech.lm.decoder import LMDecoder, build_decoder
+    from adaptspeech.lm.processor import save_processor_with_lm
+
+    root, _ = exported
+    (tmp_path / "corpus.txt").write_text("\n".join(CORPUS) + "\n")
+    assert main(["lm", "build", "--text", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "lm")]) == 0
+    shutil.copytree(root / "model", tmp_path / "model")
+    model, processor = _load_model(str(tmp_path / "model"))
+    save_processor_with_lm(processor, build_decoder(processor.tokenizer, tmp_path / "lm"), tmp_path / "model")
+    assert main(["export", "--model", str(tmp_path / "model"), "--language", "ro", "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "language_model").is_dir() and (tmp_path / "o" / "alphabet.json").is_file()
+
+    model.set_target_language("ro")
+    reference = LMDecoder(build_decoder(processor.tokenizer, tmp_path / "model"))
+    waveforms = [audio(s, seed=i) for i, s in enumerate(SECONDS)]
+    expected = []
+    for waveform in waveforms:
+        with torch.no_grad():
+            logits = model(**processor(waveform, sampling_rate=16000, return_tensors="pt")).logits
+        expected.append(reference.decode(torch.log_softmax(logits[0], -1))[0])
+    recognizer = OnnxRecognizer(tmp_path / "o", precision="fp32", decoder="lm")
+    assert [r.text for r in recognizer.transcribe(waveforms)] == expected
