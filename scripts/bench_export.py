@@ -72,8 +72,10 @@ def session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def bench_speed(model: AdaptSpeechForCTC, graphs: dict[str, Path], seconds: float, rounds: int) -> dict[str, float]:
-    """Seconds of compute per second of audio of each path (fastest of ``rounds``)."""
+def bench_speed(model: AdaptSpeechForCTC, graphs: dict[str, Path], seconds: float,
+                rounds: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds of compute per second of audio of each path (fastest of ``rounds``), and each graph's largest
+    absolute logit difference from PyTorch's on that utterance."""
     framed = model.main_input_name == "input_features"
     units = int(seconds * (100 if framed else 16000))
     rng = np.random.default_rng(0)
@@ -86,14 +88,16 @@ def bench_speed(model: AdaptSpeechForCTC, graphs: dict[str, Path], seconds: floa
         runs[f"onnxruntime_{name}"] = lambda sess=sess: sess.run(None, {"x": x, "x_lengths": lengths})
     best = {name: float("inf") for name in runs}
     with torch.inference_mode():
-        for name in runs:  # warm-up
-            runs[name]()
+        outputs = {name: run()[0] for name, run in runs.items()}  # also the warm-up
+        reference = outputs["pytorch_fp32"].numpy()
+        differences = {name: float(np.abs(out - reference).max()) for name, out in outputs.items()
+                       if name != "pytorch_fp32"}
         for _ in range(rounds):
             for name, run in runs.items():
                 start = time.perf_counter()
                 run()
                 best[name] = min(best[name], time.perf_counter() - start)
-    return {name: value / seconds for name, value in best.items()}
+    return {name: value / seconds for name, value in best.items()}, differences
 
 
 def bench_accuracy(model_dir: Path, graphs: dict[str, Path], data: Path, split: str, limit: int | None,
@@ -169,7 +173,8 @@ def main() -> None:
         graphs = export_both(model, Path(tmp))
         result["graph_mb"] = {n: round(p.stat().st_size / 2**20, 1) for n, p in graphs.items()}
         if not args.skip_speed:
-            speed = bench_speed(model, graphs, args.seconds, args.rounds)
+            speed, differences = bench_speed(model, graphs, args.seconds, args.rounds)
+            result["max_abs_logit_difference_from_pytorch"] = {k: float(f"{v:.3g}") for k, v in differences.items()}
             result["seconds_per_audio_second"] = {k: round(v, 4) for k, v in speed.items()}
             result["speedup_over_pytorch"] = {k: round(speed["pytorch_fp32"] / v, 2) for k, v in speed.items()}
         if args.data is not None and args.model is not None:

@@ -35,6 +35,10 @@ _WAV2VEC2: dict[str, Any] = dict(
     mask_time_prob=0.0,
 )
 
+#: ``backbone_overrides`` giving a tiny wav2vec2 front end the real models' 320x downsampling (20-ms frames, 50 a
+#: second) on three convolutions, for tests that run long inputs (30 s: 1500 frames, not 48000)
+FRONT_END_320X: dict[str, Any] = dict(conv_dim=(16, 16, 16), conv_kernel=(10, 8, 4), conv_stride=(5, 8, 8))
+
 TINY_BACKBONES: dict[str, dict[str, Any]] = {
     "wav2vec2": dict(_WAV2VEC2, do_stable_layer_norm=False),
     "wav2vec2_conformer": dict(_WAV2VEC2, conv_depthwise_kernel_size=3, position_embeddings_type="relative"),

@@ -17,12 +17,10 @@ import torch
 from adaptspeech.export.graph import ExportableCTC, eager_attention, export_graph
 from adaptspeech.modeling import AdaptSpeechForCTC
 from adaptspeech.runtime.features import normalize_utterance
-from adaptspeech.testing.tiny_models import tiny_config
+from adaptspeech.testing.tiny_models import FRONT_END_320X, tiny_config
 
 TOLERANCE = 1e-4
 SECONDS = (1.0, 2.5, 5.0, 12.0, 30.0)
-#: wav2vec2's 320x front end (frames of 20 ms) on three convolutions, so that 30 s is 1500 frames
-FRONT_END_320 = dict(conv_dim=(16, 16, 16), conv_kernel=(10, 8, 4), conv_stride=(5, 8, 8))
 
 BACKBONES = {
     "wav2vec2 post-LN": ("wav2vec2", False),
@@ -33,7 +31,7 @@ BACKBONES = {
 
 
 def _model(backbone: str, stable: bool) -> AdaptSpeechForCTC:
-    overrides = {} if backbone == "fbank_conformer" else FRONT_END_320
+    overrides = {} if backbone == "fbank_conformer" else FRONT_END_320X
     config = tiny_config(backbone, stable_layer_norm=stable, adapter_languages=["ro", "cs"],
                          backbone_overrides=overrides)
     torch.manual_seed(0)

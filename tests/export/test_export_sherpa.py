@@ -22,11 +22,10 @@ from adaptspeech.export import export_model
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.runtime import OnnxRecognizer
 from adaptspeech.saved_model import load_saved_model
+from adaptspeech.testing.tiny_models import FRONT_END_320X
 
 sherpa_onnx = pytest.importorskip("sherpa_onnx")
 
-#: wav2vec2's 320x front end on three convolutions (50 output frames a second, as the real models)
-FRONT_END_320 = dict(conv_dim=(16, 16, 16), conv_kernel=(10, 8, 4), conv_stride=(5, 8, 8))
 UTTERANCES = 100
 
 
@@ -35,7 +34,7 @@ def folders(tmp_path_factory):
     from transformers import Wav2Vec2Processor
 
     root = tmp_path_factory.mktemp("sherpa")
-    model_folder(root / "model", backbone="wav2vec2", languages=("ro",), backbone_overrides=FRONT_END_320)
+    model_folder(root / "model", backbone="wav2vec2", languages=("ro",), backbone_overrides=FRONT_END_320X)
     model = load_saved_model(root / "model", progress_bar=False)
     tokenizer = Wav2Vec2Processor.from_pretrained(root / "model").tokenizer
     special = [tokenizer.convert_tokens_to_ids(t) for t in tokenizer.all_special_tokens
