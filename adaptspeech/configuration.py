@@ -196,7 +196,8 @@ class AdaptSpeechConfig(PretrainedConfig):
         self.language_heads = self._check_language_heads(language_heads or {}, head, pad_token_id)
         self.lid_languages = self._check_lid_languages(lid_languages)
         self.lid = lid
-        self.lid.resolved_layer(num_layers)
+        if self.lid_languages is not None:
+            self.lid.resolved_layer(num_layers)
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         if "las" in head.split("_"):
             self.las_config()  # validate the attention-decoder settings now, at construction

@@ -141,3 +141,19 @@ def test_a_stage_trains_the_head_alone_and_it_tells_two_clearly_different_langua
     assert losses[-1] < losses[0]
     model = AdaptSpeechForCTC.from_pretrained(result.model_dir)
     assert model.config.lid_languages == ["ro", "cs"] and model.config.lid.pooling == "attentive_stats"
+
+
+def test_a_stage_s_lid_settings_are_checked_before_training(tmp_path) -> None:
+    from helpers.lid import lid_stage
+
+    from adaptspeech.training.errors import StageConfigError
+    from adaptspeech.training.stage import StageSpec
+
+    spec = lid_stage(tmp_path / "prepared", tmp_path / "run", lid={"languages": ["ro", "cs"], "pooling": "mean_std"})
+    assert StageSpec.from_dict(spec).model["lid"]["pooling"] == "mean_std"
+    for lid, message in (({"pooling": "xvector"}, "model.lid.pooling: unknown lid pooling 'xvector'"),
+                         ({"pooling": "mean_std", "attention_dim": 8}, "model.lid: unknown setting(s) attention_dim"),
+                         ({"languages": "RO"}, "model.lid.languages: expected a list of language codes")):
+        with pytest.raises(StageConfigError) as err:
+            StageSpec.from_dict(lid_stage(tmp_path / "prepared", tmp_path / "run", lid=lid))
+        assert str(err.value).startswith(message)

@@ -78,3 +78,34 @@ def lid_stage(prepared: Path, output_dir: Path, steps: int = 30, **model: Any) -
                      "logging_steps": 5, "save_steps": 1000, "use_cpu": True},
         "evaluation": {"batch_size": 8},
     }
+
+
+def tiny_lid_classifier(folder: Path, labels: list[str], seed: int = 0) -> Path:
+    """A random transformers ``Wav2Vec2ForSequenceClassification`` over ``labels`` with its feature extractor, saved
+    by transformers in ``folder`` (the MMS-LID layout); returns ``folder``."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
+
+    config = Wav2Vec2Config(**{**TINY_BACKBONES["wav2vec2"], "classifier_proj_size": 8, "num_labels": len(labels),
+                               "id2label": dict(enumerate(labels)),
+                               "label2id": {label: i for i, label in enumerate(labels)}})
+    torch.manual_seed(seed)
+    Wav2Vec2ForSequenceClassification(config).save_pretrained(folder)
+    Wav2Vec2FeatureExtractor(return_attention_mask=True).save_pretrained(folder)
+    return folder
+
+
+def model_with_lid_head(folder: Path, seed: int = 0) -> Path:
+    """A random tiny wav2vec2 model folder (adapters ro, cs, no active language) with a random language-ID head
+    over ro, cs; returns ``folder``."""
+    import torch
+
+    from adaptspeech import AdaptSpeechForCTC
+    from helpers.model_folders import model_folder
+
+    model_folder(folder, backbone="wav2vec2", seed=seed)
+    model = AdaptSpeechForCTC.from_pretrained(folder)
+    torch.manual_seed(seed)
+    model.add_lid_head(list(LID_LANGUAGES), pooling="mean_std")
+    model.save_pretrained(folder)
+    return folder
