@@ -118,3 +118,47 @@ def test_a_file_too_short_to_identify_gets_one_line_and_the_others_are_transcrib
                                "--device", "cpu", "--no-progress"], capsys)
     assert code == 1 and len(_lines(out)) == 1
     assert one_error_line(err).startswith(f"adaptspeech: error: {short}: no text: too short to identify its language")
+
+
+def test_the_commands_of_docs_lid_run_at_toy_size(tmp_path, capsys) -> None:
+    """docs/lid.md's stage YAML and its train / transcribe / evaluate command lines, on the toy corpus: the paths of
+    the page replaced by toy ones, the training shortened."""
+    import re
+    import shlex
+
+    import yaml
+    from helpers.paths import REPO
+
+    from adaptspeech.testing import tiny_config
+
+    page = (REPO / "docs" / "lid.md").read_text()
+    prepared = two_language_corpus(tmp_path / "prepared", clips=8)
+    processor = AutoProcessor.from_pretrained(prepared / "processor")
+    pretrained = tmp_path / "my_model" / "model"
+    AdaptSpeechForCTC(tiny_config("wav2vec2", vocab_size=len(processor.tokenizer),
+                                  adapter_languages=["ro", "cs"])).save_pretrained(pretrained)
+    processor.save_pretrained(pretrained)
+    stage = yaml.safe_load(re.search(r"```yaml\n(# stage_lid.yaml.*?)```", page, re.S).group(1))
+    stage["output_dir"], stage["data"]["prepared_dir"] = str(tmp_path / "my_model_lid"), str(prepared)
+    stage["model"]["path"] = str(pretrained)
+    stage["training"].update(max_steps=20, per_device_train_batch_size=8, learning_rate=0.02, warmup_steps=0)
+    (tmp_path / "stage_lid.yaml").write_text(yaml.safe_dump(stage))
+    classifier = tiny_lid_classifier(tmp_path / "mms-lid-126", ["ron", "ces", "deu"])
+    clips = {}
+    for name, language in (("clip1.wav", "ro"), ("clip2.wav", "cs"), ("clip.wav", "cs")):
+        clips[name] = tmp_path / name
+        sf.write(clips[name], tone_clip(language, len(clips)), 16000)
+    replace = {"runs/my_model_lid/model": str(tmp_path / "my_model_lid" / "model"), "runs/my_model/model":
+               str(pretrained), "runs/prepared": str(prepared), "stage_lid.yaml": str(tmp_path / "stage_lid.yaml"),
+               "mms-lid-126": str(classifier), "routed.json": str(tmp_path / "routed.json"),
+               **{name: str(path) for name, path in clips.items()}}
+    commands = [line for block in re.findall(r"```bash\n(.*?)```", page, re.S) for line in block.splitlines()
+                if re.match(r"adaptspeech (train|transcribe|evaluate) ", line)]
+    assert len(commands) == 6
+    for line in commands:
+        argv = [replace.get(arg, arg) for arg in shlex.split(line)[1:]]
+        code, out, err = run_main([*argv, "--no-progress"], capsys)
+        assert code == 0, (line, err)
+        if argv[0] == "transcribe":
+            assert all(json.loads(row)["language"] in ("ro", "cs") for row in out.splitlines())
+    assert json.loads((tmp_path / "routed.json").read_text())["lid"]["num_utterances"] == 8
