@@ -328,7 +328,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         output_fusion_weights: bool = False,
         output_hidden_states: bool = False,
         return_dict: bool = True,
-        lid_labels: torch.Tensor | None = None,
+        lid_targets: torch.Tensor | None = None,
     ) -> AdaptSpeechOutput:
         """Args:
         input_values: raw waveforms [B, S] (wav2vec2 backbones).
@@ -337,7 +337,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         labels: [B, L] token ids padded with -100 (no ``<s>``/``</s>``: the LAS head adds them).
         lang_ids: [B] language index per utterance, for per-utterance adapter routing.
         output_fusion_weights: return the SimAdapter attention per fused layer.
-        lid_labels: [B] language index per utterance in ``config.lid_languages``: adds the language-ID
+        lid_targets: [B] language index per utterance in ``config.lid_languages``: adds the language-ID
             cross-entropy ``loss_lid`` (the head reads the encoder without adapters); without ``labels`` only the
             language-ID pass runs.
         """
@@ -345,9 +345,9 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         if inputs is None:
             raise ValueError(f"pass {self.main_input_name} (the backbone's input)")
         loss_lid = lid_logits = None
-        if lid_labels is not None:
+        if lid_targets is not None:
             lid_logits = self.lid_logits(inputs, attention_mask)
-            loss_lid = self.lid_head.loss(lid_logits, lid_labels.to(lid_logits.device))
+            loss_lid = self.lid_head.loss(lid_logits, lid_targets.to(lid_logits.device))
             if labels is None:
                 return AdaptSpeechOutput(loss=loss_lid, loss_lid=loss_lid, lid_logits=lid_logits)
         want_weights = output_fusion_weights or self.fusion_guide_weight > 0

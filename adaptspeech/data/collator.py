@@ -28,7 +28,7 @@ class DataCollatorCTCWithPadding:
         add_decoder_targets (`bool`, defaults to `False`): also build the attention decoder's inputs/targets.
         pad_to_multiple_of (`int`, *optional*): round the input length up to a multiple of this.
         lid_language_to_id (`dict[str, int]`, *optional*): maps each row's ``language`` to its index in
-            ``config.lid_languages``, given as ``lid_labels`` (training the language-ID head).
+            ``config.lid_languages``, given as ``lid_targets`` (training the language-ID head).
         ctc_labels (`bool`, defaults to `True`): give the rows' ``labels`` (off: a batch for the language-ID head
             alone, whose forward then skips the adapters and the output heads).
 
@@ -39,7 +39,7 @@ class DataCollatorCTCWithPadding:
           encoder index by integer and costs most of the step);
         - ``labels`` ``[B, L]`` long, padded with -100 (when the rows have ``labels``);
         - ``lang_ids`` ``[B]`` long (when ``language_to_id`` is given);
-        - ``lid_labels`` ``[B]`` long (when ``lid_language_to_id`` is given);
+        - ``lid_targets`` ``[B]`` long (when ``lid_language_to_id`` is given);
         - with ``add_decoder_targets``: ``decoder_input_ids`` ``[B, L + 1]`` = ``<s>`` + labels, padded with
           ``[PAD]``, and ``decoder_labels`` ``[B, L + 1]`` = labels + ``</s>``, padded with -100.
     """
@@ -89,7 +89,7 @@ class DataCollatorCTCWithPadding:
         if self.language_to_id is not None:
             batch["lang_ids"] = torch.tensor([self._language_id(row) for row in features], dtype=torch.long)
         if self.lid_language_to_id is not None:
-            batch["lid_labels"] = torch.tensor([self._language_id(row, self.lid_language_to_id, "lid_language_to_id")
+            batch["lid_targets"] = torch.tensor([self._language_id(row, self.lid_language_to_id, "lid_language_to_id")
                                                 for row in features], dtype=torch.long)
         return batch
 

@@ -260,7 +260,7 @@ def _freeze_unused_backbone_parameters(model: Any, probe: dict[str, torch.Tensor
 
 def _trained_parts(model: Any) -> tuple[bool, bool]:
     """``(the language-ID head trains, something else trains)``: a stage training only the language-ID head feeds
-    it ``lid_labels`` and no transcripts (its forward runs the encoder up to the pooled layer, without adapters)."""
+    it ``lid_targets`` and no transcripts (its forward runs the encoder up to the pooled layer, without adapters)."""
     groups = model.trainable_parameters()["groups"]
     lid = groups.get("lid", {}).get("trainable", 0) > 0
     other = any(v["trainable"] > 0 for g, v in groups.items() if g != "lid")
@@ -378,11 +378,11 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     lid_trains, ctc_trains = _trained_parts(model)
-    collator = model_collator(model, processor, lid_labels=lid_trains, ctc_labels=ctc_trains)
+    collator = model_collator(model, processor, lid_targets=lid_trains, ctc_labels=ctc_trains)
     check_model_fits(model, collator, train, spec.evaluation)  # a setting that does not fit: one line, before training
     probe = collator([train[i] for i in range(min(2, len(train)))])
     frozen_unused = _freeze_unused_backbone_parameters(model, probe)
-    args = _training_arguments(spec, model, probe, progress, None if ctc_trains else ["lid_labels"])
+    args = _training_arguments(spec, model, probe, progress, None if ctc_trains else ["lid_targets"])
     ev = spec.evaluation
     decoding = DecodingEvaluation(
         processor,

@@ -157,3 +157,11 @@ def test_a_stage_s_lid_settings_are_checked_before_training(tmp_path) -> None:
         with pytest.raises(StageConfigError) as err:
             StageSpec.from_dict(lid_stage(tmp_path / "prepared", tmp_path / "run", lid=lid))
         assert str(err.value).startswith(message)
+
+
+def test_the_trainer_still_finds_labels_only_among_the_forward_arguments() -> None:
+    """transformers' Trainer takes every forward argument named ``*label*`` as a label: a ``lid_labels`` argument made
+    ``trainer.evaluate()`` skip the loss of every batch without it (``eval_loss`` vanished)."""
+    from transformers.utils import find_labels
+
+    assert find_labels(AdaptSpeechForCTC) == ["labels"]
