@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/lid_compute_share.py                  # the demo's base shape, 3-s and 10-s utterances
+    python scripts/lid_compute_share.py                  # the demo's base shape, 3-s and 10-s utterances, layer 1
     python scripts/lid_compute_share.py --shape xlsr --seconds 5 --rounds 3
     python scripts/lid_compute_share.py --tiny            # toy size (CI)
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=list(SHAPES), default="demo")
     parser.add_argument("--seconds", type=float, nargs="+", default=[3.0, 10.0])
-    parser.add_argument("--layer", type=int, default=2, help="the pooled encoder layer (default 2, as the demo)")
+    parser.add_argument("--layer", type=int, default=1, help="the pooled encoder layer (default 1, as the demo)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tiny", action="store_true", help="toy size: --shape tiny --seconds 1 --rounds 2 --layer 0")

@@ -54,7 +54,7 @@ def test_the_lid_stage_of_a_demo_run_trains_the_head_on_the_fusion_model(tmp_pat
     assert stage["model"]["path"] == str(tmp_path / "fusion" / "model") and stage["model"]["trainable"] == {"lid": True}
     assert stage["data"]["train_languages"] == ["cs", "pl", "sl", "it", "es", "sk"]
     assert stage["data"]["train_subset"] == "10min" and stage["training"]["max_steps"] == 5
-    assert StageSpec.from_dict(stage).model["lid"] == {"pooling": "attentive_stats", "layer": 2, "attention_dim": 64}
+    assert StageSpec.from_dict(stage).model["lid"] == {"pooling": "attentive_stats", "layer": 1, "attention_dim": 64}
     assert lid_report.split_lid_overrides(["lid.training.max_steps=5", "target=pl"]) == (["target=pl"],
                                                                                         ["training.max_steps=5"])
 
