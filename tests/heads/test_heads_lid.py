@@ -165,3 +165,23 @@ def test_the_trainer_still_finds_labels_only_among_the_forward_arguments() -> No
     from transformers.utils import find_labels
 
     assert find_labels(AdaptSpeechForCTC) == ["labels"]
+
+
+def test_a_head_that_would_not_train_or_would_replace_the_model_s_own_is_refused(corpus, tmp_path) -> None:
+    from helpers.lid import lid_stage, model_with_lid_head
+
+    from adaptspeech.training.errors import StageConfigError
+    from adaptspeech.training.stage import run_stage
+
+    spec = lid_stage(corpus, tmp_path / "a", lid={"pooling": "mean_std"})
+    spec["model"]["trainable"] = {"backbone": False, "head": True}
+    with pytest.raises(StageConfigError, match=r"model\.lid adds a language-ID head that would not train: set "
+                                               r"model\.trainable\.lid: true"):
+        run_stage(spec, progress=False)
+    folder = model_with_lid_head(tmp_path / "with_head")  # mean_std over ro, cs
+    spec = lid_stage(corpus, tmp_path / "b", lid={"pooling": "attentive_stats"})
+    spec["model"] = {"init": "pretrained", "path": str(folder), "lid": {"pooling": "attentive_stats"},
+                     "trainable": {"lid": True}}
+    with pytest.raises(StageConfigError, match=r"model\.lid: the model already has a language-ID head over \['ro', "
+                                               r"'cs'\] \(.*'mean_std'.*\); remove model.lid to train it further"):
+        run_stage(spec, progress=False)
