@@ -185,3 +185,15 @@ def test_a_head_that_would_not_train_or_would_replace_the_model_s_own_is_refused
     with pytest.raises(StageConfigError, match=r"model\.lid: the model already has a language-ID head over \['ro', "
                                                r"'cs'\] \(.*'mean_std'.*\); remove model.lid to train it further"):
         run_stage(spec, progress=False)
+
+
+def test_with_transcripts_the_language_id_cross_entropy_is_added_to_the_ctc_loss() -> None:
+    torch.manual_seed(0)
+    model = AdaptSpeechForCTC(tiny_config("wav2vec2", adapter_languages=["ro", "cs"], active_languages=["ro"])).eval()
+    model.add_lid_head(["ro", "cs"], pooling="mean_std")
+    inputs, labels, targets = torch.randn(2, 3200), torch.tensor([[5, 6], [7, -100]]), torch.tensor([0, 1])
+    out = model(input_values=inputs, labels=labels, lid_targets=targets)
+    expected = torch.nn.functional.cross_entropy(model.lid_logits(inputs), targets)
+    assert torch.equal(out.loss_lid, expected) and torch.equal(out.loss, out.loss_ctc + out.loss_lid)
+    alone = model(input_values=inputs, lid_targets=targets)  # no transcripts: the language-ID pass only
+    assert alone.logits is None and torch.equal(alone.loss, expected)
