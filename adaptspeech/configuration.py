@@ -20,6 +20,7 @@ from .adapters.config import AdapterDefaults, FusionConfig, check_language_code
 from .attention.config import AttentionConfig
 from .backbones import BACKBONES, get_backbone_spec
 from .heads import HEADS
+from .heads.lid import LIDConfig
 
 if TYPE_CHECKING:
     from .backbones.base import BackboneSpec
@@ -50,12 +51,17 @@ def _typed_attention(config: AdaptSpeechConfig, value: Any) -> AttentionConfig:
     return AttentionConfig.parse(value if value is not None else {})
 
 
+def _typed_lid(config: AdaptSpeechConfig, value: Any) -> LIDConfig:
+    return LIDConfig.parse(value if value is not None else {})
+
+
 #: the sub-settings held typed: name -> how a value given for it becomes typed (in this order in ``__init__``).
 _TYPED_SETTINGS: dict[str, Callable[[AdaptSpeechConfig, Any], Any]] = {
     "adapter_defaults": _typed_adapter_defaults,
     "adapters": _typed_adapters,
     "fusion": _typed_fusion,
     "attention": _typed_attention,
+    "lid": _typed_lid,
 }
 
 
@@ -99,6 +105,10 @@ class AdaptSpeechConfig(PretrainedConfig):
             vocabulary per language): ``{lang: {"vocab_size": V}}``; each needs an adapter, and the head must be
             ``"ctc"``. The other languages use the shared layer of ``vocab_size``; see :mod:`adaptspeech.heads.ctc`
             for which layer runs.
+        lid_languages (`list[str]`, *optional*): the languages of the language-ID head (:mod:`adaptspeech.heads.lid`),
+            in logit order; None: no such head.
+        lid (`dict`, *optional*): the language-ID head's settings (``pooling``, ``layer`` and the pooling's options);
+            held as a :class:`~adaptspeech.heads.lid.LIDConfig`.
     """
 
     model_type = "adaptspeech"
@@ -112,6 +122,8 @@ class AdaptSpeechConfig(PretrainedConfig):
         "encoder_hidden_states",
         "hidden_states",
         "fusion_weights",
+        "loss_lid",
+        "lid_logits",
     ]
 
     def __init__(
@@ -139,6 +151,8 @@ class AdaptSpeechConfig(PretrainedConfig):
         ctc_zero_infinity: bool = True,
         final_dropout: float = 0.0,
         language_heads: dict[str, dict[str, Any]] | None = None,
+        lid_languages: list[str] | None = None,
+        lid: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         BACKBONES.check(backbone_type, "backbone_type")
@@ -180,6 +194,10 @@ class AdaptSpeechConfig(PretrainedConfig):
         self.ctc_zero_infinity = ctc_zero_infinity
         self.final_dropout = final_dropout
         self.language_heads = self._check_language_heads(language_heads or {}, head, pad_token_id)
+        self.lid_languages = self._check_lid_languages(lid_languages)
+        self.lid = lid
+        if self.lid_languages is not None:
+            self.lid.resolved_layer(num_layers)
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         if "las" in head.split("_"):
             self.las_config()  # validate the attention-decoder settings now, at construction
@@ -264,6 +282,19 @@ class AdaptSpeechConfig(PretrainedConfig):
             checked[lang] = {"vocab_size": size}
         return checked
 
+    @staticmethod
+    def _check_lid_languages(languages: list[str] | None) -> list[str] | None:
+        """``lid_languages`` as a list of distinct codes (at least two), or None."""
+        if languages is None:
+            return None
+        languages = [check_language_code(lang) for lang in languages]
+        repeated = sorted({lang for lang in languages if languages.count(lang) > 1})
+        if repeated:
+            raise ValueError(f"lid_languages names {repeated} more than once")
+        if len(languages) < 2:
+            raise ValueError(f"lid_languages needs at least 2 languages to tell apart, got {languages}")
+        return languages
+
     # --- typed views ---------------------------------------------------------------------------------------------
     @property
     def backbone_spec(self) -> BackboneSpec:
@@ -327,6 +358,11 @@ class AdaptSpeechConfig(PretrainedConfig):
         output["adapters"] = {lang: self.adapter_defaults.saved(s) for lang, s in self.adapters.items()}
         output["fusion"] = None if self.fusion is None else self.fusion.to_dict()
         output["attention"] = self.attention.to_diff_dict()
+        if self.lid_languages is None:  # a model without a language-ID head saves the config.json it always did
+            output.pop("lid_languages", None)
+            output.pop("lid", None)
+        else:
+            output["lid"] = self.lid.to_dict()
         return output
 
 

@@ -23,13 +23,18 @@ def routes_languages(model: Any) -> bool:
     return len(config.active_languages) > 1 and not config.fusion_active
 
 
-def model_collator(model: Any, processor: Any) -> DataCollatorCTCWithPadding:
+def model_collator(model: Any, processor: Any, lid_targets: bool = False,
+                   ctc_labels: bool = True) -> DataCollatorCTCWithPadding:
     """The collator of ``model``'s batches: the features the model reads, and ``lang_ids`` when it routes languages
-    (:func:`routes_languages`)."""
+    (:func:`routes_languages`); with ``lid_targets`` each row's index in ``config.lid_languages`` (training the
+    language-ID head), with ``ctc_labels=False`` no transcript labels."""
+    lid_languages = model.config.lid_languages if lid_targets else None
     return DataCollatorCTCWithPadding(
         processor,
-        language_to_id=model.language_to_id if routes_languages(model) else None,
+        language_to_id=model.language_to_id if routes_languages(model) and ctc_labels else None,
         feature_type=feature_type_of_model(model),
+        lid_language_to_id=None if lid_languages is None else {lang: i for i, lang in enumerate(lid_languages)},
+        ctc_labels=ctc_labels,
     )
 
 

@@ -26,11 +26,12 @@ from .configuration import AdaptSpeechConfig
 from .generation import AdaptSpeechGenerationMixin
 from .heads import get_head
 from .heads.ctc import CTCHead
+from .heads.lid_model import LanguageIDMixin
 from .inference.model_mixin import InferenceMixin
 from .modeling_outputs import AdaptSpeechOutput
 
 
-class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTrainedModel):
+class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageIDMixin, LanguageAdapterMixin, PreTrainedModel):
     """Backbone + encoder surgery (attention swap, adapters, fusion) shared by all adaptspeech heads.
 
     Args:
@@ -71,6 +72,7 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
             for block in self.adapter_blocks.values():
                 block.set_fusion(fusion)
         self.fusion_guide_weight = 0.0 if fusion is None else fusion.guide_weight
+        self._build_lid_head()
 
     # --- surgery -------------------------------------------------------------------------------------------------
     def _encoder_layers(self) -> nn.ModuleList:
@@ -326,6 +328,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         output_fusion_weights: bool = False,
         output_hidden_states: bool = False,
         return_dict: bool = True,
+        lid_targets: torch.Tensor | None = None,
     ) -> AdaptSpeechOutput:
         """Args:
         input_values: raw waveforms [B, S] (wav2vec2 backbones).
@@ -334,10 +337,19 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         labels: [B, L] token ids padded with -100 (no ``<s>``/``</s>``: the LAS head adds them).
         lang_ids: [B] language index per utterance, for per-utterance adapter routing.
         output_fusion_weights: return the SimAdapter attention per fused layer.
+        lid_targets: [B] language index per utterance in ``config.lid_languages``: adds the language-ID
+            cross-entropy ``loss_lid`` (the head reads the encoder without adapters); without ``labels`` only the
+            language-ID pass runs.
         """
         inputs = input_values if input_values is not None else input_features
         if inputs is None:
             raise ValueError(f"pass {self.main_input_name} (the backbone's input)")
+        loss_lid = lid_logits = None
+        if lid_targets is not None:
+            lid_logits = self.lid_logits(inputs, attention_mask)
+            loss_lid = self.lid_head.loss(lid_logits, lid_targets.to(lid_logits.device))
+            if labels is None:
+                return AdaptSpeechOutput(loss=loss_lid, loss_lid=loss_lid, lid_logits=lid_logits)
         want_weights = output_fusion_weights or self.fusion_guide_weight > 0
         hidden, frame_mask, hidden_states, fusion_weights = self.encode(
             inputs, attention_mask, lang_ids, output_hidden_states, collect_fusion_weights=want_weights
@@ -359,7 +371,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
             else:
                 loss = loss_ctc if loss_ctc is not None else loss_att
             loss_reg, loss_guide = self.fusion_losses(fusion_weights, frame_mask, hidden.device)
-            for term in (loss_reg, loss_guide):
+            for term in (loss_reg, loss_guide, loss_lid):
                 if term is not None:
                     loss = loss + term
         return AdaptSpeechOutput(
@@ -374,6 +386,8 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
             encoder_hidden_states=hidden,
             hidden_states=hidden_states,
             fusion_weights=tuple(fusion_weights) if output_fusion_weights else None,
+            loss_lid=loss_lid,
+            lid_logits=lid_logits,
         )
 
 

@@ -24,6 +24,8 @@ class AdaptSpeechOutput(ModelOutput):
         encoder_hidden_states: last encoder hidden states [B, T, D].
         hidden_states: per-layer hidden states when asked for.
         fusion_weights: per fused layer, the SimAdapter attention over the languages [B, T, N].
+        loss_lid: language-ID cross-entropy (scalar), when ``lid_targets`` are given.
+        lid_logits: language-ID logits [B, L] over ``config.lid_languages``, when ``lid_targets`` are given.
     """
 
     loss: torch.Tensor | None = None
@@ -37,3 +39,5 @@ class AdaptSpeechOutput(ModelOutput):
     encoder_hidden_states: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     fusion_weights: tuple[torch.Tensor, ...] | None = None
+    loss_lid: torch.Tensor | None = None
+    lid_logits: torch.Tensor | None = None

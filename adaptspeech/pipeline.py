@@ -53,6 +53,8 @@ logger = logging.getLogger(__name__)
 TASK = "automatic-speech-recognition"
 SKIPPED = "skipped"
 """The key of a result with nothing to decode (its value says why); also carried by the preprocessed items."""
+LANGUAGE_IDS, LANGUAGE_LOG_PROBS = "language_ids", "language_log_probs"
+"""The keys of a routed batch's languages (``target_lang="auto"``), popped by the postprocessing."""
 _STOCK_IMPL = f"{AutomaticSpeechRecognitionPipeline.__module__}.{AutomaticSpeechRecognitionPipeline.__name__}"
 """How transformers names the task's class in its table (a dotted path, imported when a pipeline is built)."""
 
@@ -149,9 +151,15 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         return inputs, None, None
 
     def postprocess(self, model_outputs: list[dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """transformers' postprocessing; an input with nothing to decode gets ``{"text": "", "skipped": reason}``."""
+        """transformers' postprocessing; an input with nothing to decode gets ``{"text": "", "skipped": reason}``; with
+        ``target_lang="auto"`` the result names the language (of its first chunk) and its probability."""
         reasons = [output.pop(SKIPPED, "") for output in model_outputs]
+        routed = [(output.pop(LANGUAGE_IDS, None), output.pop(LANGUAGE_LOG_PROBS, None)) for output in model_outputs]
         result = super().postprocess(model_outputs, *args, **kwargs)
+        if routed and routed[0][0] is not None:
+            ids, log_probs = routed[0]
+            result["language"] = self.model.config.lid_languages[int(ids.reshape(-1)[0])]
+            result["language_probability"] = round(float(log_probs.reshape(-1)[0].exp()), 6)
         reason = next((r for r in reasons if r), None)
         if reason:
             result["text"] = ""
@@ -166,7 +174,17 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         gets log-probabilities (log-softmax of the logits), the scale its ``alpha`` and ``beta`` are tuned on."""
         mask = model_inputs.get("attention_mask")
         adaptspeech_ctc = self.type in ("ctc", "ctc_with_lm") and isinstance(self.model, AdaptSpeechPreTrainedModel)
-        out = super()._forward(model_inputs, *args, **kwargs)
+        if getattr(self.model, "auto_language", False):
+            from .inference.language_routing import batch_routed_by_lid
+
+            inputs = model_inputs[self.model.main_input_name]
+            with torch.no_grad(), batch_routed_by_lid(self.model, inputs.to(self.model.device),
+                                                      None if mask is None else mask.to(self.model.device),
+                                                      self.tokenizer) as extras:
+                out = super()._forward(model_inputs, *args, **kwargs)
+            out.update({LANGUAGE_IDS: extras["language_ids"], LANGUAGE_LOG_PROBS: extras["language_log_probs"]})
+        else:
+            out = super()._forward(model_inputs, *args, **kwargs)
         if not adaptspeech_ctc:
             return out
         key = "logits" if self.type == "ctc_with_lm" else "tokens"

@@ -114,7 +114,8 @@ class LanguageAdapterMixin:
         """Move every adapter, fusion and head to the backbone's device and dtype (a model built around a
         pretrained half-precision backbone)."""
         modules: list[nn.Module] = list(self.adapter_blocks.values())
-        modules += [head for head in (getattr(self, "ctc_head", None), getattr(self, "las_head", None)) if head]
+        modules += [head for head in (getattr(self, "ctc_head", None), getattr(self, "las_head", None),
+                                      getattr(self, "lid_head", None)) if head]
         for language in self.config.adapters:
             modules += self._adapter_type_of(language).modules(self, language)
         self._place(modules)
@@ -280,6 +281,8 @@ class LanguageAdapterMixin:
     def _named_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
         """Parameters by group (see :meth:`_group_of`)."""
         groups: dict[str, list[tuple[str, nn.Parameter]]] = {"backbone": [], "fusion": [], "head": []}
+        if getattr(self, "lid_head", None) is not None:
+            groups["lid"] = []
         for lang in self.adapter_languages:
             groups[f"adapter:{lang}"] = []
         for lang in sorted(self.config.language_heads):
@@ -290,7 +293,7 @@ class LanguageAdapterMixin:
 
     def _group_of(self, name: str) -> str:
         """The group of the parameter called ``name``: ``adapter:<lang>`` (its adapter type holds it), ``fusion``,
-        ``head:<lang>`` (a language's own CTC head), ``backbone`` or ``head``."""
+        ``head:<lang>`` (a language's own CTC head), ``lid`` (the language-ID head), ``backbone`` or ``head``."""
         for lang in self.config.adapters:
             if self._adapter_type_of(lang).holds(name, lang):
                 return f"adapter:{lang}"
@@ -299,6 +302,8 @@ class LanguageAdapterMixin:
             return "fusion"
         if name.startswith("ctc_head.language_heads."):
             return f"head:{parts[2]}"
+        if name.startswith("lid_head."):
+            return "lid"
         return "backbone" if name.startswith("backbone.") else "head"
 
     def set_trainable(
@@ -309,6 +314,7 @@ class LanguageAdapterMixin:
         backbone: bool = False,
         feature_encoder: bool | None = None,
         heads: Iterable[str] = (),
+        lid: bool = False,
     ) -> None:
         """Set ``requires_grad`` exactly: only the named groups train.
 
@@ -326,6 +332,7 @@ class LanguageAdapterMixin:
             backbone: train the backbone (the encoder without adapters).
             feature_encoder: train the convolutional front end (defaults to ``backbone``).
             heads: languages whose own CTC heads (``config.language_heads``) train.
+            lid: train the language-ID head (:mod:`adaptspeech.heads.lid`; it reads the encoder without adapters).
         """
         adapters_given = self._check_languages(adapters, "set_trainable")
         adapters = set(adapters_given)
@@ -344,6 +351,8 @@ class LanguageAdapterMixin:
                 flag = fusion
             elif group == "head":
                 flag = head
+            elif group == "lid":
+                flag = lid
             elif group.startswith("head:"):
                 flag = group.split(":", 1)[1] in heads
             else:

@@ -16,6 +16,7 @@ from .common import (
     _resolve_device,
     _split_list,
 )
+from .lid import AUTO, add_lid_options, language_identifier
 
 # ---- evaluate ------------------------------------------------------------------------------------------------
 
@@ -35,13 +36,18 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "--output", type=_output_file, default=None, metavar="results.json", help="write the rates as JSON"
     )
+    evaluate.add_argument("--language", choices=[AUTO], default=None,
+                          help="auto: route each row to the adapter of the language identified in it and score the "
+                          "routing too (docs/lid.md); default: the model's own routing")
     _add_model_options(evaluate)
+    add_lid_options(evaluate)
     evaluate.set_defaults(func=_run_evaluate)
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
     from ..data.prepared_data import load_prepared, select_languages
     from ..evaluation import evaluate_dataset
+    from ..lid_evaluation import evaluate_dataset_auto
     from ..metrics import write_error_rates_json
 
     device = _resolve_device(args.device)
@@ -60,9 +66,12 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     processor = processor or data_processor
     _check_vocabulary(model, processor, args.model if processor is not data_processor else args.data)
     method, options, lm_decoder = _decoder_setup(args, model, processor)
+    identifier = language_identifier(args, model, processor)
     model.to(device)
-    result = evaluate_dataset(
-        model, data, processor, method=method, batch_size=args.batch_size, progress=not args.no_progress,
+    routing = {} if identifier is None else {"identifier": identifier, "top_k": args.lid_top_k,
+                                             "prior_weight": args.lid_prior_weight}
+    result = (evaluate_dataset if identifier is None else evaluate_dataset_auto)(
+        model, data, processor, **routing, method=method, batch_size=args.batch_size, progress=not args.no_progress,
         lm_decoder=lm_decoder, **options,
     )
     if lm_decoder is not None:
@@ -71,6 +80,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     result.update(model=str(Path(args.model)), data=str(Path(args.data)), split=args.split, options=options)
     for code, entry in result["per_language"].items():
         print(f"{code}\tCER {100 * entry['cer']:.2f}%\tWER {100 * entry['wer']:.2f}%\t{entry['num_utterances']} utt")
+    if identifier is not None:
+        print(f"language ID\taccuracy {100 * result['lid']['accuracy']:.2f}%\t{result['routing']['systems']}")
     overall = result["overall"]
     print(
         f"overall\tCER {100 * overall['cer']:.2f}%\tWER {100 * overall['wer']:.2f}%\t"

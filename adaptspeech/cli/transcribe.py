@@ -31,6 +31,7 @@ from .common import (
     _positive_float,
     _resolve_device,
 )
+from .lid import add_lid_options, language_identifier
 
 # ---- transcribe ----------------------------------------------------------------------------------------------
 
@@ -61,7 +62,9 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     transcribe.add_argument(
         "--language",
         default=None,
-        help="the language's adapter to use (needed when the model routes several languages; ignored with fusion)",
+        help="the language's adapter to use (needed when the model routes several languages; ignored with fusion); "
+        "auto: identify each file's language and route it to its adapter (JSON output with the language and its "
+        "probability; docs/lid.md)",
     )
     transcribe.add_argument(
         "--chunk-length", type=_positive_float, default=DEFAULT_CHUNK_LENGTH_S, metavar="SECONDS",
@@ -114,6 +117,7 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     )
     _add_model_options(transcribe)
     add_onnx_options(transcribe.add_argument_group("--onnx"), beam_size=False)
+    add_lid_options(transcribe)
     transcribe.set_defaults(func=_run_transcribe)
 
 
@@ -169,6 +173,7 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
 def _run_transcribe(args: argparse.Namespace) -> int:
     from ..data import BadClipError, feature_type_of, feature_type_of_model, load_audio
     from ..decoding.registry import DECODING_METHODS
+    from ..inference.language_routing import transcribe_auto
     from ..inference.transcriber import transcribe
 
     if (args.model is None) == (args.onnx is None):
@@ -187,7 +192,8 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     made, read = feature_type_of(processor.feature_extractor), feature_type_of_model(model)
     if made != read:
         raise CommandError(f"--model {args.model}: the processor makes {made} features but the model reads {read} ones")
-    lang_ids = _model_language(model, args.language, args.model)
+    identifier = language_identifier(args, model, processor)
+    lang_ids = None if identifier is not None else _model_language(model, args.language, args.model)
     method, options, lm_decoder = _decoder_setup(args, model, processor)
     decoder = DECODING_METHODS.get(method)
     chunked_ctc = decoder.ctc_only or lm_decoder is not None
@@ -218,8 +224,10 @@ def _run_transcribe(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             failures += 1
             continue
-        result = transcribe(
-            model, processor, [waveform], method=method, chunk_length_s=args.chunk_length,
+        routing = {} if identifier is None else {"identifier": identifier, "top_k": args.lid_top_k,
+                                                 "prior_weight": args.lid_prior_weight}
+        result = (transcribe if identifier is None else transcribe_auto)(
+            model, processor, [waveform], **routing, method=method, chunk_length_s=args.chunk_length,
             stride_length_s=args.stride_length, timestamps=args.timestamps, lm_decoder=lm_decoder,
             lang_ids=lang_ids, cut_by=args.cut_by, search_length_s=args.search_length,
             norm_window_s=args.norm_window, split_by=args.split_by, min_pause_s=args.min_pause,
@@ -229,7 +237,7 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             print(f"{PROG}: error: {escape_field(path)}: no text: {result.extra['skipped']}", file=sys.stderr)
             failures += 1
             continue
-        if args.timestamps is None and not args.confidence:
+        if args.timestamps is None and not args.confidence and identifier is None:
             print(f"{escape_field(path)}\t{escape_field(result.text)}", flush=True)
         else:
             line: dict[str, Any] = {"path": str(path), "text": result.text, "seconds": round(result.seconds, 3)}
@@ -237,5 +245,6 @@ def _run_transcribe(args: argparse.Namespace) -> int:
                 line["chunks"] = result.chunks
             if args.confidence:
                 line.update(confidence=round(result.extra["confidence"], 6), words=result.extra["words"])
+            line.update({k: v for k, v in result.extra.items() if k.startswith("language")})
             print(json.dumps(line, ensure_ascii=False), flush=True)
     return 1 if failures else 0

@@ -27,6 +27,10 @@ class DataCollatorCTCWithPadding:
             pads ``input_features`` (computed on the fly from ``input_values`` when a row has only those).
         add_decoder_targets (`bool`, defaults to `False`): also build the attention decoder's inputs/targets.
         pad_to_multiple_of (`int`, *optional*): round the input length up to a multiple of this.
+        lid_language_to_id (`dict[str, int]`, *optional*): maps each row's ``language`` to its index in
+            ``config.lid_languages``, given as ``lid_targets`` (training the language-ID head).
+        ctc_labels (`bool`, defaults to `True`): give the rows' ``labels`` (off: a batch for the language-ID head
+            alone, whose forward then skips the adapters and the output heads).
 
     Returns (from ``__call__``), with ``B`` rows, ``S`` samples, ``T`` frames, ``L`` the longest label sequence:
         - ``input_values`` ``[B, S]`` float32 (waveform) or ``input_features`` ``[B, T, n_mels]`` float32 (fbank),
@@ -35,6 +39,7 @@ class DataCollatorCTCWithPadding:
           encoder index by integer and costs most of the step);
         - ``labels`` ``[B, L]`` long, padded with -100 (when the rows have ``labels``);
         - ``lang_ids`` ``[B]`` long (when ``language_to_id`` is given);
+        - ``lid_targets`` ``[B]`` long (when ``lid_language_to_id`` is given);
         - with ``add_decoder_targets``: ``decoder_input_ids`` ``[B, L + 1]`` = ``<s>`` + labels, padded with
           ``[PAD]``, and ``decoder_labels`` ``[B, L + 1]`` = labels + ``</s>``, padded with -100.
     """
@@ -44,6 +49,8 @@ class DataCollatorCTCWithPadding:
     feature_type: str = DEFAULT_FEATURE_TYPE
     add_decoder_targets: bool = False
     pad_to_multiple_of: int | None = None
+    lid_language_to_id: Mapping[str, int] | None = None
+    ctc_labels: bool = True
 
     def __post_init__(self) -> None:
         FEATURE_TYPES.check(self.feature_type, "feature_type")
@@ -70,7 +77,7 @@ class DataCollatorCTCWithPadding:
             kind.input_name: torch.from_numpy(padded),
             "attention_mask": torch.from_numpy(mask),
         }
-        if "labels" in features[0]:
+        if "labels" in features[0] and self.ctc_labels:
             labels = [list(map(int, row["labels"])) for row in features]
             batch["labels"] = _pad(labels, IGNORE_INDEX)
             if self.add_decoder_targets:
@@ -81,16 +88,21 @@ class DataCollatorCTCWithPadding:
                 batch["decoder_labels"] = _pad([[*lab, tokenizer.eos_token_id] for lab in labels], IGNORE_INDEX)
         if self.language_to_id is not None:
             batch["lang_ids"] = torch.tensor([self._language_id(row) for row in features], dtype=torch.long)
+        if self.lid_language_to_id is not None:
+            batch["lid_targets"] = torch.tensor([self._language_id(row, self.lid_language_to_id, "lid_language_to_id")
+                                                for row in features], dtype=torch.long)
         return batch
 
-    def _language_id(self, row: Mapping[str, Any]) -> int:
+    def _language_id(self, row: Mapping[str, Any], table: Mapping[str, int] | None = None,
+                     name: str = "language_to_id") -> int:
+        table = self.language_to_id if table is None else table
         language = row.get("language")
-        if language not in self.language_to_id:
+        if language not in table:
             raise KeyError(
-                f"language {language!r} of clip {row.get('path', '?')} is not in language_to_id; "
-                f"allowed values: {', '.join(self.language_to_id)}"
+                f"language {language!r} of clip {row.get('path', '?')} is not in {name}; "
+                f"allowed values: {', '.join(table)}"
             )
-        return int(self.language_to_id[language])
+        return int(table[language])
 
 
 def _pad(sequences: Sequence[Sequence[int]], value: int) -> torch.Tensor:

@@ -90,7 +90,7 @@ def _activate_trainable_adapters(
         )
 
 
-def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
+def build_model(model_spec: dict[str, Any], processor: Any, train_languages: list[str] | None = None) -> Any:
     """Create / load the model of a stage and apply its adapter, fusion, active-language and trainable settings.
 
     ``init: pretrained`` reads the head from the saved ``config.json`` and loads the class the head registry names
@@ -99,6 +99,8 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
     Args:
         model_spec: the stage's validated ``model`` section.
         processor: the prepared ``Wav2Vec2Processor`` (its tokenizer sizes a model built from a config).
+        train_languages: the stage's training languages: the languages of a new language-ID head unless
+            ``model.lid.languages`` names them.
     """
     model = _construct(model_spec, processor)
     if model_spec.get("mms_language") and model_spec.get("init", "config") != "backbone":
@@ -118,6 +120,7 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         raise StageConfigError(f"model.add_adapters / model.fusion: {message}") from err
     trainable = dict(model_spec.get("trainable") or {"backbone": True, "head": True})
+    _add_lid_head(model, model_spec, bool(trainable.get("lid", False)), train_languages)
     adapters = list(trainable.get("adapters") or [])
     unknown = [lang for lang in adapters if lang not in model.config.adapters]
     if unknown:
@@ -142,10 +145,38 @@ def build_model(model_spec: dict[str, Any], processor: Any) -> Any:
             backbone=trainable.get("backbone", False),
             feature_encoder=trainable.get("feature_encoder"),
             heads=heads,
+            lid=trainable.get("lid", False),
         )
     except ValueError as err:  # what the checks above do not already name (e.g. a fusion the model lacks)
         raise StageConfigError(f"model.trainable: {err}") from None
     return model
+
+
+def _add_lid_head(model: Any, model_spec: dict[str, Any], trainable: bool, train_languages: list[str] | None) -> None:
+    """A new language-ID head when ``model.lid`` asks for one or ``model.trainable.lid`` trains one the model lacks
+    (over ``model.lid.languages``, else the stage's training languages); refused when ``model.lid`` would replace
+    the model's own head with other settings."""
+    settings = dict(model_spec.get("lid") or {})
+    given = settings.pop("languages", None)
+    languages = given or train_languages
+    if model.lid_head is not None:
+        if model_spec.get("lid") is not None and (
+            (given is not None and list(given) != list(model.config.lid_languages)) or
+            {**model.config.lid.to_dict(), **settings} != model.config.lid.to_dict()
+        ):
+            raise StageConfigError(
+                f"model.lid: the model already has a language-ID head over {model.config.lid_languages} "
+                f"({model.config.lid.to_dict()}); remove model.lid to train it further"
+            )
+        return
+    if not trainable and model_spec.get("lid") is None:
+        return
+    if not trainable:
+        raise StageConfigError("model.lid adds a language-ID head that would not train: set model.trainable.lid: true")
+    try:
+        model.add_lid_head(list(languages or []), **settings)
+    except ValueError as err:
+        raise StageConfigError(f"model.lid: {err}") from None
 
 
 def load_adapters(model: Any, entries: dict[str, Any]) -> None:

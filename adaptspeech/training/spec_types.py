@@ -167,6 +167,7 @@ MODEL_TYPES: dict[str, SettingType] = {
     "gradient_check_steps": NON_NEGATIVE_INT,
     "load_adapters": optional(MAPPING),
     "mms_language": optional(LANGUAGE_CODE),
+    "lid": optional(MAPPING),
 }
 TRAINABLE_TYPES: dict[str, SettingType] = {
     "backbone": BOOL,
@@ -175,6 +176,7 @@ TRAINABLE_TYPES: dict[str, SettingType] = {
     "fusion": BOOL,
     "feature_encoder": optional(BOOL),
     "heads": optional(LANGUAGES),
+    "lid": BOOL,
 }
 EVALUATION_TYPES: dict[str, SettingType] = {
     "method": optional(NON_EMPTY_STR),
@@ -450,4 +452,20 @@ def check_model_section(model: Mapping[str, Any]) -> dict[str, Any]:
     if model.get("fusion") is not None:
         check_dataclass_values("model.fusion", FusionConfig, model["fusion"])
         check_fusion_languages("model.fusion", model["fusion"])
+    if model.get("lid") is not None:
+        check_lid_section("model.lid", model["lid"])
     return model
+
+
+def check_lid_section(section: str, values: Mapping[str, Any]) -> None:
+    """``model.lid``: ``languages`` (codes, optional) and the language-ID head's settings
+    (:class:`~adaptspeech.heads.lid.LIDConfig`: ``pooling``, ``layer``, the pooling's options)."""
+    from ..heads.lid import LIDConfig
+
+    settings = dict(values)
+    if settings.get("languages") is not None:
+        settings["languages"] = check_value(f"{section}.languages", LANGUAGES, settings["languages"])
+    try:
+        LIDConfig.from_dict({k: v for k, v in settings.items() if k != "languages"})
+    except ValueError as err:
+        raise StageConfigError(f"model.{err}") from None  # its messages name lid.<setting>

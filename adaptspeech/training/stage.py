@@ -258,7 +258,18 @@ def _freeze_unused_backbone_parameters(model: Any, probe: dict[str, torch.Tensor
     return idle
 
 
-def _training_arguments(spec: StageSpec, model: Any, probe: dict[str, torch.Tensor], progress: bool) -> Any:
+def _trained_parts(model: Any) -> tuple[bool, bool]:
+    """``(the language-ID head trains, something else trains)``: a stage training only the language-ID head feeds
+    it ``lid_targets`` and no transcripts (its forward runs the encoder up to the pooled layer, without adapters)."""
+    groups = model.trainable_parameters()["groups"]
+    lid = groups.get("lid", {}).get("trainable", 0) > 0
+    other = any(v["trainable"] > 0 for g, v in groups.items() if g != "lid")
+    return lid, other or not lid
+
+
+def _training_arguments(
+    spec: StageSpec, model: Any, probe: dict[str, torch.Tensor], progress: bool, label_names: list[str] | None = None
+) -> Any:
     from transformers import TrainingArguments
 
     from .distributed import ddp_training_defaults
@@ -276,7 +287,7 @@ def _training_arguments(spec: StageSpec, model: Any, probe: dict[str, torch.Tens
         "dataloader_num_workers": 0,
         **spec.training,
     }
-    training.setdefault("label_names", ["labels"])
+    training.setdefault("label_names", label_names or ["labels"])
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     training, _ = ddp_training_defaults(model, training, probe if distributed else None)
     return TrainingArguments(**training)
@@ -363,14 +374,15 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
     set_seed(spec.seed)
     data = _select_data(spec)
     processor, train, evaluation_set = data.processor, data.train, data.evaluation
-    model = build_model(spec.model, processor)
+    model = build_model(spec.model, processor, list(spec.data["train_languages"]))
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    collator = model_collator(model, processor)
+    lid_trains, ctc_trains = _trained_parts(model)
+    collator = model_collator(model, processor, lid_targets=lid_trains, ctc_labels=ctc_trains)
     check_model_fits(model, collator, train, spec.evaluation)  # a setting that does not fit: one line, before training
     probe = collator([train[i] for i in range(min(2, len(train)))])
     frozen_unused = _freeze_unused_backbone_parameters(model, probe)
-    args = _training_arguments(spec, model, probe, progress)
+    args = _training_arguments(spec, model, probe, progress, None if ctc_trains else ["lid_targets"])
     ev = spec.evaluation
     decoding = DecodingEvaluation(
         processor,
@@ -402,6 +414,11 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
     if trainer.is_world_process_zero():
         save_final_model(model, processor, model_dir, checkpoints=Path(args.output_dir))
         evaluation = decoding.result(model, evaluation_set)
+        if lid_trains:
+            from ..lid_evaluation import lid_accuracy
+
+            evaluation = {**(evaluation or {}), "lid": lid_accuracy(model, evaluation_set, processor,
+                                                                     batch_size=decoding.batch_size)}
         eval_split = spec.data.get("eval_split", "dev")
         summary = {
             "stage": spec.name,

@@ -44,7 +44,7 @@ from .errors import StageConfigError, TrainingError
 from .gradient_check import DEFAULT_GRADIENT_CHECK_STEPS, GradientCheckCallback
 from .resume import last_checkpoint
 
-LOSS_TERMS = ("loss_ctc", "loss_att", "loss_fusion_reg", "loss_fusion_guide")
+LOSS_TERMS = ("loss_ctc", "loss_att", "loss_fusion_reg", "loss_fusion_guide", "loss_lid")
 
 
 def attach_to_trainable(loss: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:

@@ -9,6 +9,7 @@ transfer curve (``curve/``: ``--curve BUDGET,BUDGET``, ``--curve-methods``, ``--
     adaptspeech demo --only lm                                     # the LM rows of a finished run, nothing trained
     adaptspeech demo --only self_training                          # self-training of a finished run's systems
     adaptspeech recipe recipes/synthetic_demo --curve 1min,3min,10min,30min
+    adaptspeech demo --lid                                         # the language-ID head and its report (lid_report)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from adaptspeech.training.spec_types import MAPPING, SettingType
 from .curve.report import plan_markdown
 from .curve.runner import run_curve
 from .curve.settings import load_curve_settings, split_curve_overrides
+from .lid_report import run_lid, split_lid_overrides
 from .lm_rows import LM_STEP, VS_NO_LM_COLUMN, LMSettings, lm_markdown, lm_rows
 from .self_training_rows import demo_self_training_rows
 
@@ -89,6 +91,16 @@ class SyntheticDemo(SimAdapterProtocol):
             metavar="METHOD,METHOD",
             help="a subset of zero_shot,scratch,finetune,adapter,simadapter (default: all)",
         )
+        lid = parser.add_argument_group(
+            "language identification",
+            "--lid trains a language-ID head on a finished run's fusion model (stage_lid.yaml; lid.<key>=value "
+            "overrides it) and reports, per language of the evaluation split, its accuracy on whole utterances and "
+            "1 s / 3 s prefixes and the CER of automatic routing against the known language: <output_dir>/lid/"
+            "lid_report.md, lid_report.json, lid_confusion.png (docs/lid.md)",
+        )
+        lid.add_argument("--lid", action="store_true",
+                         help="train (or reuse) the language-ID head and write its report")
+        lid.add_argument("--lid-retrain", action="store_true", help="with --lid: train the head again")
         curve.add_argument(
             "--curve-plan",
             action="store_true",
@@ -125,6 +137,17 @@ class SyntheticDemo(SimAdapterProtocol):
     def command(
         self, folder: Path, overrides: Sequence[str], only: Sequence[str] | None, options: argparse.Namespace
     ) -> int:
+        if getattr(options, "lid", False):
+            if getattr(options, "dry_run", False) or only or getattr(options, "curve", None) is not None:
+                raise RecipeError("--lid reuses a finished run: it does not combine with --dry-run, --only or --curve")
+            recipe_overrides, lid_overrides = split_lid_overrides(overrides)
+            spec = self.load(folder, recipe_overrides)
+            with library_progress_bars(enabled=spec.progress):
+                run_lid(Path(folder), spec, lid_overrides, retrain=options.lid_retrain)
+            out = Path(spec.output_dir) / "lid"
+            print((out / "lid_report.md").read_text())
+            print(f"wrote {out / 'lid_report.md'}, lid_report.json, lid_confusion.png")
+            return 0
         recipe_overrides, curve_overrides = split_curve_overrides(overrides)
         if getattr(options, "curve", None) is None:
             if getattr(options, "curve_plan", False) or getattr(options, "curve_methods", None) or curve_overrides:

@@ -8,6 +8,8 @@
   and the mean loss of a model over a prepared split;
 - :mod:`helpers.attention`: loop references of a linear layer and a softmax, which output frames an input reaches;
 - :mod:`helpers.decoders`: the transcripts the joint models overfit and every decoder's options;
+- :mod:`helpers.lid`: two clearly different synthetic languages (tone bands) and their prepared folder, a stage that
+  trains a language-ID head, a tiny transformers language-ID classifier, a model folder with a head;
 - :mod:`helpers.lm`: the n-gram LM tests' text, a prepared ``dev`` folder and the ``lm tune`` command line;
 - :mod:`helpers.mms`: tiny MMS checkpoints and adapter files written by transformers itself;
 - :mod:`helpers.model_folders`: random tiny model folders (model + processor), a random labelling model over a prepared

@@ -1,0 +1,105 @@
+"""The language-ID head on an adaptspeech model: building it from ``config.lid_languages``, adding / removing it,
+and computing its logits on the encoder **without adapters** (the shared, frozen encoder every language's adapter
+sits on; the language is what is being found out)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .lid import LIDConfig, LIDHead
+
+
+class LanguageIDMixin:
+    """Adds ``lid_head`` (None without ``config.lid_languages``) and :meth:`lid_logits` to an adaptspeech model."""
+
+    lid_head: LIDHead | None
+
+    def _build_lid_head(self) -> None:
+        config = self.config
+        self.lid_head = None
+        if config.lid_languages:
+            self.lid_head = LIDHead(config.hidden_size, list(config.lid_languages), config.lid)
+
+    def add_lid_head(self, languages: list[str], **settings: Any) -> LIDHead:
+        """A new (untrained) language-ID head over ``languages`` with ``settings`` (``pooling``, ``layer``, the
+        pooling's options; :class:`~adaptspeech.heads.lid.LIDConfig`), recorded in the config.
+
+        Raises:
+            ValueError: the model already has one, or a setting is refused (the model is left unchanged).
+        """
+        if self.lid_head is not None:
+            raise ValueError(f"the model already has a language-ID head over {self.config.lid_languages}; "
+                             "remove_lid_head first")
+        lid = LIDConfig.from_dict(dict(settings))
+        checked = self.config._check_lid_languages(list(languages))
+        lid.resolved_layer(self.config.num_encoder_layers)
+        self.config.lid_languages, self.config.lid = checked, lid
+        self._build_lid_head()
+        self._place([self.lid_head])
+        return self.lid_head
+
+    def remove_lid_head(self) -> None:
+        """Drop the language-ID head (and its settings from the config)."""
+        self.lid_head = None
+        self.config.lid_languages = None
+        self.config.lid = None
+
+    @contextlib.contextmanager
+    def without_adapters(self) -> Iterator[None]:
+        """Run the encoder with no adapter and no fusion inside the block (the routing settings are restored after
+        it, also on an error)."""
+        config = self.config
+        saved = (list(config.active_languages), bool(config.fusion_active))
+        config.active_languages, config.fusion_active = [], False
+        self._sync_routing()
+        try:
+            yield
+        finally:
+            config.active_languages, config.fusion_active = saved
+            self._sync_routing()
+
+    def lid_logits(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Language-ID logits.
+
+        Args:
+            inputs: waveforms [B, S] or filterbanks [B, S, F].
+            attention_mask: [B, S], True on real samples / feature frames.
+
+        Returns:
+            ``[B, L]`` float32, over ``config.lid_languages``.
+
+        Raises:
+            ValueError: the model has no language-ID head; an utterance too short for the pooled statistics
+                (:class:`~adaptspeech.heads.lid.UtteranceTooShortError`).
+        """
+        if self.lid_head is None:
+            raise ValueError("the model has no language-ID head: train one with a stage whose model.trainable.lid is "
+                             "true (docs/lid.md), or pass a separate language-ID model")
+        spec = self.config.backbone_spec
+        layer = self.config.lid.resolved_layer(self.config.num_encoder_layers)
+        captured: list[torch.Tensor] = []
+
+        def capture(module: Any, args: Any, output: Any) -> None:
+            captured.append(output[0] if isinstance(output, tuple) else output)
+            raise _LayerReachedSignal  # the layers above the pooled one are not run
+
+        handle = spec.encoder_layers(self.backbone)[layer].register_forward_hook(capture)
+        try:
+            with self.without_adapters():
+                self.encode(inputs, attention_mask)
+        except _LayerReachedSignal:
+            pass
+        finally:
+            handle.remove()
+        hidden = captured[0]
+        mask = None if attention_mask is None else attention_mask.to(torch.bool)
+        frame_mask = spec.frame_mask(self.backbone, mask, hidden.shape[1], hidden.shape[0])
+        return self.lid_head(hidden, frame_mask)
+
+
+class _LayerReachedSignal(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by the capture hook once the pooled layer has run (stops the encoder there)."""

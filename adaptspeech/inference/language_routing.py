@@ -1,0 +1,232 @@
+"""Automatic routing: each utterance goes to the adapter (and CTC head / vocabulary) of the language a language
+identifier finds in it.
+
+Which system runs for a language (:func:`routed_to`):
+
+* the fusion's target language, on a model with a SimAdapter fusion: the fusion;
+* a language with an adapter: that adapter alone (:meth:`set_target_language`: its own CTC head and vocabulary when
+  it has them);
+* a language without an adapter (the identifier knows more languages than the model routes): the encoder without
+  adapters, with a warning naming the language.
+
+With ``top_k > 1`` the utterance is decoded once per candidate language (the ``k`` most probable) and the hypothesis
+with the best ``log p_CTC(hypothesis | audio, language's system) + prior_weight * log p_LID(language | audio)`` is kept:
+the re-ranking MMS's language-ID recipe does in fairseq. The CTC score is the forward-algorithm log-likelihood of the
+hypothesis's token ids under the routed model's CTC output, one encoder call over the whole recording.
+
+Long recordings are identified from their first :data:`DEFAULT_LID_SECONDS` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+DEFAULT_LID_SECONDS = 30.0
+"""Seconds of a recording the identifier reads (the start of a longer one)."""
+BASE = "base"
+ADAPTER = "adapter"
+FUSION = "fusion"
+
+
+def system_for(model: Any, language: str) -> str:
+    """Which system runs for ``language``: :data:`FUSION`, :data:`ADAPTER` or :data:`BASE` (see the module)."""
+    fusion = model.config.fusion
+    if fusion is not None and fusion.target_language == language:
+        return FUSION
+    return ADAPTER if language in model.adapter_languages else BASE
+
+
+@contextlib.contextmanager
+def routed_to(model: Any, language: str, tokenizer: Any = None) -> Iterator[str]:
+    """Inside the block ``model`` runs ``language``'s system (yielded: :func:`system_for`); its routing settings are
+    restored afterwards.
+
+    Args:
+        tokenizer: the processor's tokenizer; a per-language (MMS) vocabulary is switched to ``language``.
+    """
+    config = model.config
+    saved = (list(config.active_languages), bool(config.fusion_active))
+    system = system_for(model, language)
+    try:
+        if system == FUSION:
+            model.set_fusion_active(True)
+        elif system == ADAPTER:
+            model.set_target_language(language, tokenizer)
+        else:
+            warnings.warn(f"language {language!r} was identified but the model has no adapter for it (it has "
+                          f"{', '.join(model.adapter_languages) or 'none'}): decoded with the encoder without adapters",
+                          stacklevel=3)
+            model.set_active_languages([])
+        yield system
+    finally:
+        config.active_languages, config.fusion_active = saved
+        model._sync_routing()
+
+
+@torch.no_grad()
+def ctc_log_likelihoods(
+    model: Any, batch: dict[str, torch.Tensor], texts: Sequence[str], tokenizer: Any
+) -> torch.Tensor:
+    """``log p_CTC(text_b | utterance_b)`` ``[B]`` under the model as routed now (forward algorithm).
+
+    Args:
+        batch: the collated model inputs of ``B`` utterances (no labels).
+        texts: one hypothesis per utterance.
+    """
+    if getattr(model, "ctc_head", None) is None:
+        raise ValueError(f"re-ranking the top languages scores hypotheses with the CTC head; this model has "
+                         f"head={model.config.head!r}: use one language (--lid-top-k 1)")
+    from ..decoding import evaluating
+
+    inputs = batch[model.main_input_name].to(model.device)
+    mask = batch.get("attention_mask")
+    with evaluating(model):
+        out = model(**{model.main_input_name: inputs}, attention_mask=None if mask is None else mask.to(model.device))
+    log_probs = out.logits.float().log_softmax(-1).transpose(0, 1).cpu()  # [T, B, V]
+    targets = [list(tokenizer(text).input_ids) for text in texts]
+    flat = torch.tensor([i for ids in targets for i in ids], dtype=torch.long)
+    lengths = torch.tensor([len(ids) for ids in targets], dtype=torch.long)
+    losses = torch.nn.functional.ctc_loss(log_probs, flat, out.frame_lengths.cpu(), lengths,
+                                          blank=model.config.pad_token_id, reduction="none", zero_infinity=False)
+    return -losses
+
+
+@dataclass(frozen=True)
+class LanguageChoice:
+    """The language an utterance was routed to.
+
+    Args:
+        language: the chosen language.
+        probability: its language-ID posterior.
+        candidates: with re-ranking, per candidate ``{"language", "lid_log_prob", "ctc_log_likelihood", "score"}``.
+    """
+
+    language: str
+    probability: float
+    candidates: tuple[dict[str, Any], ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of a transcription: ``language``, ``language_probability`` (and ``language_candidates``)."""
+        out: dict[str, Any] = {"language": self.language, "language_probability": round(self.probability, 6)}
+        if self.candidates:
+            out["language_candidates"] = list(self.candidates)
+        return out
+
+
+def top_languages(log_probs: torch.Tensor, languages: Sequence[str], k: int) -> list[tuple[str, float]]:
+    """The ``k`` most probable ``(language, log-probability)`` of one utterance's log-posterior ``[L]``."""
+    values, indices = log_probs.topk(min(k, len(languages)))
+    return [(languages[int(i)], float(v)) for v, i in zip(values, indices, strict=True)]
+
+
+def transcribe_auto(
+    model: Any,
+    processor: Any,
+    waveforms: Sequence[np.ndarray],
+    identifier: Any,
+    top_k: int = 1,
+    prior_weight: float = 1.0,
+    lid_seconds: float = DEFAULT_LID_SECONDS,
+    **transcribe_options: Any,
+) -> list[Any]:
+    """:func:`~adaptspeech.inference.transcriber.transcribe` with each recording routed to the language
+    ``identifier`` finds (see the module docstring); each result's ``extra`` holds :meth:`LanguageChoice.fields`.
+
+    Args:
+        identifier: a :class:`~adaptspeech.inference.language_id.LanguageIdentifier`.
+        top_k: candidate languages decoded and re-ranked (1: the most probable only).
+        prior_weight: weight of the language-ID log-prior in the re-ranking score.
+        lid_seconds: seconds of each recording the identifier reads.
+        **transcribe_options: passed to ``transcribe`` (method, chunking, timestamps, LM ...; not ``lang_ids``).
+    """
+    from ..data.feature_types import FeatureType
+    from ..evaluation import model_collator
+    from ..heads.lid import UtteranceTooShortError
+    from .recording import nothing_to_decode
+    from .stitching import Transcription
+    from .transcriber import transcribe
+
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    rate = int(processor.feature_extractor.sampling_rate)
+    kind = FeatureType.of(processor.feature_extractor)
+    results = []
+    for waveform in waveforms:
+        if nothing_to_decode(model, waveform) is not None:  # transcribe says why, without a model call
+            results.append(transcribe(model, processor, [waveform], **transcribe_options)[0])
+            continue
+        try:
+            log_probs = identifier.log_probs([waveform[: int(lid_seconds * rate)]])[0]
+        except UtteranceTooShortError as err:
+            reason = f"too short to identify its language ({str(err).removeprefix('utterance 0 of the batch has ')})"
+            results.append(Transcription(text="", chunks=[] if transcribe_options.get("timestamps") else None,
+                                         seconds=len(waveform) / rate, extra={"skipped": reason}))
+            continue
+        candidates = top_languages(log_probs, identifier.languages, top_k)
+        decoded = []
+        for language, lid_log_prob in candidates:
+            with routed_to(model, language, processor.tokenizer):
+                result = transcribe(model, processor, [waveform], **transcribe_options)[0]
+                entry = {"language": language, "lid_log_prob": round(lid_log_prob, 6)}
+                if len(candidates) > 1:
+                    batch = model_collator(model, processor, ctc_labels=False)([{kind.input_name: kind.extract(
+                        np.asarray(waveform, np.float32))}])
+                    likelihood = float(ctc_log_likelihoods(model, batch, [result.text], processor.tokenizer)[0])
+                    entry.update(ctc_log_likelihood=round(likelihood, 6),
+                                 score=round(likelihood + prior_weight * lid_log_prob, 6))
+            decoded.append((entry, result))
+        best_entry, best = max(decoded, key=lambda pair: pair[0].get("score", 0.0))
+        choice = LanguageChoice(best_entry["language"], float(np.exp(best_entry["lid_log_prob"])),
+                                tuple(entry for entry, _ in decoded) if len(candidates) > 1 else ())
+        best.extra.update(choice.fields())
+        results.append(best)
+    return results
+
+
+AUTO = "auto"
+"""The ``target_lang`` / ``--language`` value that identifies each utterance's language."""
+
+
+@contextlib.contextmanager
+def batch_routed_by_lid(model: Any, inputs: torch.Tensor, attention_mask: torch.Tensor | None,
+                        tokenizer: Any = None) -> Iterator[dict[str, torch.Tensor]]:
+    """Identify each utterance of a batch with the model's own language-ID head and run the block with the batch
+    routed: one language -> :func:`routed_to`; several languages that each have an adapter -> those adapters
+    routed per utterance. Yields ``{"language_ids": [B] (positions in config.lid_languages), "language_log_probs":
+    [B]}``.
+
+    Raises:
+        ValueError: a batch mixing languages of which one runs the fusion or has no adapter (one line: use batch
+            size 1).
+    """
+    from ..adapters.routing import routing_call
+
+    log_probs = model.lid_logits(inputs, attention_mask).log_softmax(-1)
+    best, ids = log_probs.max(-1)
+    languages = [model.config.lid_languages[int(i)] for i in ids]
+    extras = {"language_ids": ids.cpu(), "language_log_probs": best.cpu()}
+    if len(set(languages)) == 1:
+        with routed_to(model, languages[0], tokenizer):
+            yield extras
+        return
+    systems = {lang: system_for(model, lang) for lang in dict.fromkeys(languages)}
+    if any(system != ADAPTER for system in systems.values()):
+        raise ValueError(f"target_lang='auto': this batch holds utterances of {', '.join(systems)} "
+                         f"({', '.join(f'{k}: {v}' for k, v in systems.items())}); only adapters can be routed per "
+                         "utterance in one batch: call the pipeline with batch_size=1")
+    config = model.config
+    saved = (list(config.active_languages), bool(config.fusion_active))
+    try:
+        model.set_active_languages(list(systems))
+        with routing_call(languages):
+            yield extras
+    finally:
+        config.active_languages, config.fusion_active = saved
+        model._sync_routing()

@@ -1,0 +1,192 @@
+"""How well the language is told on a prepared split: accuracy overall and per language, the confusion counts, for
+whole utterances or for their first seconds only.
+
+A prefix is the first ``seconds`` of each utterance's model input, normalised over itself (as ``prepare`` would
+normalise that audio alone: per-utterance standardisation does not see the rest; standardising the standardised
+prefix again gives the same numbers as standardising the raw prefix).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .data.array_rows import column_list, take_rows, with_array_rows
+from .data.feature_types import FeatureType
+from .runtime.features import normalize_utterance
+
+
+def prefix_row(row: dict[str, Any], kind: FeatureType, seconds: float) -> dict[str, Any]:
+    """``row`` with its model input cut to the first ``seconds`` (renormalised when the features are)."""
+    units = kind.num_units(round(seconds * kind.sampling_rate))
+    values = np.asarray(row[kind.input_name], np.float32)
+    if len(values) <= units:
+        return row
+    values = values[:units]
+    return {**row, kind.input_name: normalize_utterance(values, axis=0) if kind.do_normalize else values}
+
+
+@torch.no_grad()
+def identify_dataset(identifier: Any, dataset: Any, processor: Any, batch_size: int = 16,
+                     prefix_seconds: float | None = None, too_short: list[int] | None = None) -> np.ndarray:
+    """Log-posteriors ``[N, L]`` (over ``identifier.languages``) of every row of a prepared split, in order.
+
+    Args:
+        identifier: a :class:`~adaptspeech.inference.language_id.LanguageIdentifier`.
+        dataset: the prepared split.
+        processor: the routed model's processor (its feature type names the input column).
+        prefix_seconds: read only the first seconds of each row (None: the whole row).
+        too_short: collects the rows too short for the pooled statistics; they get the uniform posterior (every
+            language ``log(1 / L)``: the first language wins).
+    """
+    from .data.collator import DataCollatorCTCWithPadding
+    from .heads.lid import UtteranceTooShortError
+
+    kind = FeatureType.of(processor.feature_extractor)
+    collator = DataCollatorCTCWithPadding(processor, feature_type=kind.name, ctc_labels=False)
+    rows = with_array_rows(dataset)
+    lengths = column_list(dataset, "input_length") if "input_length" in dataset.column_names else [0] * len(dataset)
+    order = sorted(range(len(dataset)), key=lambda i: lengths[i])
+    out = np.zeros((len(dataset), len(identifier.languages)), np.float32)
+    for start in range(0, len(order), batch_size):
+        indices = order[start:start + batch_size]
+        batch_rows = take_rows(rows, indices)
+        if prefix_seconds is not None:
+            batch_rows = [prefix_row(row, kind, prefix_seconds) for row in batch_rows]
+        try:
+            out[indices] = identifier.log_probs_batch(collator(batch_rows)).numpy()
+        except UtteranceTooShortError:
+            for i, row in zip(indices, batch_rows, strict=True):
+                try:
+                    out[i] = identifier.log_probs_batch(collator([row])).numpy()[0]
+                except UtteranceTooShortError:
+                    out[i] = -np.log(len(identifier.languages))
+                    if too_short is not None:
+                        too_short.append(i)
+    return out
+
+
+def accuracy_report(log_probs: np.ndarray, languages: Sequence[str], truth: Sequence[str]) -> dict[str, Any]:
+    """Accuracy overall and per true language, and the confusion counts ``{true: {predicted: n}}``.
+
+    Args:
+        log_probs: ``[N, L]`` over ``languages``.
+        truth: each row's language (a language outside ``languages`` counts as an error every time).
+    """
+    predicted = [languages[i] for i in np.asarray(log_probs).argmax(-1)]
+    confusion: dict[str, Counter] = {}
+    for true, guess in zip(truth, predicted, strict=True):
+        confusion.setdefault(true, Counter())[guess] += 1
+    per_language = {
+        true: {"accuracy": counts[true] / sum(counts.values()), "num_utterances": sum(counts.values())}
+        for true, counts in sorted(confusion.items())
+    }
+    correct = sum(t == p for t, p in zip(truth, predicted, strict=True))
+    return {
+        "accuracy": correct / max(len(truth), 1),
+        "num_utterances": len(truth),
+        "per_language": per_language,
+        "confusion": {true: dict(sorted(counts.items())) for true, counts in sorted(confusion.items())},
+        "languages": list(languages),
+    }
+
+
+def lid_accuracy(model: Any, dataset: Any, processor: Any, batch_size: int = 16,
+                 prefix_seconds: float | None = None) -> dict[str, Any]:
+    """:func:`accuracy_report` of ``model``'s own language-ID head on a prepared split."""
+    from .inference.language_id import HeadIdentifier
+
+    identifier = HeadIdentifier(model, processor)
+    log_probs = identify_dataset(identifier, dataset, processor, batch_size, prefix_seconds)
+    return accuracy_report(log_probs, identifier.languages, column_list(dataset, "language"))
+
+
+def evaluate_dataset_auto(
+    model: Any,
+    dataset: Any,
+    processor: Any,
+    identifier: Any,
+    method: str = "ctc_greedy",
+    batch_size: int = 16,
+    top_k: int = 1,
+    prior_weight: float = 1.0,
+    progress: bool = True,
+    lm_decoder: Any = None,
+    return_hypotheses: bool = False,
+    **options: Any,
+) -> dict[str, Any]:
+    """:func:`~adaptspeech.evaluation.evaluate_dataset` with every row routed to the language ``identifier`` finds
+    (:mod:`adaptspeech.inference.language_routing`): rows are decoded in groups of one routed language; the rates are
+    scored against the rows' own references and languages.
+
+    Returns:
+        the error rates as ``evaluate_dataset`` gives them, plus ``"lid"`` (:func:`accuracy_report` of the chosen
+        languages, whole utterances), ``"routing"`` (``top_k``, ``prior_weight``, rows per system) and, with
+        ``return_hypotheses``, ``"hypotheses"`` and ``"routed_languages"`` (dataset order).
+    """
+    import time
+
+    from .evaluation import transcribe_dataset
+    from .inference.language_routing import ctc_log_likelihoods, routed_to, system_for, top_languages
+    from .metrics import compute_error_rates
+
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    start = time.perf_counter()
+    too_short: list[int] = []
+    log_probs = torch.from_numpy(identify_dataset(identifier, dataset, processor, batch_size, too_short=too_short))
+    candidates = [top_languages(row, identifier.languages, top_k) for row in log_probs]
+    wanted: dict[str, list[int]] = {}
+    for i, row in enumerate(candidates):
+        for language, _ in row:
+            wanted.setdefault(language, []).append(i)
+    texts: dict[tuple[int, str], str] = {}
+    scores: dict[tuple[int, str], float] = {}
+    for language, indices in wanted.items():
+        subset = dataset.select(indices)
+        with routed_to(model, language, processor.tokenizer):
+            hypotheses = transcribe_dataset(model, subset, processor, method, batch_size, progress, lm_decoder,
+                                            **options)
+            if top_k > 1:
+                for offset, likelihood in enumerate(_ctc_scores(model, subset, processor, hypotheses, batch_size,
+                                                                ctc_log_likelihoods)):
+                    scores[(indices[offset], language)] = likelihood
+        for i, text in zip(indices, hypotheses, strict=True):
+            texts[(i, language)] = text
+    chosen = [max(row, key=lambda c, i=i: scores.get((i, c[0]), 0.0) + prior_weight * c[1])[0]
+              for i, row in enumerate(candidates)]
+    hypotheses = [texts[(i, language)] for i, language in enumerate(chosen)]
+    truth = column_list(dataset, "language")
+    result = compute_error_rates(hypotheses, list(dataset["text"]), languages=truth)
+    result["method"] = "ctc_lm" if lm_decoder is not None else method
+    result["decode_seconds"] = time.perf_counter() - start
+    index = {lang: i for i, lang in enumerate(identifier.languages)}
+    one_hot = np.full((len(chosen), len(identifier.languages)), -np.inf, np.float32)
+    one_hot[np.arange(len(chosen)), [index[lang] for lang in chosen]] = 0.0
+    result["lid"] = accuracy_report(one_hot, identifier.languages, truth)
+    paths = column_list(dataset, "path") if "path" in dataset.column_names else list(range(len(dataset)))
+    result["routing"] = {"top_k": top_k, "prior_weight": prior_weight,
+                         "systems": dict(Counter(system_for(model, lang) for lang in chosen)),
+                         "too_short_to_identify": [paths[i] for i in sorted(too_short)]}
+    if return_hypotheses:
+        result["hypotheses"], result["routed_languages"] = hypotheses, chosen
+    return result
+
+
+def _ctc_scores(model: Any, subset: Any, processor: Any, texts: Sequence[str], batch_size: int,
+                score: Any) -> list[float]:
+    """``log p_CTC(text | row)`` of every row of ``subset`` under the model as routed now."""
+    from .evaluation import model_collator
+
+    collator = model_collator(model, processor, ctc_labels=False)
+    rows = with_array_rows(subset)
+    out: list[float] = []
+    for start in range(0, len(subset), batch_size):
+        indices = list(range(start, min(start + batch_size, len(subset))))
+        batch = collator(take_rows(rows, indices))
+        out += score(model, batch, [texts[i] for i in indices], processor.tokenizer).tolist()
+    return out

@@ -1,0 +1,164 @@
+"""The synthetic demo's language-ID report (``adaptspeech demo --lid``, docs/lid.md).
+
+1. **Train** a language-ID head (``stage_lid.yaml``, ``lid.<key>=value`` overrides it) on the fusion stage's model: its
+   encoder frozen, over the 6 languages, on ``target_subset`` of each language's training audio (the target has no
+   more), written to ``<output_dir>/lid/model`` (the fusion model plus the head). An existing one is reused unless
+   ``--lid-retrain``.
+2. **Report** on the evaluation split (held-out voices, unseen words), per language: the head's accuracy on whole
+   utterances and on their first 1 s and 3 s; the CER with the known language (the system the routing picks for that
+   language: the SimAdapter fusion for the target, the language's own adapter for a source) and with automatic
+   routing (``evaluate --language auto``), and the difference. Writes ``lid_report.md``, ``lid_report.json`` and
+   ``lid_confusion.png`` (whole utterances and 1-s prefixes) into ``<output_dir>/lid``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaptspeech.overrides import apply_overrides, load_yaml
+
+STAGE_FILE = "stage_lid.yaml"
+PREFIX_SECONDS = (1.0, 3.0)
+LID_PREFIX = "lid."
+
+
+def split_lid_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(recipe overrides, LID stage overrides without their "lid." prefix)``."""
+    recipe, lid = [], []
+    for text in overrides:
+        (lid if text.split("=", 1)[0].startswith(LID_PREFIX) else recipe).append(
+            text[len(LID_PREFIX):] if text.startswith(LID_PREFIX) else text)
+    return recipe, lid
+
+
+def lid_stage_spec(recipe_dir: Path, spec: Any, prepared: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The LID stage of a demo run: ``stage_lid.yaml`` over the run's folders and languages, then ``overrides``."""
+    stage = load_yaml(recipe_dir / STAGE_FILE)
+    languages = [*spec.sources, spec.target]
+    out = Path(spec.output_dir)
+    stage = {
+        **stage,
+        "name": "lid",
+        "output_dir": str(out / "lid"),
+        "seed": spec.seed,
+        "data": {"prepared_dir": str(prepared), "train_languages": languages, "train_subset": spec.target_subset,
+                 **stage.get("data", {})},
+        "model": {**stage.get("model", {}), "init": "pretrained", "path": str(out / "fusion" / "model")},
+        "evaluation": {"batch_size": 32, **(stage.get("evaluation") or {})},
+    }
+    return apply_overrides(stage, list(overrides))
+
+
+def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, method: str = "ctc_greedy",
+               options: dict[str, Any] | None = None, batch_size: int = 32, progress: bool = False) -> dict[str, Any]:
+    """Measure and write the report (module docstring, step 2); returns what ``lid_report.json`` holds."""
+    from transformers import AutoProcessor
+
+    from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.evaluation import evaluate_dataset
+    from adaptspeech.inference.language_id import HeadIdentifier
+    from adaptspeech.inference.language_routing import routed_to, system_for
+    from adaptspeech.lid_evaluation import evaluate_dataset_auto, lid_accuracy
+
+    options = dict(options or {})
+    model = AdaptSpeechForCTC.from_pretrained(model_dir).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    dataset, _ = load_prepared(prepared)
+    rows = dataset[split]
+    rows = rows.select([i for i, lang in enumerate(rows["language"]) if lang in model.config.lid_languages])
+    accuracy = {"whole": lid_accuracy(model, rows, processor, batch_size)}
+    for seconds in PREFIX_SECONDS:
+        accuracy[f"{seconds:g}s"] = lid_accuracy(model, rows, processor, batch_size, prefix_seconds=seconds)
+    routed = evaluate_dataset_auto(model, rows, processor, HeadIdentifier(model, processor), method, batch_size,
+                                   progress=progress, **options)
+    per_language: dict[str, Any] = {}
+    for language in model.config.lid_languages:
+        indices = [i for i, lang in enumerate(rows["language"]) if lang == language]
+        with routed_to(model, language, processor.tokenizer) as system:
+            known = evaluate_dataset(model, rows.select(indices), processor, method, batch_size, progress, **options)
+        per_language[language] = {
+            "system": system,
+            "utterances": len(indices),
+            **{f"lid_accuracy_{name}": accuracy[name]["per_language"][language]["accuracy"] for name in accuracy},
+            "cer_known": known["overall"]["cer"],
+            "cer_routed": routed["per_language"][language]["cer"],
+        }
+        per_language[language]["cer_difference"] = per_language[language]["cer_routed"] - per_language[language][
+            "cer_known"]
+    assert all(system_for(model, lang) == per_language[lang]["system"] for lang in per_language)
+    result = {"split": split, "method": method, "options": options, "lid": model.config.lid.to_dict(),
+              "accuracy": accuracy, "routed": {k: routed[k] for k in ("overall", "lid", "routing")},
+              "per_language": per_language}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "lid_report.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    (out_dir / "lid_report.md").write_text(report_markdown(result) + "\n")
+    plot_confusions(accuracy, out_dir / "lid_confusion.png")
+    return result
+
+
+def report_markdown(result: dict[str, Any]) -> str:
+    """The per-language table and the confusions of the whole utterances."""
+    names = list(result["accuracy"])
+    header = ["language", "system", "utt", *[f"LID acc. {n} %" for n in names], "CER known %", "CER routed %",
+              "routed - known"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for language, row in result["per_language"].items():
+        cells = [language, row["system"], str(row["utterances"]),
+                 *[f"{100 * row[f'lid_accuracy_{n}']:.2f}" for n in names],
+                 f"{100 * row['cer_known']:.2f}", f"{100 * row['cer_routed']:.2f}",
+                 f"{100 * row['cer_difference']:+.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    overall = [f"{100 * result['accuracy'][n]['accuracy']:.2f}" for n in names]
+    lines.append("| **all** | | " + str(result["accuracy"]["whole"]["num_utterances"]) + " | " + " | ".join(overall)
+                 + f" | | {100 * result['routed']['overall']['cer']:.2f} | |")
+    confusion = result["accuracy"]["whole"]["confusion"]
+    errors = [f"{true} -> {guess}: {n}" for true, row in confusion.items() for guess, n in row.items() if guess != true]
+    lines += ["", f"Confusions (whole utterances): {', '.join(errors) if errors else 'none'}."]
+    return "\n".join(lines)
+
+
+def plot_confusions(accuracy: dict[str, Any], path: Path) -> Path:
+    """Row-normalised confusion matrices (true language x identified language), whole utterances and 1-s prefixes."""
+    from adaptspeech.recipes.plots import pyplot, save_figure
+
+    plt = pyplot()
+    panels = [name for name in ("whole", "1s") if name in accuracy]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], panels, strict=True):
+        languages = accuracy[name]["languages"]
+        counts = np.array([[accuracy[name]["confusion"].get(t, {}).get(p, 0) for p in languages] for t in languages],
+                          dtype=float)
+        shares = counts / np.maximum(counts.sum(1, keepdims=True), 1)
+        ax.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)
+        ax.set_xticks(range(len(languages)), labels=languages)
+        ax.set_yticks(range(len(languages)), labels=languages)
+        ax.set_xlabel("identified language")
+        ax.set_ylabel("true language")
+        ax.set_title(f"{name} ({100 * accuracy[name]['accuracy']:.1f}% correct)", fontsize=10)
+        for i in range(len(languages)):
+            for j in range(len(languages)):
+                if counts[i, j]:
+                    ax.text(j, i, f"{int(counts[i, j])}", ha="center", va="center", fontsize=8,
+                            color="white" if shares[i, j] > 0.5 else "black")
+    return save_figure(fig, path)
+
+
+def run_lid(recipe_dir: Path, spec: Any, overrides: Sequence[str] = (), retrain: bool = False) -> dict[str, Any]:
+    """Train the head (unless ``<output_dir>/lid/model`` holds one and not ``retrain``), then :func:`lid_report`."""
+    from adaptspeech.recipes.protocol_stages import prepare_data
+    from adaptspeech.training.stage import run_stage
+
+    prepared = prepare_data(spec)
+    stage = lid_stage_spec(recipe_dir, spec, prepared, overrides)
+    model_dir = Path(stage["output_dir"]) / "model"
+    if retrain or not (model_dir / "config.json").is_file():
+        run_stage(stage, progress=spec.progress, overwrite=True)
+    evaluation = spec.evaluation
+    return lid_report(model_dir, Path(prepared), evaluation.split, Path(stage["output_dir"]), evaluation.method,
+                      dict(evaluation.options or {}), progress=spec.progress)

@@ -1,0 +1,163 @@
+"""What the language-ID head adds to the encoder's compute (docs/lid.md), measured in one run.
+
+Usage::
+
+    python scripts/lid_compute_share.py                  # the demo's base shape, 3-s and 10-s utterances, layer 1
+    python scripts/lid_compute_share.py --shape xlsr --seconds 5 --rounds 3
+    python scripts/lid_compute_share.py --tiny            # toy size (CI)
+
+Model: an adaptspeech model of the chosen shape (``demo``: the synthetic demo's 4-layer, width-144 filterbank
+Conformer with one bottleneck adapter (r = 64) per language on every layer, 6 languages; ``xlsr``: XLS-R 300M's
+wav2vec2 shape, 24 layers, width 1024, r = 64; ``tiny``: the library's tiny fbank Conformer), random weights, a
+language-ID head over 6 languages (attentive statistics pooling, scorer width 64) on ``--layer``.
+
+Four computations, batch 1, float32, CPU, ``--threads`` torch threads (default 2):
+
+* **encoder**: the routed recognition pass, encoder + adapters of one language + CTC head (what transcribing costs);
+* **head**: the language-ID head alone (pooling + classifier) on the pooled layer's hidden states;
+* **LID pass**: what ``--language auto`` adds per utterance: the encoder without adapters up to the pooled layer
+  (the layers above it are not run) + the head;
+* FLOPs of each from ``torch.utils.flop_counter.FlopCounterMode`` (matrix products and convolutions; the elementwise
+  rest is not counted), and time: the fastest of ``--rounds`` interleaved passes after one warm-up (the least
+  disturbed estimate on a shared machine).
+
+Printed: each share = computation / encoder, for FLOPs and time. Target: the head adds < 1% to the encoder's compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
+from adaptspeech.testing import TINY_BACKBONES
+
+LANGUAGES = ["cs", "pl", "sl", "it", "es", "sk"]
+SHAPES: dict[str, dict[str, Any]] = {
+    "demo": {"backbone_type": "fbank_conformer", "backbone_config": {
+        "hidden_size": 144, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 576,
+        "conv_depthwise_kernel_size": 15}},
+    "xlsr": {"backbone_type": "wav2vec2", "backbone_config": {
+        "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096,
+        "do_stable_layer_norm": True, "feat_extract_norm": "layer", "conv_bias": True}},
+    "tiny": {"backbone_type": "fbank_conformer", "backbone_config": dict(TINY_BACKBONES["fbank_conformer"])},
+}
+
+
+def build(shape: str, layer: int) -> AdaptSpeechForCTC:
+    """A random model of ``shape`` with an adapter per language (one active) and a language-ID head on ``layer``."""
+    torch.manual_seed(0)
+    config = AdaptSpeechConfig(**SHAPES[shape], vocab_size=40, adapter_languages=LANGUAGES,
+                               adapter_defaults={"bottleneck": 64}, active_languages=["sk"])
+    model = AdaptSpeechForCTC(config).eval()
+    model.add_lid_head(LANGUAGES, pooling="attentive_stats", attention_dim=64, layer=layer)
+    return model
+
+
+def inputs_of(model: AdaptSpeechForCTC, seconds: float) -> torch.Tensor:
+    """A random model input of ``seconds`` (16-kHz samples, or 80 fbank bins at 100 frames a second)."""
+    if model.main_input_name == "input_values":
+        return torch.randn(1, int(16000 * seconds))
+    bins = model.config.backbone_config.num_mel_bins
+    return torch.randn(1, int(100 * seconds), bins)
+
+
+def computations(model: AdaptSpeechForCTC, x: torch.Tensor) -> dict[str, Any]:
+    """name -> a no-argument function running it."""
+    key = model.main_input_name
+    layer = model.config.lid.resolved_layer(model.config.num_encoder_layers)
+    with model.without_adapters():
+        _, mask, _, _ = model.encode(x)
+    captured: list[torch.Tensor] = []
+    handle = model.config.backbone_spec.encoder_layers(model.backbone)[layer].register_forward_hook(
+        lambda m, a, o: captured.append(o[0] if isinstance(o, tuple) else o))
+    with model.without_adapters():
+        model.encode(x)
+    handle.remove()
+    hidden = captured[0]
+    return {
+        "encoder": lambda: model(**{key: x}),
+        "head": lambda: model.lid_head(hidden, mask),
+        "LID pass": lambda: model.lid_logits(x),
+    }
+
+
+def flops(function: Any) -> int:
+    counter = FlopCounterMode(display=False)
+    with counter:
+        function()
+    return int(counter.get_total_flops())
+
+
+def fastest(functions: dict[str, Any], rounds: int) -> dict[str, float]:
+    """The fastest of ``rounds`` interleaved passes of each function after one warm-up, in seconds."""
+    best = {name: float("inf") for name in functions}
+    for function in functions.values():
+        function()
+    for _ in range(rounds):
+        for name, function in functions.items():
+            start = time.perf_counter()
+            function()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def measure(shape: str, seconds: float, layer: int, rounds: int) -> dict[str, Any]:
+    model = build(shape, layer)
+    with torch.no_grad():
+        functions = computations(model, inputs_of(model, seconds))
+        counts = {name: flops(function) for name, function in functions.items()}
+        times = fastest(functions, rounds)
+    parameters = sum(p.numel() for p in model.lid_head.parameters())
+    return {
+        "shape": shape, "seconds": seconds, "layer": model.config.lid.resolved_layer(model.config.num_encoder_layers),
+        "layers": model.config.num_encoder_layers, "lid_parameters": parameters,
+        "encoder_parameters": sum(p.numel() for p in model.parameters()) - parameters,
+        "flops": counts, "seconds_per_pass": times,
+        "flop_share": {name: counts[name] / counts["encoder"] for name in counts if name != "encoder"},
+        "time_share": {name: times[name] / times["encoder"] for name in times if name != "encoder"},
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| shape | utterance | pooled layer | head params | head FLOPs share | head time share | LID pass FLOPs "
+             "share | LID pass time share |", "|" + " --- |" * 8]
+    for r in rows:
+        lines.append(
+            f"| {r['shape']} | {r['seconds']:g} s | {r['layer']} of 0..{r['layers'] - 1} | {r['lid_parameters']:,} | "
+            f"{100 * r['flop_share']['head']:.3f}% | {100 * r['time_share']['head']:.2f}% | "
+            f"{100 * r['flop_share']['LID pass']:.1f}% | {100 * r['time_share']['LID pass']:.1f}% |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=list(SHAPES), default="demo")
+    parser.add_argument("--seconds", type=float, nargs="+", default=[3.0, 10.0])
+    parser.add_argument("--layer", type=int, default=1, help="the pooled encoder layer (default 1, as the demo)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tiny", action="store_true", help="toy size: --shape tiny --seconds 1 --rounds 2 --layer 0")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write every figure as JSON")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.shape, args.seconds, args.rounds, args.layer = "tiny", [1.0], 2, 0
+    torch.set_num_threads(args.threads)
+    rows = [measure(args.shape, seconds, args.layer, args.rounds) for seconds in args.seconds]
+    print(markdown(rows))
+    worst = max(r["flop_share"]["head"] for r in rows)
+    print(f"target: the head adds < 1% to the encoder's FLOPs: {'MET' if worst < 0.01 else 'MISSED'} "
+          f"(largest share {100 * worst:.3f}%)")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""Automatic routing: each utterance goes to the system of the language its language-ID head finds (the adapter, the
+fusion for the fusion's target, the encoder alone with a warning for a language without adapter), the top-k
+re-ranking by CTC log-likelihood plus the language-ID log-prior, a prepared split evaluated with routing, and the
+pipeline's ``target_lang="auto"``."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from helpers.lid import LID_LANGUAGES, lid_stage, tone_clip, two_language_corpus
+from transformers import AutoProcessor, pipeline
+
+from adaptspeech import AdaptSpeechForCTC
+from adaptspeech.data.prepared_data import load_prepared
+from adaptspeech.evaluation import evaluate_dataset
+from adaptspeech.inference.language_id import HeadIdentifier
+from adaptspeech.inference.language_routing import (
+    ADAPTER,
+    BASE,
+    FUSION,
+    ctc_log_likelihoods,
+    routed_to,
+    transcribe_auto,
+)
+from adaptspeech.inference.transcriber import transcribe
+from adaptspeech.lid_evaluation import evaluate_dataset_auto
+
+
+@pytest.fixture(scope="module")
+def routed_model(tmp_path_factory: pytest.TempPathFactory):
+    """``(model folder, prepared folder)``: a trained language-ID head on a tiny wav2vec2 whose two adapters are
+    random and far from the identity (so that the language routed to changes the output)."""
+    from adaptspeech.training.stage import run_stage
+
+    root = tmp_path_factory.mktemp("routing")
+    prepared = two_language_corpus(root / "prepared")
+    torch.set_num_threads(1)
+    result = run_stage(lid_stage(prepared, root / "run"), progress=False)
+    model = AdaptSpeechForCTC.from_pretrained(result.model_dir)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "adapter" in name or "ctc_head" in name:
+                parameter.normal_(0.0, 0.5)
+    model.save_pretrained(result.model_dir)
+    return result.model_dir, prepared
+
+
+def _load(folder):
+    return AdaptSpeechForCTC.from_pretrained(folder).eval(), AutoProcessor.from_pretrained(folder)
+
+
+def test_each_recording_goes_to_the_adapter_of_its_language(routed_model) -> None:
+    model, processor = _load(routed_model[0])
+    identifier = HeadIdentifier(model, processor)
+    for language in LID_LANGUAGES:
+        wave = tone_clip(language, seed=7)
+        result = transcribe_auto(model, processor, [wave], identifier)[0]
+        assert result.extra["language"] == language and result.extra["language_probability"] > 0.5
+        model.set_target_language(language)
+        assert result.text == transcribe(model, processor, [wave])[0].text  # the same computation
+        model.set_active_languages([])
+    texts = {transcribe_auto(model, processor, [tone_clip("ro", 7)], identifier)[0].text}
+    with routed_to(model, "cs"):
+        texts.add(transcribe(model, processor, [tone_clip("ro", 7)])[0].text)
+    assert len(texts) == 2  # the routing changes what is decoded
+
+
+def test_top_k_keeps_the_best_ctc_log_likelihood_plus_the_lid_log_prior(routed_model) -> None:
+    model, processor = _load(routed_model[0])
+    result = transcribe_auto(model, processor, [tone_clip("cs", 3)], HeadIdentifier(model, processor), top_k=2,
+                             prior_weight=0.5)[0]
+    candidates = result.extra["language_candidates"]
+    assert [c["language"] for c in candidates] == ["cs", "ro"]  # most probable first
+    for c in candidates:
+        assert c["score"] == pytest.approx(c["ctc_log_likelihood"] + 0.5 * c["lid_log_prob"], abs=2e-6)
+    assert result.extra["language"] == max(candidates, key=lambda c: c["score"])["language"]
+    # the CTC score against the model's own CTC loss (mean over the target length: times its length)
+    ids = processor.tokenizer("ab").input_ids
+    wave = processor.feature_extractor(tone_clip("cs", 3), sampling_rate=16000, return_tensors="pt").input_values
+    with routed_to(model, "cs"):
+        with torch.no_grad():
+            expected = -float(model(input_values=wave, labels=torch.tensor([ids])).loss_ctc) * len(ids)
+        got = float(ctc_log_likelihoods(model, {"input_values": wave}, ["ab"], processor.tokenizer)[0])
+    assert got == pytest.approx(expected, rel=1e-5)  # the same loss, summed in another order
+
+
+def test_the_fusion_target_runs_the_fusion_and_a_language_without_adapter_the_bare_encoder(routed_model) -> None:
+    model, _ = _load(routed_model[0])
+    model.add_fusion(list(LID_LANGUAGES), target_language="cs", activate=False)
+    with routed_to(model, "cs") as system:
+        assert system == FUSION and model.config.fusion_active
+    with routed_to(model, "ro") as system:
+        assert system == ADAPTER and model.config.active_languages == ["ro"] and not model.config.fusion_active
+    with pytest.warns(UserWarning, match="language 'pl' was identified but the model has no adapter for it"), \
+            routed_to(model, "pl") as system:
+        assert system == BASE and model.config.active_languages == []
+    assert model.config.active_languages == [] and not model.config.fusion_active  # restored
+
+
+def test_a_recording_too_short_for_the_pooled_statistics_is_skipped_saying_why(routed_model) -> None:
+    model, processor = _load(routed_model[0])
+    short = tone_clip("ro", 1)[:420]  # two output frames of the tiny front end, one after the pooled layer's mask
+    frames = int(model._get_feat_extract_output_lengths(len(short)))
+    wave = tone_clip("ro", 1)[: len(short) - (frames - 1) * 10]  # exactly one frame
+    assert int(model._get_feat_extract_output_lengths(len(wave))) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = transcribe_auto(model, processor, [wave, tone_clip("ro", 2)], HeadIdentifier(model, processor))
+    assert result[0].text == "" and "too short to identify its language (1 frame(s)" in result[0].extra["skipped"]
+    assert result[1].extra["language"] == "ro"  # the next recording is transcribed as usual
+
+
+def test_a_prepared_split_routed_automatically_scores_as_with_the_known_language(routed_model) -> None:
+    model, processor = _load(routed_model[0])
+    dataset, _ = load_prepared(routed_model[1])
+    test = dataset["test"]
+    routed = evaluate_dataset_auto(model, test, processor, HeadIdentifier(model, processor), batch_size=4,
+                                   progress=False, return_hypotheses=True)
+    assert routed["lid"]["accuracy"] == 1.0 and routed["routed_languages"] == list(test["language"])
+    assert routed["routing"]["systems"] == {ADAPTER: len(test)}
+    for language in LID_LANGUAGES:
+        rows = [i for i, lang in enumerate(test["language"]) if lang == language]
+        model.set_target_language(language)
+        known = evaluate_dataset(model, test.select(rows), processor, batch_size=4, progress=False,
+                                 return_hypotheses=True)
+        assert known["hypotheses"] == [routed["hypotheses"][i] for i in rows]
+        assert routed["per_language"][language]["cer"] == known["overall"]["cer"]
+    model.set_active_languages([])
+    top2 = evaluate_dataset_auto(model, test, processor, HeadIdentifier(model, processor), batch_size=4, top_k=2,
+                                 prior_weight=1e6, progress=False, return_hypotheses=True)
+    assert top2["routed_languages"] == routed["routed_languages"]  # a huge prior: the language-ID choice
+
+
+def test_the_pipeline_routes_each_input_with_target_lang_auto(routed_model) -> None:
+    folder = str(routed_model[0])
+
+    def asr_of(target_lang: str):  # a shared vocabulary: the model alone takes target_lang (see test_pipeline_ctc)
+        model = AdaptSpeechForCTC.from_pretrained(folder, target_lang=target_lang)
+        processor = AutoProcessor.from_pretrained(folder)
+        return pipeline("automatic-speech-recognition", model=model, tokenizer=processor.tokenizer,
+                        feature_extractor=processor.feature_extractor)
+
+    asr, fixed = asr_of("auto"), {lang: asr_of(lang) for lang in LID_LANGUAGES}
+    for language in LID_LANGUAGES:
+        wave = tone_clip(language, seed=11)
+        out = asr(np.array(wave))
+        assert out["language"] == language and 0.5 < out["language_probability"] <= 1.0
+        assert out["text"] == fixed[language](np.array(wave))["text"]
+    mixed = asr([tone_clip("ro", 12), tone_clip("cs", 12)], batch_size=2)
+    assert [o["language"] for o in mixed] == ["ro", "cs"]
+    assert [o["text"] for o in mixed] == [fixed[lang](tone_clip(lang, 12))["text"] for lang in LID_LANGUAGES]
+    asr.model.add_fusion(list(LID_LANGUAGES), target_language="cs", activate=False)
+    with pytest.raises(ValueError, match=r"this batch holds utterances of ro, cs \(ro: adapter, cs: fusion\); only "
+                                         "adapters can be routed per utterance in one batch"):
+        asr([tone_clip("ro", 12), tone_clip("cs", 12)], batch_size=2)
+
+
+def test_target_lang_auto_on_a_model_without_a_language_id_head_is_refused(tmp_path) -> None:
+    from helpers.model_folders import model_folder
+
+    folder = model_folder(tmp_path, backbone="wav2vec2")
+    with pytest.raises(ValueError, match=r"target_lang='auto': .* has no language-ID head; train one"):
+        AdaptSpeechForCTC.from_pretrained(folder, target_lang="auto")

@@ -1,0 +1,66 @@
+"""The synthetic demo's language-ID report (recipes/synthetic_demo/lid_report.py) at toy size: a trained head on a
+model with a fusion, the per-language table (accuracy on whole utterances and prefixes, CER known vs routed), the
+JSON and the confusion PNG; the LID stage built from stage_lid.yaml over a demo run; ``--lid`` refuses what it does
+not combine with."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers.cli import one_error_line, run_main
+from helpers.lid import lid_stage, two_language_corpus
+from helpers.recipes import DEMO
+
+from adaptspeech import AdaptSpeechForCTC
+from adaptspeech.recipes import load_recipe, recipe_module
+from adaptspeech.training.stage import StageSpec, run_stage
+
+lid_report = recipe_module(DEMO, "lid_report.py")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("demo_lid")
+    prepared = two_language_corpus(root / "prepared")
+    torch.set_num_threads(1)
+    result = run_stage(lid_stage(prepared, root / "run"), progress=False)
+    model = AdaptSpeechForCTC.from_pretrained(result.model_dir)
+    model.add_fusion(["ro", "cs"], target_language="cs", activate=False)
+    model.save_pretrained(result.model_dir)
+    out = root / "report"
+    return out, lid_report.lid_report(result.model_dir, prepared, "test", out, batch_size=4)
+
+
+def test_the_report_has_every_language_and_routing_costs_nothing_when_the_language_is_told(report) -> None:
+    out, result = report
+    assert set(result["accuracy"]) == {"whole", "1s", "3s"}
+    rows = result["per_language"]
+    assert {lang: row["system"] for lang, row in rows.items()} == {"ro": "adapter", "cs": "fusion"}
+    for row in rows.values():
+        assert row["utterances"] == 4 and row["lid_accuracy_whole"] == 1.0
+        assert row["cer_routed"] == row["cer_known"] and row["cer_difference"] == 0.0  # the same decoding
+    assert json.loads((out / "lid_report.json").read_text())["per_language"] == rows
+    table = (out / "lid_report.md").read_text()
+    assert "| ro | adapter | 4 | 100.00 | 100.00 | 100.00 |" in table
+    assert "Confusions (whole utterances): none." in table
+    assert (out / "lid_confusion.png").stat().st_size > 1000
+
+
+def test_the_lid_stage_of_a_demo_run_trains_the_head_on_the_fusion_model(tmp_path) -> None:
+    spec = load_recipe(DEMO, [f"output_dir={tmp_path}"])
+    stage = lid_report.lid_stage_spec(DEMO, spec, tmp_path / "prepared", ["training.max_steps=5"])
+    assert stage["model"]["path"] == str(tmp_path / "fusion" / "model") and stage["model"]["trainable"] == {"lid": True}
+    assert stage["data"]["train_languages"] == ["cs", "pl", "sl", "it", "es", "sk"]
+    assert stage["data"]["train_subset"] == "10min" and stage["training"]["max_steps"] == 5
+    assert StageSpec.from_dict(stage).model["lid"] == {"pooling": "attentive_stats", "layer": 1, "attention_dim": 64}
+    assert lid_report.split_lid_overrides(["lid.training.max_steps=5", "target=pl"]) == (["target=pl"],
+                                                                                        ["training.max_steps=5"])
+
+
+def test_lid_does_not_combine_with_only(capsys) -> None:
+    code, _, err = run_main(["demo", "--lid", "--only", "base"], capsys)
+    assert code == 1
+    assert one_error_line(err).endswith("--lid reuses a finished run: it does not combine with --dry-run, --only or "
+                                        "--curve")

@@ -1,0 +1,30 @@
+"""scripts/lid_compute_share.py at toy size: the head's FLOPs are the matrix products of its scorer and classifier
+counted by hand, the LID pass stops at the pooled layer, the table and the target line are printed."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from helpers.paths import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+import lid_compute_share
+
+
+def test_the_head_flops_are_its_matrix_products(capsys, tmp_path) -> None:
+    torch.set_num_threads(1)
+    assert lid_compute_share.main(["--tiny", "--threads", "1", "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| tiny | 1 s | 0 of 0..1 |" in out and "target: the head adds < 1% to the encoder's FLOPs:" in out
+    (row,) = json.loads((tmp_path / "r.json").read_text())
+    model = lid_compute_share.build("tiny", 0)
+    frames = int(model._get_feat_extract_output_lengths(100))  # 1 s of fbank frames
+    hidden, attention, languages = 32, 64, 6
+    expected = 2 * frames * hidden * attention + 2 * frames * attention + 2 * (2 * hidden) * languages
+    assert row["flops"]["head"] == expected
+    assert row["lid_parameters"] == hidden * attention + attention + attention + 1 + 2 * hidden * languages + languages
+    # the LID pass runs the front end and layer 0 of 2, without adapters: less than the routed encoder pass
+    assert row["flops"]["head"] < row["flops"]["LID pass"] < row["flops"]["encoder"]
