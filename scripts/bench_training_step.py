@@ -11,6 +11,15 @@ the 7-layer convolutional feature encoder), each in its own Python process so th
   fusion + target adapter trainable;
 - ``lora``: per-language LoRA (``add_language_adapter(lang, adapter_type="lora", lora_r=8)``; the default target
   modules ``q_proj`` / ``v_proj``), the backbone frozen.
+- ``fusion_reference`` (on request): ``fusion`` computed by each adapter's own forward and the fusion over their
+  stacked outputs (``adaptspeech.adapters.engine.reference_path()``), as before the stacked path;
+  ``fusion_recompute``: ``fusion`` with ``model.set_fusion_recompute(True)``.
+
+Beside each configuration's time the table prints its arithmetic bound: the multiply-adds of one step
+(:func:`multiply_adds`) and their ratio to full fine-tuning's, the time ratio the configuration would have if it
+computed its products as fast as full fine-tuning does. ``--rounds N`` measures the configurations N times,
+interleaved, and reports the median over all rounds' steps: on a machine shared with other work, whose load changes
+over minutes, the ratios then see the same load.
 
 The peer users pick today, on request (``--configs ...,mms``): transformers' ``Wav2Vec2ForCTC`` with MMS adapters
 (``adapter_attn_dim=64``, the bottleneck of ``adapter``), prepared as transformers'
@@ -33,6 +42,7 @@ what training adds), and the ratios use that peak minus the process's RSS after 
     python scripts/bench_training_step.py --dtype bf16 --device cuda --steps 10
     python scripts/bench_training_step.py --checkpointing --configs full,adapter   # as the recipe's full stages
     python scripts/bench_training_step.py --layers 2 --batch 1 --seconds 1 --steps 1   # a quick check
+    python scripts/bench_training_step.py --layers 8 --rounds 2 --configs full,adapter,fusion,fusion_reference
 """
 
 from __future__ import annotations
@@ -357,6 +367,52 @@ def verdicts(results: list[dict[str, Any]], cuda: bool) -> list[str]:
     return lines
 
 
+def run_worker(configuration: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Measure ``configuration`` in its own Python process; its figures, or ``{"config", "error"}``."""
+    print(f"[{label}] building and training ...", flush=True)
+    t0 = time.perf_counter()
+    command = [sys.executable, __file__, "--worker", configuration, "--device", args.device, "--dtype", args.dtype]
+    for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
+        if getattr(args, option) is not None:
+            command += [f"--{option}", str(getattr(args, option))]
+    for flag in ("checkpointing", "freeze_feature_encoder", "fused"):
+        if getattr(args, flag):
+            command.append(f"--{flag.replace('_', '-')}")
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        return {"config": configuration, "error": f"exit code {done.returncode} (see the messages above)"}
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    print(
+        f"[{label}] {r['median_seconds']:.2f} s/step ({r['median_cpu_seconds']:.2f} s CPU time), "
+        f"peak RSS {r['peak_rss_mib']:,.0f} MiB, {time.perf_counter() - t0:.0f} s; 1-min load average "
+        f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f} on {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    return r
+
+
+def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's figures over its rounds (``--rounds``): the median of all its timed steps, the median
+    of its peak memories; the first failure if any round failed."""
+    failed = next((r for r in rounds if "error" in r), None)
+    if failed is not None or len(rounds) == 1:
+        return failed or rounds[0]
+    merged = dict(rounds[0])
+    for key, median_key in (("step_seconds", "median_seconds"), ("cpu_step_seconds", "median_cpu_seconds")):
+        merged[key] = [value for r in rounds for value in r[key]]
+        merged[median_key] = statistics.median(merged[key])
+    for key in ("peak_rss_mib", "peak_above_baseline_mib", "rss_baseline_mib", "rss_before_mib"):
+        merged[key] = statistics.median(r[key] for r in rounds)
+    if merged.get("peak_cuda_mib") is not None:
+        merged["peak_cuda_mib"] = statistics.median(r["peak_cuda_mib"] for r in rounds)
+    merged["audio_seconds_per_second"] = rounds[0]["audio_seconds_per_second"] * rounds[0]["median_seconds"] / (
+        merged["median_seconds"]
+    )
+    merged["load_average"] = [rounds[0]["load_average"][0], rounds[-1]["load_average"][1]]
+    merged["rounds"] = len(rounds)
+    return merged
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=24, help="encoder layers (XLS-R 300M: 24)")
@@ -379,6 +435,13 @@ def main() -> int:
     parser.add_argument("--fused", action="store_true", help="torch.optim.AdamW(fused=True) (CUDA)")
     parser.add_argument(
         "--configs", default=",".join(CONFIGS), help=f"among {', '.join(ALL_CONFIGS)} (the last two: the peer)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure the configurations this many times, interleaved (full, fusion, full, fusion, ...): on a "
+        "machine shared with other work the ratios then see the same changing load",
     )
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures here")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -404,32 +467,16 @@ def main() -> int:
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         flush=True,
     )
-    results: list[dict[str, Any]] = []
+    runs: dict[str, list[dict[str, Any]]] = {configuration: [] for configuration in configs}
     start = time.perf_counter()
-    for configuration in configs:
-        print(f"[{configuration}] building and training ...", flush=True)
-        t0 = time.perf_counter()
-        command = [sys.executable, __file__, "--worker", configuration, "--device", args.device, "--dtype", args.dtype]
-        for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
-            if getattr(args, option) is not None:
-                command += [f"--{option}", str(getattr(args, option))]
-        for flag in ("checkpointing", "freeze_feature_encoder", "fused"):
-            if getattr(args, flag):
-                command.append(f"--{flag.replace('_', '-')}")
-        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
-        if done.returncode != 0:
-            results.append({"config": configuration, "error": f"exit code {done.returncode} (see the messages above)"})
-        else:
-            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            r = results[-1]
-            if configuration not in PEERS:
-                r["multiply_adds"] = multiply_adds(configuration, args.layers, args.batch, args.seconds)
-            print(
-                f"[{configuration}] {r['median_seconds']:.2f} s/step ({r['median_cpu_seconds']:.2f} s CPU time), "
-                f"peak RSS {r['peak_rss_mib']:,.0f} MiB, {time.perf_counter() - t0:.0f} s; 1-min load average "
-                f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f} on {os.cpu_count()} CPUs",
-                flush=True,
-            )
+    for round_index in range(args.rounds):
+        for configuration in configs:
+            label = configuration if args.rounds == 1 else f"{configuration}, round {round_index + 1}/{args.rounds}"
+            runs[configuration].append(run_worker(configuration, label, args))
+    results = [merge_rounds(runs[configuration]) for configuration in configs]
+    for r in results:
+        if "error" not in r and r["config"] not in PEERS:
+            r["multiply_adds"] = multiply_adds(r["config"], args.layers, args.batch, args.seconds)
     print()
     print(table(results, cuda))
     for line in verdicts(results, cuda):
