@@ -21,12 +21,6 @@ summed over the layers, each beside its multiply-adds (``bench_training_step.mul
 that gives (a part far below the others' rate is where the step exceeds its arithmetic bound):
 
     python scripts/profile_training_step.py --device cpu --dtype fp32 --threads 2 --by-module --configs full,fusion
-
-``--saved`` prints instead what one forward keeps for backward: the bytes of the distinct tensor storages autograd
-saves, parameters excluded (activation memory, free of the allocator's caching and fragmentation that peak RSS
-includes):
-
-    python scripts/profile_training_step.py --device cpu --dtype fp32 --saved --layers 2 --configs adapter,fusion
 """
 
 from __future__ import annotations
@@ -290,25 +284,6 @@ def report_by_module(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def saved_for_backward(config: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Build ``config`` and run one forward recording every tensor autograd saves for backward; returns the bytes of
-    their distinct storages, parameters excluded."""
-    model, _, batch = prepare(config, args)
-    storages: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = max(storages.get(storage.data_ptr(), 0), storage.nbytes())
-        return tensor
-
-    with torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.dtype == "bf16"), \
-            torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), bts.step_context(config):
-        model(**batch)
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved = sum(size for pointer, size in storages.items() if pointer not in parameters)
-    return {"config": config, "saved_mib": saved / bts.MIB}
-
-
 def report(results: list[dict[str, Any]], cuda: bool) -> list[str]:
     """Markdown: one table of wall / busy time and the split by category, then the top kernels of each
     configuration."""
@@ -345,7 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="bf16: autocast, fp32 weights")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--by-module", action="store_true", help="time each part forward and backward (no profiler)")
-    parser.add_argument("--saved", action="store_true", help="the activation memory one forward keeps for backward")
     args = parser.parse_args(argv)
     configs = [c for c in args.configs.split(",") if c]
     unknown = sorted(set(configs) - set(bts.ALL_CONFIGS))
@@ -353,21 +327,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--configs: unknown {', '.join(unknown)}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    measure = saved_for_backward if args.saved else profile_by_module if args.by_module else profile_config
     results = []
     for config in configs:
-        results.append(measure(config, args))
+        results.append((profile_by_module if args.by_module else profile_config)(config, args))
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     cuda = args.device.startswith("cuda")
     print(f"XLS-R 300M shape, {args.layers} layers, batch {args.batch} x {args.seconds:g} s, {args.dtype}, "
-          f"checkpointing {'on' if args.checkpointing else 'off'}, {args.device}; "
-          f"{'one forward' if args.saved else f'{args.steps} profiled steps'}\n")
-    if args.saved:
-        print("| configuration | saved for backward MiB |\n| --- | --- |")
-        print("\n".join(f"| {r['config']} | {r['saved_mib']:,.0f} |" for r in results))
-    else:
-        print("\n".join(report_by_module(results) if args.by_module else report(results, cuda)))
+          f"checkpointing {'on' if args.checkpointing else 'off'}, {args.device}; {args.steps} profiled steps\n")
+    print("\n".join(report_by_module(results) if args.by_module else report(results, cuda)))
     return 0
 
 
