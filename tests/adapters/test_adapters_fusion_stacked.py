@@ -282,3 +282,9 @@ def test_peft_layer_equals_the_reference(stacked_calls):
     assert any("speech_adapter_fusion" in name for name in expected) and not stacked_calls
     assert_same_values(values(reference=False), expected, tol=MODEL_TOL)
     assert stacked_calls
+
+
+def test_recompute_without_a_fusion_is_refused():
+    model = AdaptSpeechForCTC(tiny_config("wav2vec2", adapter_languages=["ro"]))
+    with pytest.raises(ValueError, match=r"no fusion to recompute: call add_fusion\(languages\) first"):
+        model.set_fusion_recompute(True)
