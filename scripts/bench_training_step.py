@@ -11,6 +11,15 @@ the 7-layer convolutional feature encoder), each in its own Python process so th
   fusion + target adapter trainable;
 - ``lora``: per-language LoRA (``add_language_adapter(lang, adapter_type="lora", lora_r=8)``; the default target
   modules ``q_proj`` / ``v_proj``), the backbone frozen.
+- ``fusion_reference`` (on request): ``fusion`` computed by each adapter's own forward and the fusion over their
+  stacked outputs (``adaptspeech.adapters.engine.reference_path()``), as before the stacked path;
+  ``fusion_recompute``: ``fusion`` with ``model.set_fusion_recompute(True)``.
+
+Beside each configuration's time the table prints its arithmetic bound: the multiply-adds of one step
+(:func:`multiply_adds`) and their ratio to full fine-tuning's, the time ratio the configuration would have if it
+computed its products as fast as full fine-tuning does. ``--rounds N`` measures the configurations N times,
+interleaved, and reports the median over all rounds' steps: on a machine shared with other work, whose load changes
+over minutes, the ratios then see the same load.
 
 The peer users pick today, on request (``--configs ...,mms``): transformers' ``Wav2Vec2ForCTC`` with MMS adapters
 (``adapter_attn_dim=64``, the bottleneck of ``adapter``), prepared as transformers'
@@ -33,6 +42,7 @@ what training adds), and the ratios use that peak minus the process's RSS after 
     python scripts/bench_training_step.py --dtype bf16 --device cuda --steps 10
     python scripts/bench_training_step.py --checkpointing --configs full,adapter   # as the recipe's full stages
     python scripts/bench_training_step.py --layers 2 --batch 1 --seconds 1 --steps 1   # a quick check
+    python scripts/bench_training_step.py --layers 8 --rounds 2 --configs full,adapter,fusion,fusion_reference
 """
 
 from __future__ import annotations
@@ -52,14 +62,20 @@ from adaptspeech.backbones.wav2vec2 import XLSR_300M_BACKBONE
 from adaptspeech.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
 CONFIGS = ("full", "adapter", "fusion", "lora")
+#: the fusion computed as before its stacked path (each adapter's own forward, inside ``reference_path()``) and with
+#: the fusion block recomputed in backward: the before / after rows of one run
+FUSION_VARIANTS = ("fusion_reference", "fusion_recompute")
 #: transformers' own MMS adapter training, the peer of ``adapter`` (see the module docstring)
 PEERS = ("mms", "mms_frozen_front_end")
+ALL_CONFIGS = CONFIGS + FUSION_VARIANTS + PEERS
 #: the bottleneck of ``adapter`` and the ``adapter_attn_dim`` of the peers: equal adapter size
 ADAPTER_BOTTLENECK = 64
 SOURCES = ("ru", "cy", "it", "eu", "pt")
 TARGET = "ro"
 TARGETS = {"time": 0.75, "memory": 0.5}
 """The targets for the adapter-only configuration, as ratios to full fine-tuning."""
+FUSION_TARGETS = {"time": 1.1, "memory": 0.6}
+"""The targets for the fusion step, as ratios to full fine-tuning."""
 
 BACKBONE: dict[str, Any] = {**XLSR_300M_BACKBONE, "layerdrop": 0.0, "mask_time_prob": 0.0}
 """XLS-R 300M's shape and dropouts, without ``layerdrop`` and SpecAugment time masking (random step times)."""
@@ -106,19 +122,96 @@ def build_model(configuration: str, layers: int) -> Any:
         model.add_language_adapter(TARGET, bottleneck=ADAPTER_BOTTLENECK)
         model.set_active_languages([TARGET])
         model.set_trainable(adapters=[TARGET])
-    elif configuration == "fusion":
+    elif configuration in ("fusion", *FUSION_VARIANTS):
         for lang in SOURCES:
             model.add_language_adapter(lang, bottleneck=128)
         model.add_language_adapter(TARGET, bottleneck=64)
         model.add_fusion([*SOURCES, TARGET], target_language=TARGET)
         model.set_trainable(adapters=[TARGET], fusion=True)
+        if configuration == "fusion_recompute":
+            model.set_fusion_recompute(True)
     elif configuration == "lora":
         model.add_language_adapter(TARGET, adapter_type="lora", lora_r=8)
         model.set_active_languages([TARGET])
         model.set_trainable(adapters=[TARGET])
     else:
-        raise ValueError(f"unknown configuration {configuration!r}; allowed: {', '.join(CONFIGS + PEERS)}")
+        raise ValueError(f"unknown configuration {configuration!r}; allowed: {', '.join(ALL_CONFIGS)}")
     return model
+
+
+def step_context(configuration: str) -> Any:
+    """What a training step of ``configuration`` runs inside: ``reference_path()`` for ``fusion_reference``."""
+    import contextlib
+
+    from adaptspeech.adapters.engine import reference_path
+
+    return reference_path() if configuration == "fusion_reference" else contextlib.nullcontext()
+
+
+def frames(samples: int) -> list[int]:
+    """The output length of each convolution of the feature encoder for ``samples`` of audio (the last: encoder
+    frames ``T``)."""
+    lengths = []
+    for kernel, stride in zip(BACKBONE["conv_kernel"], BACKBONE["conv_stride"], strict=True):
+        samples = (samples - kernel) // stride + 1
+        lengths.append(samples)
+    return lengths
+
+
+def multiply_adds(configuration: str, layers: int, batch: int, seconds: float) -> dict[str, float]:
+    """The multiply-adds of one training step of ``configuration``, by part: the arithmetic bound.
+
+    Counted are the products (matrix products and convolutions; element-wise work, normalisation, softmax and the
+    optimizer are not), each forward product once, and in backward the input gradient where something below it
+    trains and the weight gradient where its weight trains (each as many multiply-adds as the forward product).
+    With ``M = batch x T`` frames, width ``d``, FFN ``f``, adapter width ``r``, ``N`` fused entries: an encoder
+    layer's forward is ``4 M d^2`` (projections) ``+ 2 M T d`` (scores and context) ``+ 2 M d f``; an adapter's
+    ``2 M d r``; the fusion's ``3 M d^2 + 2 M N d`` (the cheaper order: ``W_Q``, ``q W_K^T``, ``W_V`` and the two
+    products over the entries). Full fine-tuning trains everything above the convolutional front end; the adapter
+    and fusion configurations back-propagate input gradients through the frozen layers above layer 0 (nothing below
+    the first adapter trains). The fusion variants compute the same function (``fusion_recompute`` adds one forward
+    of the adapters and the fusion, counted).
+
+    Returns:
+        multiply-adds per part (``front_end``, ``projection``, ``pos_conv``, ``layers``, ``adapters``, ``fusion``,
+        ``head``) and ``total``.
+    """
+    d, f = BACKBONE["hidden_size"], BACKBONE["intermediate_size"]
+    lengths = frames(int(seconds * 16000))
+    t = lengths[-1]
+    m = batch * t
+    channels = [1, *BACKBONE["conv_dim"]]
+    front_end = batch * sum(
+        n * channels[i] * channels[i + 1] * k for i, (n, k) in enumerate(zip(lengths, BACKBONE["conv_kernel"]))
+    )
+    projection = m * channels[-1] * d
+    pos_conv = m * d * (d // BACKBONE["num_conv_pos_embedding_groups"]) * BACKBONE["num_conv_pos_embeddings"]
+    layer = 4 * m * d * d + 2 * m * t * d + 2 * m * d * f
+    head = m * d * 40
+    parts = {"front_end": float(front_end)}
+    if configuration == "full":  # forward, input and weight gradients (no input gradient into the frozen front end)
+        parts.update(projection=2.0 * projection, pos_conv=3.0 * pos_conv, layers=3.0 * layers * layer, head=3.0 * head)
+    else:  # frozen: forward everywhere, input gradients above layer 0 (layer 0's input needs none)
+        parts.update(projection=float(projection), pos_conv=float(pos_conv), layers=(2.0 * layers - 1) * layer)
+        parts["head"] = 2.0 * head
+    if configuration == "adapter":  # forward, weight gradients, input gradients above layer 0
+        parts["adapters"] = (3.0 * layers - 1) * 2 * m * d * ADAPTER_BOTTLENECK
+    if configuration == "lora":  # r = 8 on q_proj and v_proj, trained: layer 0 back-propagates down to them
+        parts["layers"] += layer - 3 * m * d * d  # ... all but the input gradients of its q, k, v projections
+        parts["adapters"] = (3.0 * layers - 1) * 2 * 2 * m * d * 8
+    if configuration.startswith("fusion"):
+        sources = 2 * m * d * 128 * len(SOURCES)
+        target = 2 * m * d * 64
+        entries = len(SOURCES) + 1
+        fusion = 3 * m * d * d + 2 * m * entries * d
+        recompute = configuration == "fusion_recompute"
+        again = recompute * layers
+        parts["adapters"] = (2.0 * layers - 1 + again) * sources + (3.0 * layers - 1 + again) * target
+        # W_Q, W_K, W_V and the two entry products: forward, weight gradients, input gradients (W_Q's into z: not
+        # at layer 0)
+        parts["fusion"] = (3.0 + recompute) * layers * fusion - m * d * d
+    parts["total"] = sum(parts.values())
+    return parts
 
 
 def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -162,9 +255,9 @@ def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
         if cuda:
             torch.cuda.synchronize()
         t0, c0 = time.perf_counter(), time.process_time()
-        with autocast:
+        with autocast, step_context(configuration):
             loss = model(input_values=inputs, attention_mask=mask, labels=labels).loss
-        loss.backward()
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if cuda:
@@ -204,21 +297,25 @@ def _ratio(value: float | None, base: float | None) -> str:
 
 
 def table(results: list[dict[str, Any]], cuda: bool) -> str:
-    """The markdown table: step time and peak memory with their ratios to full fine-tuning."""
+    """The markdown table: step time and peak memory with their ratios to full fine-tuning, and beside the time the
+    arithmetic bound (:func:`multiply_adds`) as a ratio to full fine-tuning's."""
     base = next((r for r in results if r["config"] == "full" and "error" not in r), None)
     peak_key = _peak_key(cuda)
     peak_name = "peak CUDA memory MiB" if cuda else "peak RSS above the import baseline MiB"
     lines = [
-        "| configuration | trainable params | s/step (median) | vs full | CPU s/step (median) | vs full "
-        f"| peak RSS MiB | {peak_name} | vs full |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| configuration | trainable params | G multiply-adds | bound vs full | s/step (median) | vs full "
+        f"| CPU s/step (median) | vs full | peak RSS MiB | {peak_name} | vs full |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['config']} | failed: {r['error']} | | | | | | | |")
+            lines.append(f"| {r['config']} | failed: {r['error']} | | | | | | | | | |")
             continue
+        macs = r.get("multiply_adds", {}).get("total")
+        base_macs = base and base.get("multiply_adds", {}).get("total")
         lines.append(
-            f"| {r['config']} | {r['trainable']:,} | {r['median_seconds']:.2f} "
+            f"| {r['config']} | {r['trainable']:,} | {'-' if macs is None else f'{macs / 1e9:.0f}'} "
+            f"| {_ratio(macs, base_macs)} | {r['median_seconds']:.2f} "
             f"| {_ratio(r['median_seconds'], base and base['median_seconds'])} | {r['median_cpu_seconds']:.2f} "
             f"| {_ratio(r['median_cpu_seconds'], base and base['median_cpu_seconds'])} | {r['peak_rss_mib']:,.0f} "
             f"| {r[peak_key]:,.0f} | {_ratio(r[peak_key], base and base[peak_key])} |"
@@ -233,23 +330,87 @@ def _peak_key(cuda: bool) -> str:
     return "peak_cuda_mib" if cuda else "peak_above_baseline_mib"
 
 
+def _verdict(name: str, ratio: float, target: float) -> str:
+    return f"{name} <= {target}x full fine-tuning: {ratio:.2f}x " + ("met" if ratio <= target else "MISSED")
+
+
 def verdicts(results: list[dict[str, Any]], cuda: bool) -> list[str]:
-    """The targets for the adapter-only configuration: met or missed."""
+    """The targets for the adapter-only and the fusion configurations: met or missed (the fusion's time beside its
+    arithmetic bound)."""
     by = {r["config"]: r for r in results if "error" not in r}
-    if "full" not in by or "adapter" not in by:
+    if "full" not in by:
         return []
+    full = by["full"]
     peak_key = _peak_key(cuda)
-    time_ratio = by["adapter"]["median_seconds"] / by["full"]["median_seconds"]
-    cpu_ratio = by["adapter"]["median_cpu_seconds"] / by["full"]["median_cpu_seconds"]
-    memory_ratio = by["adapter"][peak_key] / by["full"][peak_key]
-    return [
-        f"adapter-only step time <= {TARGETS['time']}x full fine-tuning: {time_ratio:.2f}x wall "
-        + ("met" if time_ratio <= TARGETS["time"] else "MISSED")
-        + f", {cpu_ratio:.2f}x CPU time "
-        + ("met" if cpu_ratio <= TARGETS["time"] else "MISSED"),
-        f"adapter-only peak memory <= {TARGETS['memory']}x full fine-tuning: {memory_ratio:.2f}x "
-        + ("met" if memory_ratio <= TARGETS["memory"] else "MISSED"),
-    ]
+    lines = []
+    if "adapter" in by:
+        adapter = by["adapter"]
+        lines += [
+            _verdict("adapter-only step time (wall)", adapter["median_seconds"] / full["median_seconds"],
+                     TARGETS["time"])
+            + ", "
+            + _verdict("CPU time", adapter["median_cpu_seconds"] / full["median_cpu_seconds"], TARGETS["time"]),
+            _verdict("adapter-only peak memory", adapter[peak_key] / full[peak_key], TARGETS["memory"]),
+        ]
+    for name in ("fusion", *FUSION_VARIANTS):
+        if name not in by:
+            continue
+        r = by[name]
+        bound = r["multiply_adds"]["total"] / full["multiply_adds"]["total"]
+        lines += [
+            _verdict(f"{name} step time (wall)", r["median_seconds"] / full["median_seconds"], FUSION_TARGETS["time"])
+            + ", "
+            + _verdict("CPU time", r["median_cpu_seconds"] / full["median_cpu_seconds"], FUSION_TARGETS["time"])
+            + f" (arithmetic bound {bound:.2f}x)",
+            _verdict(f"{name} peak memory", r[peak_key] / full[peak_key], FUSION_TARGETS["memory"]),
+        ]
+    return lines
+
+
+def run_worker(configuration: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Measure ``configuration`` in its own Python process; its figures, or ``{"config", "error"}``."""
+    print(f"[{label}] building and training ...", flush=True)
+    t0 = time.perf_counter()
+    command = [sys.executable, __file__, "--worker", configuration, "--device", args.device, "--dtype", args.dtype]
+    for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
+        if getattr(args, option) is not None:
+            command += [f"--{option}", str(getattr(args, option))]
+    for flag in ("checkpointing", "freeze_feature_encoder", "fused"):
+        if getattr(args, flag):
+            command.append(f"--{flag.replace('_', '-')}")
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        return {"config": configuration, "error": f"exit code {done.returncode} (see the messages above)"}
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    print(
+        f"[{label}] {r['median_seconds']:.2f} s/step ({r['median_cpu_seconds']:.2f} s CPU time), "
+        f"peak RSS {r['peak_rss_mib']:,.0f} MiB, {time.perf_counter() - t0:.0f} s; 1-min load average "
+        f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f} on {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    return r
+
+
+def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's figures over its rounds (``--rounds``): the median of all its timed steps, the median
+    of its peak memories; the first failure if any round failed."""
+    failed = next((r for r in rounds if "error" in r), None)
+    if failed is not None or len(rounds) == 1:
+        return failed or rounds[0]
+    merged = dict(rounds[0])
+    for key, median_key in (("step_seconds", "median_seconds"), ("cpu_step_seconds", "median_cpu_seconds")):
+        merged[key] = [value for r in rounds for value in r[key]]
+        merged[median_key] = statistics.median(merged[key])
+    for key in ("peak_rss_mib", "peak_above_baseline_mib", "rss_baseline_mib", "rss_before_mib"):
+        merged[key] = statistics.median(r[key] for r in rounds)
+    if merged.get("peak_cuda_mib") is not None:
+        merged["peak_cuda_mib"] = statistics.median(r["peak_cuda_mib"] for r in rounds)
+    merged["audio_seconds_per_second"] = rounds[0]["audio_seconds_per_second"] * rounds[0]["median_seconds"] / (
+        merged["median_seconds"]
+    )
+    merged["load_average"] = [rounds[0]["load_average"][0], rounds[-1]["load_average"][1]]
+    merged["rounds"] = len(rounds)
+    return merged
 
 
 def main() -> int:
@@ -273,7 +434,14 @@ def main() -> int:
     )
     parser.add_argument("--fused", action="store_true", help="torch.optim.AdamW(fused=True) (CUDA)")
     parser.add_argument(
-        "--configs", default=",".join(CONFIGS), help=f"among {', '.join(CONFIGS + PEERS)} (the last two: the peer)"
+        "--configs", default=",".join(CONFIGS), help=f"among {', '.join(ALL_CONFIGS)} (the last two: the peer)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure the configurations this many times, interleaved (full, fusion, full, fusion, ...): on a "
+        "machine shared with other work the ratios then see the same changing load",
     )
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the figures here")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -287,9 +455,9 @@ def main() -> int:
         return 0
 
     configs = [c for c in args.configs.split(",") if c]
-    unknown = sorted(set(configs) - set(CONFIGS + PEERS))
+    unknown = sorted(set(configs) - set(ALL_CONFIGS))
     if unknown:
-        parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS + PEERS)}")
+        parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(ALL_CONFIGS)}")
     cuda = args.device.startswith("cuda")
     print(
         f"XLS-R 300M shape ({args.layers} layers), batch {args.batch} x {args.seconds:g} s, {args.dtype}, "
@@ -299,30 +467,16 @@ def main() -> int:
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         flush=True,
     )
-    results: list[dict[str, Any]] = []
+    runs: dict[str, list[dict[str, Any]]] = {configuration: [] for configuration in configs}
     start = time.perf_counter()
-    for configuration in configs:
-        print(f"[{configuration}] building and training ...", flush=True)
-        t0 = time.perf_counter()
-        command = [sys.executable, __file__, "--worker", configuration, "--device", args.device, "--dtype", args.dtype]
-        for option in ("layers", "batch", "seconds", "steps", "warmup", "threads"):
-            if getattr(args, option) is not None:
-                command += [f"--{option}", str(getattr(args, option))]
-        for flag in ("checkpointing", "freeze_feature_encoder", "fused"):
-            if getattr(args, flag):
-                command.append(f"--{flag.replace('_', '-')}")
-        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
-        if done.returncode != 0:
-            results.append({"config": configuration, "error": f"exit code {done.returncode} (see the messages above)"})
-        else:
-            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            r = results[-1]
-            print(
-                f"[{configuration}] {r['median_seconds']:.2f} s/step ({r['median_cpu_seconds']:.2f} s CPU time), "
-                f"peak RSS {r['peak_rss_mib']:,.0f} MiB, {time.perf_counter() - t0:.0f} s; 1-min load average "
-                f"{r['load_average'][0]:.1f} -> {r['load_average'][1]:.1f} on {os.cpu_count()} CPUs",
-                flush=True,
-            )
+    for round_index in range(args.rounds):
+        for configuration in configs:
+            label = configuration if args.rounds == 1 else f"{configuration}, round {round_index + 1}/{args.rounds}"
+            runs[configuration].append(run_worker(configuration, label, args))
+    results = [merge_rounds(runs[configuration]) for configuration in configs]
+    for r in results:
+        if "error" not in r and r["config"] not in PEERS:
+            r["multiply_adds"] = multiply_adds(r["config"], args.layers, args.batch, args.seconds)
     print()
     print(table(results, cuda))
     for line in verdicts(results, cuda):

@@ -15,17 +15,39 @@ Semantics (the same in both):
 
 The adapters compute in their own dtype (peft keeps adapter weights in float32 under a half-precision model when
 asked to) and the result is returned in ``z``'s dtype.
+
+A fusion over bottleneck adapters runs on the stacked path
+(:func:`~adaptspeech.adapters.fusion.stacked_simadapter_output`: the same function, in a fraction of the memory
+traffic); other adapters, adapters whose dropout acts, and every call inside :func:`reference_path` run each
+adapter's own forward (:func:`~adaptspeech.adapters.fusion.simadapter_output`), the reference the stacked path is
+tested against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from torch import nn
 
-from .fusion import SimAdapterFusion, simadapter_output
+from .bottleneck import stackable
+from .fusion import SimAdapterFusion, simadapter_output, stacked_simadapter_output
+
+_REFERENCE: ContextVar[bool] = ContextVar("adaptspeech_reference_adapter_path", default=False)
+
+
+@contextlib.contextmanager
+def reference_path() -> Iterator[None]:
+    """Inside this block every adapter layer runs each adapter's own forward and the fusion over their stacked
+    outputs (the reference the stacked path equals; for tests and the benchmarks' before / after rows)."""
+    token = _REFERENCE.set(True)
+    try:
+        yield
+    finally:
+        _REFERENCE.reset(token)
 
 
 def _param_dtype(module: nn.Module, fallback: torch.dtype) -> torch.dtype:
@@ -90,6 +112,7 @@ def fuse(
     settings: Any,
     adapters: Mapping[str, nn.Module],
     residual: torch.Tensor | None,
+    recompute: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SimAdapter over ``settings.languages`` on the layer output.
 
@@ -99,6 +122,8 @@ def fuse(
         settings: its :class:`~adaptspeech.adapters.config.FusionConfig` (languages, include_self, residual).
         adapters: this layer's adapters by language.
         residual: the layer's pre-FFN LayerNorm output [B, T, D] (for ``residual="ffn_input"``), or None.
+        recompute: on the stacked path, keep only the block's inputs for backward and recompute the adapters and
+            the fusion there (less memory, one more forward of the block); also on when ``fusion.recompute`` is.
 
     Returns:
         ``(output [B, T, D] in z's dtype, weights [B, T, N])``.
@@ -106,5 +131,10 @@ def fuse(
     dtype = _param_dtype(fusion, z.dtype)
     fused = [adapters[lang] for lang in settings.languages]
     x = z.to(dtype)
-    output, weights = simadapter_output(fusion, settings, fused, x, None if residual is None else residual.to(dtype))
+    residual = None if residual is None else residual.to(dtype)
+    if not _REFERENCE.get() and stackable(fused) and _param_dtype(fused[0], dtype) == dtype:
+        recompute = recompute or bool(getattr(fusion, "recompute", False))
+        output, weights = stacked_simadapter_output(fusion, settings, fused, x, residual, recompute=recompute)
+    else:
+        output, weights = simadapter_output(fusion, settings, fused, x, residual)
     return output.to(z.dtype), weights

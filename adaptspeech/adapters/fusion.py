@@ -16,16 +16,27 @@ Choices where the paper is silent (following the official ESPnet-based implement
   captures the residual (see :mod:`adaptspeech.adapters.block`);
 * the optional guide loss (off by default) is cross-entropy between the time- and batch-averaged attention and
   the target language's index, computed by :func:`guide_loss`.
+
+Two paths compute the same function. :func:`simadapter_output` runs every fused adapter's own forward and attends
+over their stacked outputs (:meth:`SimAdapterFusion.forward`): the reference, and the path for any adapter.
+:func:`stacked_simadapter_output` computes bottleneck adapters and fusion together without forming the adapter
+outputs (:meth:`SimAdapterFusion.forward_stacked`): one LayerNorm statistics pass for all adapters, their
+down-projections as one product over the concatenated weights, the scores and the weighted sum as one product each
+through the concatenated up weights, and optionally the whole block recomputed in backward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..registry import Registry
+from .bottleneck import BottleneckAdapter, BottleneckStack, shared_layer_norm_eps, stack_bottlenecks
 
 #: where the fused output's residual comes from (see the module docstring).
 FUSION_RESIDUALS = ("ffn_input", "query", "none")
@@ -42,6 +53,11 @@ class SimAdapterFusion(nn.Module):
         hidden_size (`int`): width ``d``.
         num_entries (`int`): N, the number of fused entries (adapters, plus one if ``include_self``).
         temperature (`float`, defaults to 1.0): ``tau``.
+
+    Attributes:
+        recompute (`bool`, defaults to `False`): on the stacked path, keep only the block's inputs for backward and
+            compute the adapters and the fusion again there (activation checkpointing of the fusion block alone: less
+            memory, one more forward of the block). A training-time choice, not saved with the weights.
     """
 
     def __init__(self, hidden_size: int, num_entries: int, temperature: float = 1.0) -> None:
@@ -53,6 +69,7 @@ class SimAdapterFusion(nn.Module):
         self.hidden_size = hidden_size
         self.num_entries = num_entries
         self.temperature = temperature
+        self.recompute = False
         self.linear_q = nn.Linear(hidden_size, hidden_size)
         self.linear_k = nn.Linear(hidden_size, hidden_size)
         self.linear_v = nn.Linear(hidden_size, hidden_size, bias=False)
@@ -95,11 +112,91 @@ class SimAdapterFusion(nn.Module):
             output = output + residual
         return output, weights
 
+    def forward_stacked(
+        self,
+        query: torch.Tensor,
+        normalized: torch.Tensor,
+        stacks: Sequence[BottleneckStack],
+        residual: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` on the entries ``a_i = z + U_i h_i (+ c_i)`` of bottleneck adapters reading ``z``, without
+        forming them (``h_i``: adapter i's bottleneck activations, ``U_i``: its up weight, ``c_i``: its up bias).
+
+        * Scores: ``q_k . a_i = q_k . z + (U_i^T q_k) . h_i (+ q_k . c_i)``. The first term is the same for every entry
+          (``z`` itself included) and the softmax over entries does not depend on it: it is left out, and ``U^T q_k``
+          is one product through the up weights side by side.
+        * Weighted sum: ``sum_i p_i a_i = z + sum_i p_i U_i h_i (+ sum_i p_i c_i)`` (the ``p_i`` sum to one): one
+          product of the p-weighted activations with the same weights.
+
+        No ``[B, T, N, D]`` tensor is formed or kept for backward. When ``num_entries`` exceeds the stacked adapters
+        by one, ``z`` itself is the last entry (``include_self``; its score is the left-out common term).
+
+        Args:
+            query: ``z`` [B, T, D], the adapters' input and the query.
+            normalized: ``z`` normalised by its LayerNorm statistics without scale and shift [B, T, D] (``z`` itself
+                for adapters without LayerNorm).
+            stacks: the fused adapters (:func:`~adaptspeech.adapters.bottleneck.stack_bottlenecks`); their indices
+                are entry positions.
+            residual: added to the output when given [B, T, D].
+
+        Returns:
+            ``(output [B, T, D], weights [B, T, N])`` as :meth:`forward` returns them.
+        """
+        shape = query.shape
+        z = query.reshape(-1, shape[-1])  # [M, D]
+        x = normalized.reshape(-1, shape[-1])
+        rows = z.shape[0]
+        q = self.linear_q(z)
+        q_k = q @ self.linear_k.weight  # [M, D]
+        hidden, columns = [], []
+        for stack in stacks:
+            h = stack.hidden(x)  # [M, n r]
+            scores = (h * (q_k @ stack.up_weight)).view(rows, stack.count, stack.bottleneck).sum(-1)  # [M, n]
+            if stack.up_bias is not None:
+                scores = scores + q_k @ stack.up_bias.t()
+            hidden.append(h)
+            columns.append(scores)
+        scores = _in_entry_order(columns, stacks, self.num_entries)
+        if self.linear_k.bias is not None:  # the same for every entry: kept so that b_K's gradient is as before
+            scores = scores + (q @ self.linear_k.bias).unsqueeze(-1)
+        weights = torch.softmax((scores / self.temperature).float(), dim=-1).to(query.dtype)  # [M, N]
+        combined = z
+        for stack, h in zip(stacks, hidden, strict=True):
+            p = _entry_columns(weights, stack.indices)  # [M, n]
+            weighted = (h.view(rows, stack.count, stack.bottleneck) * p.unsqueeze(-1)).view(h.shape)
+            combined = torch.addmm(combined, weighted, stack.up_weight.t())
+            if stack.up_bias is not None:
+                combined = combined + p @ stack.up_bias
+        output = self.linear_v(combined).view(shape)
+        if residual is not None:
+            output = output + residual
+        return output, weights.view(*shape[:-1], self.num_entries)
+
     def regularizer(self) -> torch.Tensor:
         """``sum_ij (I - W_V)_ij^2`` (a scalar; invariant to the transpose PyTorch stores)."""
         w = self.linear_v.weight
         eye = torch.eye(w.shape[0], dtype=w.dtype, device=w.device)
         return ((eye - w) ** 2).sum()
+
+
+def _in_entry_order(columns: list[torch.Tensor], stacks: Sequence[BottleneckStack], entries: int) -> torch.Tensor:
+    """The stacks' score columns ``[M, n]`` as one ``[M, entries]`` tensor in entry order; an entry no stack holds
+    (``z`` itself, the last) scores 0."""
+    positions = [i for stack in stacks for i in stack.indices]
+    if len(positions) < entries:
+        columns = [*columns, columns[0].new_zeros(columns[0].shape[0], entries - len(positions))]
+        positions += range(len(positions), entries)
+    if positions == sorted(positions):
+        return torch.cat(columns, dim=-1) if len(columns) > 1 else columns[0]
+    split = [column for block in columns for column in block.split(1, dim=-1)]
+    return torch.cat([split[positions.index(i)] for i in range(entries)], dim=-1)
+
+
+def _entry_columns(weights: torch.Tensor, indices: list[int]) -> torch.Tensor:
+    """``weights[:, indices]``: a view when the indices are consecutive."""
+    if indices == list(range(indices[0], indices[0] + len(indices))):
+        return weights[:, indices[0] : indices[0] + len(indices)]
+    return weights[:, indices]
 
 
 def guide_loss(weights: torch.Tensor, target_index: int, frame_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -143,7 +240,43 @@ def simadapter_output(
     entries = [adapter(hidden_states) for adapter in adapters]
     if settings.include_self:
         entries.append(hidden_states)
-    residual = {"query": hidden_states, "none": None, "ffn_input": ffn_input}[settings.residual]
+    return fusion(hidden_states, torch.stack(entries, dim=2), _residual(settings, hidden_states, ffn_input))
+
+
+def stacked_simadapter_output(
+    fusion: SimAdapterFusion,
+    settings: Any,
+    adapters: list[BottleneckAdapter],
+    hidden_states: torch.Tensor,
+    ffn_input: torch.Tensor | None,
+    recompute: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`simadapter_output` for bottleneck adapters that
+    :func:`~adaptspeech.adapters.bottleneck.stackable` accepts, computed by :meth:`SimAdapterFusion.forward_stacked`
+    (see the module docstring).
+
+    Args:
+        fusion, settings, adapters, hidden_states, ffn_input: as for :func:`simadapter_output`.
+        recompute: keep only the block's inputs for backward and compute the block again there (activation
+            checkpointing of the adapters and the fusion alone); a no-op without gradients.
+
+    Returns:
+        ``(output [B, T, D], weights [B, T, N])``.
+    """
+    residual = _residual(settings, hidden_states, ffn_input)
+    eps = shared_layer_norm_eps(adapters)
+
+    def block(z: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        normalized = z if eps is None else F.layer_norm(z, z.shape[-1:], eps=eps)  # one statistics pass for all
+        return fusion.forward_stacked(z, normalized, stack_bottlenecks(adapters), residual)
+
+    if recompute and torch.is_grad_enabled():
+        return checkpoint(block, hidden_states, residual, use_reentrant=False)
+    return block(hidden_states, residual)
+
+
+def _residual(settings: Any, hidden_states: torch.Tensor, ffn_input: torch.Tensor | None) -> torch.Tensor | None:
+    """The tensor ``settings.residual`` names (see the module docstring)."""
     if settings.residual == "ffn_input" and ffn_input is None:
         raise RuntimeError("SimAdapter residual 'ffn_input' was not captured from the encoder layer")
-    return fusion(hidden_states, torch.stack(entries, dim=2), residual)
+    return {"query": hidden_states, "none": None, "ffn_input": ffn_input}[settings.residual]

@@ -187,6 +187,16 @@ class LanguageAdapterMixin:
             self.config.active_languages = list(self.config.fusion.languages)
         self._sync_routing()
 
+    def set_fusion_recompute(self, enable: bool = True) -> None:
+        """Recompute the adapters and the fusion of every layer in backward instead of keeping their activations
+        (activation checkpointing of the fusion block alone; see :class:`SimAdapterFusion`). Applies to the current
+        fusion; not saved."""
+        if self.config.fusion is None:
+            raise ValueError("no fusion to recompute: call add_fusion(languages) first")
+        for module in self.modules():
+            if isinstance(module, SimAdapterFusion):
+                module.recompute = bool(enable)
+
     # --- activation --------------------------------------------------------------------------------------------
     def set_active_languages(self, languages: list[str]) -> None:
         """The adapters that run: one language, or several routed per utterance by ``lang_ids`` (fusion off)."""
