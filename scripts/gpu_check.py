@@ -9,8 +9,10 @@ Five sections, each a function of this script, run in this order:
    every trainable tensor, none on ``cs``'s frozen adapter (which the fusion runs); every logged loss finite.
 2. ``training``: a training step at XLS-R 300M's shape (random weights, batch 8 x 10 s, bf16 autocast, fused AdamW;
    ``scripts/bench_training_step.py``'s configurations): full fine-tuning, adapter (r = 64), LoRA (r = 8),
-   SimAdapter fusion over 6 adapters, and transformers' ``Wav2Vec2ForCTC`` with MMS adapters of the same size,
-   prepared as ``run_speech_recognition_ctc_adapter.py`` prepares it (``mms``; ``mms_frozen_front_end``: plus
+   SimAdapter fusion over 6 adapters (the stacked path; ``fusion_reference``: each adapter's own forward, the path
+   before the stacked one; ``fusion_recompute``: the stacked block recomputed in backward), and transformers'
+   ``Wav2Vec2ForCTC`` with MMS adapters of the same size, prepared as ``run_speech_recognition_ctc_adapter.py``
+   prepares it (``mms``; ``mms_frozen_front_end``: plus
    ``freeze_feature_encoder()``), each without and with activation checkpointing: median seconds per step, audio
    seconds per second, ``torch.cuda.max_memory_allocated``. Targets: adapter <= 1.0x the peer's time, adapter <=
    0.6x full fine-tuning's, fusion <= 1.3x full fine-tuning's.
@@ -68,7 +70,8 @@ SECTIONS = ("heads", "training", "attention", "decoding", "demo")
 GIB = 2**30
 MIB = 2**20
 #: ``scripts/bench_training_step.py`` configurations of the training section, in table order
-TRAINING_CONFIGS = ("full", "adapter", "lora", "fusion", "mms", "mms_frozen_front_end")
+TRAINING_CONFIGS = ("full", "adapter", "lora", "fusion", "fusion_reference", "fusion_recompute", "mms",
+                    "mms_frozen_front_end")
 #: targets of the training section: (numerator, denominator, largest ratio)
 TRAINING_TARGETS = (("adapter", "mms", 1.0), ("adapter", "full", 0.6), ("fusion", "full", 1.3))
 #: the committed results of the demo on the CPU
