@@ -118,7 +118,10 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     _add_model_options(transcribe)
     add_onnx_options(transcribe.add_argument_group("--onnx"), beam_size=False)
     add_lid_options(transcribe)
-    transcribe.set_defaults(func=_run_transcribe)
+    transcribe.set_defaults(func=_run_transcribe, option_defaults={
+        action.dest: action.default for action in transcribe._actions
+        if action.option_strings and action.dest not in _EITHER_PATH
+    })
 
 
 STDIN_NAMES = ("-", "/dev/stdin")
@@ -170,6 +173,20 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
     return None
 
 
+_EITHER_PATH = ("help", "model", "onnx", "beam_size")
+_ONNX_ONLY = ("precision", "decoder", "threads")
+
+
+def _check_path_options(args: argparse.Namespace) -> None:
+    """Refuse an option that the chosen path (``--model`` or ``--onnx``) would ignore, naming it."""
+    given = [dest for dest, default in args.option_defaults.items() if getattr(args, dest) != default]
+    chosen, wrong = ("--onnx", [d for d in given if d not in _ONNX_ONLY]) if args.onnx is not None else \
+        ("--model", [d for d in given if d in _ONNX_ONLY])
+    if wrong:
+        names = ", ".join("--" + dest.replace("_", "-") for dest in wrong)
+        raise CommandError(f"{names}: not used with {chosen} (the other path's option); drop it or use the other path")
+
+
 def _run_transcribe(args: argparse.Namespace) -> int:
     from ..data import BadClipError, feature_type_of, feature_type_of_model, load_audio
     from ..decoding.registry import DECODING_METHODS
@@ -178,6 +195,7 @@ def _run_transcribe(args: argparse.Namespace) -> int:
 
     if (args.model is None) == (args.onnx is None):
         raise CommandError("pass --model DIR (a trained model) or --onnx DIR (an export), one of them")
+    _check_path_options(args)
     if args.onnx is not None:
         return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
                                 prog=PROG)

@@ -125,3 +125,21 @@ def test_feature_settings_that_disagree_with_the_graph_are_refused_at_load(model
 def test_a_folder_that_is_no_export(tmp_path, capsys):
     line = _error(["transcribe", "--onnx", tmp_path, "clip.wav"], capsys)
     assert f"no {SETTINGS_FILE} there" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--onnx", "EXPORT", "--language", "ro"], "--language"),
+        (["--onnx", "EXPORT", "--timestamps", "word"], "--timestamps"),
+        (["--onnx", "EXPORT", "--confidence"], "--confidence"),
+        (["--onnx", "EXPORT", "--lm", "LM"], "--lm"),
+        (["--model", "MODEL", "--precision", "int8"], "--precision"),
+        (["--model", "MODEL", "--decoder", "beam"], "--decoder"),
+    ],
+)
+def test_an_option_of_the_other_path_is_refused_not_ignored(argv, named, tmp_path, capsys):
+    """``--onnx`` decodes whole files with the export's own decoders: a ``--model`` option given with it (or an
+    ``--onnx`` option given with ``--model``) would be ignored without a word, so it is refused before any work."""
+    line = _error(["transcribe", *argv, str(tmp_path / "clip.wav")], capsys)
+    assert named in line and ("--onnx" in line if "--model" not in argv else "--model" in line)
