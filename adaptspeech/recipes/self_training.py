@@ -298,7 +298,7 @@ class SelfTrainingRunner:
 
     def __init__(self, spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared: Path, pool: Path,
                  lm: LMSetup | None) -> None:
-        from ..data.pools import load_pool
+        from ..data.pools import load_pool, pool_fingerprint
         from ..data.prepared_data import load_prepared, select_languages
 
         self.spec, self.settings, self.prepared, self.pool, self.lm = spec, settings, prepared, pool, lm
@@ -309,7 +309,7 @@ class SelfTrainingRunner:
         self.pool_paths = list(rows["path"])
         self.pool_seconds = float(np.sum(rows["duration"]))
         self.truth = held_aside_sentences(spec, pool)
-        self.pool_key = model_fingerprint(pool / "dataset")[:16]
+        self.pool_key = pool_fingerprint(pool)[:16]
 
     def _teacher_lm(self, model: Any) -> tuple[Any, float | None, float | None]:
         """An LM decoder tuned on dev for ``model`` (None without an LM)."""
@@ -354,7 +354,7 @@ class SelfTrainingRunner:
             record_key = json.loads(json.dumps({
                 "teacher": model_fingerprint(teacher), "start": model_fingerprint(start) if start else None,
                 "pool": self.pool_key, "settings": self.settings.to_dict(), "lm": None if self.lm is None else
-                {"folder": str(self.lm.folder), "alphas": self.lm.alphas, "betas": self.lm.betas},
+                {"files": model_fingerprint(self.lm.folder)[:16], "alphas": self.lm.alphas, "betas": self.lm.betas},
             }))
             marker = round_dir / "round.json"
             if marker.is_file() and json.loads(marker.read_text())["key"] == record_key and \
