@@ -16,8 +16,9 @@ import pytest
 from helpers.recipes import DEMO, TINY, few_steps
 
 from adaptspeech.recipes import RecipeError, load_recipe, run_recipe
-from adaptspeech.recipes.self_training import CONFIDENCE_BINS, SelfTrainingSettings, student_spec
+from adaptspeech.recipes.self_training import CONFIDENCE_BINS, same_round, student_spec
 from adaptspeech.recipes.self_training_rows import VS_NO_SELF_TRAINING_COLUMN
+from adaptspeech.recipes.self_training_settings import SelfTrainingSettings
 
 ADAPTER = "target adapter alone"
 SELF_TRAINED = f"{ADAPTER} + self-training"
@@ -110,10 +111,22 @@ def test_only_self_training_reuses_the_rounds_and_trains_nothing(st_run, tmp_pat
     out = tmp_path / "copy"
     shutil.copytree(source, out)
     models = {p: p.stat().st_mtime_ns for p in out.rglob("model.safetensors")}
-    again = run_recipe(load_recipe(DEMO, _overrides(out, "self_training.enabled=false")), only=["self_training"])
+    # the section off (--only turns it on) and one round at most: the finished round 1 is the same round
+    again = run_recipe(load_recipe(DEMO, _overrides(out, "self_training.enabled=false", "self_training.rounds=1")),
+                       only=["self_training"])
     assert {p: p.stat().st_mtime_ns for p in out.rglob("model.safetensors")} == models
-    rows = {row["system"]: row for row in again["rows"]}
-    assert rows[SELF_TRAINED]["cer"] == {row["system"]: row for row in first["rows"]}[SELF_TRAINED]["cer"]
+    assert again["self_training"]["systems"][ADAPTER]["rounds"][0] == first["self_training"]["systems"][ADAPTER][
+        "rounds"][0]
+    if first["self_training"]["systems"][ADAPTER]["chosen_round"] <= 1:  # the same model chosen: the same row
+        rows = {row["system"]: row for row in again["rows"]}
+        assert rows[SELF_TRAINED]["cer"] == {row["system"]: row for row in first["rows"]}[SELF_TRAINED]["cer"]
+    changed = _overrides(out, "self_training.keep_fraction=0.5")  # another filter: another round
+    key = json.loads((out / "self_training" / "target_adapter" / "round_1" / "round.json").read_text())["key"]
+    settings = {name: json.loads(json.dumps(load_recipe(DEMO, overrides).self_training.to_dict()))
+                for name, overrides in (("same", _overrides(out)), ("changed", changed))}
+    assert same_round(key, {**key, "settings": settings["same"]})
+    assert not same_round(key, {**key, "settings": settings["changed"]})
+    assert same_round(key, {**key, "settings": {**key["settings"], "rounds": 7, "systems": ["fusion"]}})
 
 
 def test_settings_are_checked_at_load(tmp_path):
@@ -134,3 +147,17 @@ def test_student_spec_without_speed_perturbation(st_run, tmp_path):
                            tmp_path / "student")
     assert "speed_perturb" not in student["data"] and student["training"]["max_steps"] == 3
     assert student["data"]["pseudo_labelled_dir"] == str(tmp_path / "labels")
+
+
+def test_the_library_protocol_takes_the_section(tmp_path):
+    """The section belongs to the SimAdapter protocol: the Common Voice recipe (task ``simadapter``) takes it, with a
+    pool folder of its own, and ``--only self_training`` is one of its steps."""
+    from adaptspeech.recipes.engine import recipe_task
+
+    spec = load_recipe("recipes/common_voice", [f"output_dir={tmp_path}", "self_training.enabled=true",
+                                                f"self_training.pool={tmp_path / 'pool'}",
+                                                "self_training.systems=[target_adapter, finetune]"])
+    assert spec.self_training.pool == str(tmp_path / "pool")
+    assert spec.self_training.systems == ("target_adapter", "finetune")
+    assert recipe_task(spec).step_names(spec)[-1] == "self_training"
+    assert load_recipe("recipes/common_voice", [f"output_dir={tmp_path}"]).self_training.enabled is False
