@@ -63,9 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.lm:
         from adaptspeech.lm.decoder import LMDecoder, build_decoder
 
-        decoder = LMDecoder(build_decoder(processor.tokenizer, args.lm), beam_width=args.beam_size)
-        decoder.set_weights(args.alpha, args.beta)
-        decoders[f"LM beam {args.beam_size}"] = decoder
+        name = f"LM beam {args.beam_size}"
+        decoders[name] = LMDecoder(build_decoder(processor.tokenizer, args.lm, args.alpha, args.beta), args.beam_size)
     figures: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.out or tmp)

@@ -121,9 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.lm:
         from adaptspeech.lm.decoder import LMDecoder, build_decoder
 
-        decoder = LMDecoder(build_decoder(processor.tokenizer, args.lm), beam_width=args.beam_size)
-        decoder.set_weights(args.alpha, args.beta)
-        decoders[f"LM beam {args.beam_size} (alpha {args.alpha:g}, beta {args.beta:g})"] = decoder
+        name = f"LM beam {args.beam_size} (alpha {args.alpha:g}, beta {args.beta:g})"
+        decoders[name] = LMDecoder(build_decoder(processor.tokenizer, args.lm, args.alpha, args.beta), args.beam_size)
     results: dict[str, dict[str, Any]] = {}
     for name, decoder in decoders.items():
         started = time.perf_counter()
