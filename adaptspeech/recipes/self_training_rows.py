@@ -106,7 +106,8 @@ def self_training_rows(target: str, split: str, method: str, options: dict[str, 
         if lm is not None and lm_name in lm_rows:
             decoder, best = _tuned_lm(run.model_dir, dev, evaluation, lm)
             with_lm = _evaluate(run.model_dir, test, evaluation, method, options, lm_decoder=decoder)
-            lm_row = {**lm_rows[lm_name], "system": f"{name} + {SUFFIX} + {lm_label}",
+            # from the self-trained row (the LM row's own comparisons would describe another system)
+            lm_row = {**row, "system": f"{name} + {SUFFIX} + {lm_label}",
                       "cer": with_lm["overall"]["cer"], "wer": with_lm["overall"]["wer"], "alpha": best["alpha"],
                       "beta": best["beta"], "train_seconds": row["train_seconds"]}
             out.edits[lm_row["system"]], _ = utterance_edits(with_lm["hypotheses"], references, "char")

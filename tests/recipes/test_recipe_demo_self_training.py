@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.recipes import DEMO, TINY, few_steps
 
-from adaptspeech.recipes import RecipeError, load_recipe, run_recipe
+from adaptspeech.recipes import RecipeError, load_recipe, recipe_module, run_recipe
 from adaptspeech.recipes.self_training import CONFIDENCE_BINS, same_round, student_spec
 from adaptspeech.recipes.self_training_rows import VS_NO_SELF_TRAINING_COLUMN
 from adaptspeech.recipes.self_training_settings import SelfTrainingSettings
@@ -26,14 +26,17 @@ POOL_CLIPS = 8
 
 
 def _overrides(out: Path, *extra: str) -> list[str]:
-    """The toy run: one source language, no baselines, no LM, 3 steps a stage; self-training of the adapter alone,
-    at most 2 rounds, the 75% most confident labels, students of 2x3 steps with speed perturbation."""
+    """The toy run: one source language, no baselines, 3 steps a stage, a 2-gram LM of 300 sentences; self-training
+    of the adapter alone, at most 2 rounds, the 75% most confident labels, students of 2x3 steps with speed
+    perturbation."""
     return [
         f"output_dir={out}", "progress=false", "sources=[cs]", "target=sk", "target_subset=8utt", "baselines={}",
         "corpus.clips_per_language=20", f"base.model.config={json.dumps(TINY)}",
         "source_adapters.model.add_adapters={cs: {bottleneck: 8}}", "source_adapters.model.active_languages=[cs]",
         "source_adapters.model.trainable={adapters: [cs]}", "target_adapter.model.add_adapters={sk: {bottleneck: 8}}",
-        "fusion.model.fusion={languages: [cs, sk], target_language: sk, residual: none}", "lm.enabled=false",
+        "fusion.model.fusion={languages: [cs, sk], target_language: sk, residual: none}",
+        "lm.enabled=true", "lm.sentences=300", "lm.order=2", "lm.alphas=[0, 1]", "lm.betas=[0, 1]", "lm.beam_size=8",
+        "lm.systems=[target_adapter]", "self_training.beam_size=8",
         "self_training.enabled=true", f"self_training.pool_clips={POOL_CLIPS}", "self_training.rounds=2",
         "self_training.systems=[target_adapter]", "self_training.keep_fraction=0.75",
         *few_steps(("base", "source_adapters", "target_adapter", "fusion"), save_steps=3), *extra,
@@ -85,6 +88,12 @@ def test_the_table_gains_the_self_trained_row_with_its_bootstrap(st_run):
     assert rows[SELF_TRAINED][VS_NO_SELF_TRAINING_COLUMN].startswith(f"{100 * versus['cer_delta']:+.2f}")
     md = (out / "results.md").read_text()
     assert "Self-training on" in md and "pseudo-label CER" in md
+    with_lm = rows[f"{SELF_TRAINED} + 2-gram LM"]  # compared with the adapter + LM, its own bootstrap
+    versus = result["self_training"]["significance_vs_no_self_training"][with_lm["system"]]
+    assert versus["cer_delta"] == pytest.approx(with_lm["cer"] - rows[f"{ADAPTER} + 2-gram LM"]["cer"])
+    # the LM row's own comparison (the adapter + LM against the adapter) is not copied onto this row
+    lm_column = recipe_module(DEMO, "lm_rows.py").VS_NO_LM_COLUMN
+    assert lm_column in rows[f"{ADAPTER} + 2-gram LM"] and lm_column not in with_lm
     saved = json.loads((out / "results.json").read_text())
     assert saved["self_training"]["systems"][ADAPTER]["chosen_round"] == result["self_training"]["systems"][
         ADAPTER]["chosen_round"]
