@@ -303,3 +303,18 @@ def load_pool(pool_dir: str | os.PathLike[str]) -> tuple[Any, Any]:
         )
     dataset = load_from_disk(str(pool_dir / "dataset"))[POOL_SPLIT]
     return dataset, feature_extractor_for(processor_dir=str(pool_dir / "feature_extractor"))
+
+
+def pool_fingerprint(pool_dir: str | os.PathLike[str]) -> str:
+    """SHA-256 over a pool folder's ``pool_config.json`` and its dataset's data files: what a cached result records
+    as the pool it came from. The ``cache-*.arrow`` files ``datasets`` writes beside the data when the pool is read
+    (a ``filter`` / ``map``) are left out, so reading a pool does not change its fingerprint."""
+    import hashlib
+
+    pool_dir = Path(pool_dir)
+    digest = hashlib.sha256((pool_dir / POOL_MARKER).read_bytes())
+    for path in sorted((pool_dir / "dataset").rglob("*")):
+        if path.is_file() and not path.name.startswith("cache-"):
+            digest.update(str(path.relative_to(pool_dir)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()

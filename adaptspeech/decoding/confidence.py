@@ -21,9 +21,9 @@ frames (the minimum frame confidence of the CTC path over them).
 **Utterance confidence** (:func:`utterance_confidence`): the mean of its words' confidences (1 - the expected share
 of wrong words), the utterance's mean frame confidence when it has no word.
 
-The choice of measure and aggregation was made on the synthetic demo's dev split, where ``max_prob`` with the
-minimum over tokens gave the highest area under the ROC curve of "word correct" (``scripts/confidence_calibration.py``,
-figures in docs/self_training.md).
+``scripts/confidence_calibration.py`` measures how well the default (``max_prob``, the minimum over tokens) ranks
+correct above wrong words (the area under the ROC curve) and its calibration on a dev split; the demo's figures are
+in docs/self_training.md.
 """
 
 from __future__ import annotations

@@ -19,13 +19,17 @@ random initialisation) and the target adapter alone (stage 3a). Zero-shot base i
 ``--only`` leaves out is reused from an earlier run) -> the test-set evaluation
 (:func:`~adaptspeech.recipes.protocol_evaluation.evaluate_recipe`: ``results.md`` / ``results.json``,
 ``fusion_heatmap.png``, ``training_curves.png``); the dry run (:mod:`adaptspeech.recipes.dry_run`,
-``--dry-run``) runs the same steps one process each. A recipe folder's own task may subclass
+``--dry-run``) runs the same steps one process each. With the ``self_training`` section on (or ``--only
+self_training``), the trained systems are self-trained on untranscribed audio and the table gains their rows
+(:mod:`~adaptspeech.recipes.self_training`, :mod:`~adaptspeech.recipes.self_training_rows`). A recipe folder's own
+task may subclass
 :class:`SimAdapterProtocol` to add rows to the table (:meth:`SimAdapterProtocol.extra_rows`), steps and options.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +41,7 @@ from .languages import retarget_stages
 from .protocol_evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
 from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
 from .protocol_stages import PlannedStage, load_stage_outputs, prepare_data, recipe_plan, stage_spec, train_recipe_stage
+from .self_training_settings import SELF_TRAINING_STEP
 from .spec import RecipeSpec
 
 
@@ -120,11 +125,22 @@ class SimAdapterProtocol(RecipeTask):
         assert isinstance(spec, SimAdapterRecipe)
         return recipe_plan(spec)
 
+    def step_names(self, spec: RecipeSpec) -> tuple[str, ...]:
+        """The stages and ``self_training`` (train no stage: run or reuse the self-training rounds, re-evaluate)."""
+        return (*super().step_names(spec), SELF_TRAINING_STEP)
+
     def run(self, spec: RecipeSpec, only: Sequence[str] | None = None) -> dict[str, Any]:
+        """The protocol; ``--only self_training`` turns the ``self_training`` section on for this run."""
         assert isinstance(spec, SimAdapterRecipe)
+        if only and SELF_TRAINING_STEP in only and not spec.self_training.enabled:
+            spec = dataclasses.replace(spec, self_training=dataclasses.replace(spec.self_training, enabled=True))
         return run_protocol(spec, only)
 
     def extra_rows(self, spec: SimAdapterRecipe, evaluation: TargetEvaluation) -> list[ExtraRows]:
-        """Rows a recipe's own task adds to the target table after the trained systems (none here; the synthetic
-        demo adds its n-gram LM rows)."""
-        return []
+        """Rows a recipe's own task adds to the target table after the trained systems: here the self-training
+        rows when the section is on (the synthetic demo adds its n-gram LM rows and labels with that LM)."""
+        if not spec.self_training.enabled:
+            return []
+        from .self_training_rows import recipe_self_training_rows
+
+        return [recipe_self_training_rows(spec, evaluation)]

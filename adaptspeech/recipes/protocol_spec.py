@@ -16,6 +16,7 @@ preparation, the languages, the stage files and the test-set evaluation.
     stages: {base: stage_base.yaml, source_adapters: ..., target_adapter: ..., fusion: ...}
     baselines: {finetune: stage_finetune.yaml, scratch: stage_scratch.yaml}   # either, both or none
     evaluation: {split: test, method: ctc_beam, options: {beam_size: 8}, batch_size: 16, device: auto}
+    self_training: {enabled: false, ...}   # noisy-student rounds on untranscribed audio (self_training_settings.py)
 
 The stage files keep the stage runner's own format (:mod:`adaptspeech.training.stage`: checked by
 :class:`~adaptspeech.training.stage.StageSpec` when each stage's spec is built); their languages follow ``sources`` /
@@ -44,6 +45,7 @@ from ..training.spec_types import (
     optional,
 )
 from .languages import check_stage_languages, retarget_stages
+from .self_training_settings import SelfTrainingSettings
 from .spec import EvaluationSettings, RecipeError, RecipeSpec, Section, check_settings
 
 STAGE_NAMES = ("base", "source_adapters", "target_adapter", "fusion")
@@ -137,6 +139,8 @@ class SimAdapterRecipe(RecipeSpec):
         stages: stage name -> its stage settings (every name of :data:`STAGE_NAMES`).
         baselines: baseline name -> its stage settings (names of :data:`BASELINE_NAMES`).
         evaluation: the test-set evaluation.
+        self_training: the self-training rounds of the trained systems on untranscribed audio
+            (:mod:`~adaptspeech.recipes.self_training`; off by default).
     """
 
     corpus: CorpusSettings
@@ -147,6 +151,7 @@ class SimAdapterRecipe(RecipeSpec):
     stages: Mapping[str, dict[str, Any]]
     baselines: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     evaluation: ProtocolEvaluation = field(default_factory=ProtocolEvaluation)
+    self_training: SelfTrainingSettings = field(default_factory=SelfTrainingSettings)
 
     SETTINGS: ClassVar[Mapping[str, SettingType]] = {
         "corpus": MAPPING,
@@ -157,6 +162,7 @@ class SimAdapterRecipe(RecipeSpec):
         "stages": MAPPING,
         "baselines": MAPPING,
         "evaluation": MAPPING,
+        "self_training": MAPPING,
     }
     REQUIRED: ClassVar[tuple[str, ...]] = ("sources", "target", "corpus")
 
@@ -165,6 +171,8 @@ class SimAdapterRecipe(RecipeSpec):
         values = super().convert(values, folder)
         values["corpus"] = CorpusSettings.from_dict("corpus", values.get("corpus"), cls.ERROR)
         values["evaluation"] = ProtocolEvaluation.from_dict("evaluation", values.get("evaluation"), cls.ERROR)
+        values["self_training"] = SelfTrainingSettings.from_dict("self_training", values.get("self_training"),
+                                                                 cls.ERROR)
         values["sources"] = tuple(values["sources"])
         return values
 

@@ -32,99 +32,22 @@ import copy
 import itertools
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from ..progress import log
 from ..saved_model import model_fingerprint
-from ..training.spec_types import (
-    BOOL,
-    FINITE_POSITIVE,
-    NON_EMPTY_STR,
-    OPEN_UNIT,
-    POSITIVE_INT,
-    PROBABILITY,
-    SPEED_FACTORS,
-    SettingType,
-    optional,
-)
 from .protocol_spec import SimAdapterRecipe
 from .protocol_stages import PlannedStage, recipe_plan, stage_spec
-from .spec import RecipeError, Section
+from .self_training_settings import SELF_TRAINED_SYSTEMS, SelfTrainingSettings
+from .spec import RecipeError
 
-#: ``--only self_training``: train nothing else, run (or reuse) the self-training rounds, re-evaluate
-SELF_TRAINING_STEP = "self_training"
-#: the systems self-training can start from, in the order they run (SimAdapter fuses the self-trained adapter)
-SELF_TRAINED_SYSTEMS = ("target_adapter", "fusion", "finetune")
 #: confidence bins of the label-quality table
 CONFIDENCE_BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 FOLDER = "self_training"
-
-
-def _systems(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) > 0 and all(x in SELF_TRAINED_SYSTEMS for x in value)
-
-
-@dataclass(frozen=True)
-class SelfTrainingSettings(Section):
-    """The recipe's ``self_training`` section (module docstring).
-
-    Args:
-        enabled: run the rounds (``--only self_training`` runs them too); off, a finished run's rows are still shown.
-        pool: a pool folder (``adaptspeech prepare audio-folder`` / ``common-voice-other``); None: :func:`ensure_pool`.
-        pool_clips: a synthetic corpus: unlabelled clips of the target synthesised for the pool.
-        systems: the systems self-trained.
-        rounds: the most rounds per system.
-        min_confidence, keep_fraction: the filter (one of them; neither: every non-empty label).
-        share: the pseudo-labelled share of every batch.
-        speed_perturb: the speed factors of the students' training rows (null: none).
-        steps_scale: a student trains this many times its stage's steps.
-        use_lm: label with the recipe's n-gram LM (its ``lm`` section) when it has one.
-        beam_size: the LM beam search's width while labelling.
-    """
-
-    enabled: bool = False
-    pool: str | None = None
-    pool_clips: int = 1600
-    systems: tuple[str, ...] = SELF_TRAINED_SYSTEMS
-    rounds: int = 3
-    min_confidence: float | None = None
-    keep_fraction: float | None = 0.8
-    share: float = 0.5
-    speed_perturb: tuple[float, ...] | None = (0.9, 1.0, 1.1)
-    steps_scale: float = 2.0
-    use_lm: bool = True
-    beam_size: int = 16
-
-    SETTINGS: ClassVar[Mapping[str, SettingType]] = {
-        "enabled": BOOL,
-        "pool": optional(NON_EMPTY_STR),
-        "pool_clips": POSITIVE_INT,
-        "systems": SettingType(f"a non-empty list of {', '.join(SELF_TRAINED_SYSTEMS)}", _systems, tuple),
-        "rounds": POSITIVE_INT,
-        "min_confidence": optional(PROBABILITY),
-        "keep_fraction": optional(SettingType("a number in (0, 1]", lambda v: PROBABILITY.accepts(v) and v > 0)),
-        "share": OPEN_UNIT,
-        "speed_perturb": optional(SettingType(SPEED_FACTORS.description, SPEED_FACTORS.accepts,
-                                              lambda v: tuple(float(x) for x in v))),
-        "steps_scale": FINITE_POSITIVE,
-        "use_lm": BOOL,
-        "beam_size": POSITIVE_INT,
-    }
-
-    def __post_init__(self) -> None:
-        if self.min_confidence is not None and self.keep_fraction is not None:
-            raise RecipeError("self_training: give min_confidence or keep_fraction, not both (set the other to null)")
-
-    def confidence_filter(self) -> Any:
-        from ..data.pseudo_labelled import ConfidenceFilter
-
-        return ConfidenceFilter(self.min_confidence, self.keep_fraction)
-
 
 @dataclass(frozen=True)
 class LMSetup:
@@ -293,12 +216,28 @@ def student_spec(spec: SimAdapterRecipe, settings: SelfTrainingSettings, system:
     return student
 
 
+#: settings that do not change what a round does (how many rounds run, which systems, whether the section is on)
+ROUND_FREE_SETTINGS = ("enabled", "rounds", "systems")
+
+
+def same_round(stored: dict[str, Any], key: dict[str, Any]) -> bool:
+    """Whether a finished round's key (``round.json``) is that of the round about to run: the same teacher, start,
+    pool, LM and settings, leaving out :data:`ROUND_FREE_SETTINGS` (a run with fewer rounds or another system list
+    reuses the rounds it shares with an earlier one)."""
+
+    def strip(k: dict[str, Any]) -> dict[str, Any]:
+        settings = {n: v for n, v in (k.get("settings") or {}).items() if n not in ROUND_FREE_SETTINGS}
+        return {**k, "settings": settings}
+
+    return strip(stored) == strip(key)
+
+
 class SelfTrainingRunner:
     """Runs (or reuses) the rounds of every system (module docstring)."""
 
     def __init__(self, spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared: Path, pool: Path,
                  lm: LMSetup | None) -> None:
-        from ..data.pools import load_pool
+        from ..data.pools import load_pool, pool_fingerprint
         from ..data.prepared_data import load_prepared, select_languages
 
         self.spec, self.settings, self.prepared, self.pool, self.lm = spec, settings, prepared, pool, lm
@@ -309,7 +248,7 @@ class SelfTrainingRunner:
         self.pool_paths = list(rows["path"])
         self.pool_seconds = float(np.sum(rows["duration"]))
         self.truth = held_aside_sentences(spec, pool)
-        self.pool_key = model_fingerprint(pool / "dataset")[:16]
+        self.pool_key = pool_fingerprint(pool)[:16]
 
     def _teacher_lm(self, model: Any) -> tuple[Any, float | None, float | None]:
         """An LM decoder tuned on dev for ``model`` (None without an LM)."""
@@ -354,10 +293,10 @@ class SelfTrainingRunner:
             record_key = json.loads(json.dumps({
                 "teacher": model_fingerprint(teacher), "start": model_fingerprint(start) if start else None,
                 "pool": self.pool_key, "settings": self.settings.to_dict(), "lm": None if self.lm is None else
-                {"folder": str(self.lm.folder), "alphas": self.lm.alphas, "betas": self.lm.betas},
+                {"files": model_fingerprint(self.lm.folder)[:16], "alphas": self.lm.alphas, "betas": self.lm.betas},
             }))
             marker = round_dir / "round.json"
-            if marker.is_file() and json.loads(marker.read_text())["key"] == record_key and \
+            if marker.is_file() and same_round(json.loads(marker.read_text())["key"], record_key) and \
                     (student_dir / "model").is_dir():
                 record = RoundRecord(**json.loads(marker.read_text())["record"])
                 log(f"self-training {system} round {k}: done before, reused (dev CER {100 * record.dev_cer:.2f}%)")

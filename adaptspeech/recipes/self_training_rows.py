@@ -20,7 +20,9 @@ import numpy as np
 from ..metrics.significance import utterance_edits
 from ..progress import log
 from .protocol_evaluation import ExtraRows, TargetEvaluation, bootstrap_cell
-from .self_training import LMSetup, SelfTrainingSettings, SystemRun, describe_run
+from .protocol_spec import SimAdapterRecipe
+from .self_training import LMSetup, SystemRun, describe_run
+from .self_training_settings import SelfTrainingSettings
 
 #: results.md column of the self-training rows: CER difference to the same system without self-training
 VS_NO_SELF_TRAINING_COLUMN = "CER - same system without self-training, 95% CI"
@@ -104,7 +106,8 @@ def self_training_rows(target: str, split: str, method: str, options: dict[str, 
         if lm is not None and lm_name in lm_rows:
             decoder, best = _tuned_lm(run.model_dir, dev, evaluation, lm)
             with_lm = _evaluate(run.model_dir, test, evaluation, method, options, lm_decoder=decoder)
-            lm_row = {**lm_rows[lm_name], "system": f"{name} + {SUFFIX} + {lm_label}",
+            # from the self-trained row (the LM row's own comparisons would describe another system)
+            lm_row = {**row, "system": f"{name} + {SUFFIX} + {lm_label}",
                       "cer": with_lm["overall"]["cer"], "wer": with_lm["overall"]["wer"], "alpha": best["alpha"],
                       "beta": best["beta"], "train_seconds": row["train_seconds"]}
             out.edits[lm_row["system"]], _ = utterance_edits(with_lm["hypotheses"], references, "char")
@@ -121,6 +124,37 @@ def self_training_rows(target: str, split: str, method: str, options: dict[str, 
                    "evaluation_seconds": time.perf_counter() - started}
     out.markdown = self_training_markdown(out.summary, split)
     return out
+
+
+def recipe_self_training_rows(spec: SimAdapterRecipe, evaluation: TargetEvaluation, lm: LMSetup | None = None,
+                              lm_extra: ExtraRows | None = None, lm_label: str = "4-gram LM") -> ExtraRows:
+    """Run (or reuse) the rounds of every system of ``spec.self_training`` and evaluate the rows: the pool
+    (:func:`~adaptspeech.recipes.self_training.ensure_pool`), the rounds
+    (:class:`~adaptspeech.recipes.self_training.SelfTrainingRunner`), then :func:`self_training_rows`.
+
+    Args:
+        spec: the recipe (its ``self_training`` section).
+        evaluation: the protocol's evaluation so far.
+        lm: the n-gram LM the teachers label with and the rows with an LM decode with (None: no LM).
+        lm_extra: the recipe's LM rows (their rows and edits: the baselines of the rows with the LM).
+        lm_label: the LM rows' suffix (``4-gram LM``).
+    """
+    from .self_training import SelfTrainingRunner, ensure_pool
+
+    started = time.perf_counter()
+    settings = spec.self_training
+    prepared = spec.output_dir / "prepared"
+    pool = ensure_pool(spec, settings, prepared)
+    runner = SelfTrainingRunner(spec, settings, prepared, pool, lm if settings.use_lm else None)
+    runs = runner.run()
+    lm_rows = {} if lm_extra is None else {row["system"]: row for row in lm_extra.rows}
+    extra = self_training_rows(spec.target, spec.evaluation.split, spec.evaluation.method,
+                               dict(spec.evaluation.options), settings, runs, evaluation, lm, lm_rows,
+                               {} if lm_extra is None else lm_extra.edits, runner.pool_seconds / 60,
+                               lm_label=lm_label)
+    extra.summary["seconds"] = time.perf_counter() - started
+    log(f"self-training step: {extra.summary['seconds'] / 60:.1f} min")
+    return extra
 
 
 def _pct(value: float | None) -> str:

@@ -1,7 +1,7 @@
 """The synthetic demo's recipe task (``task: synthetic_demo``): the library's SimAdapter protocol with this folder's
 own additions, the n-gram LM rows (:mod:`.lm_rows`: the ``lm`` section of ``recipe.yaml``, ``--only lm``), the
-self-training rows (the library's :mod:`~adaptspeech.recipes.self_training` on an hour of the target's unlabelled
-synthetic clips: the ``self_training`` section, ``--only self_training``; :mod:`.self_training_rows`) and the
+LM with which the protocol's self-training rounds label the target's unlabelled synthetic clips and decode their rows
+(the ``self_training`` section, ``--only self_training``: :mod:`adaptspeech.recipes.self_training`) and the
 transfer curve (``curve/``: ``--curve BUDGET,BUDGET``, ``--curve-methods``, ``--curve-plan`` and
 ``curve.<key>=value`` settings over ``curve.yaml``).
 
@@ -15,7 +15,6 @@ transfer curve (``curve/``: ``--curve BUDGET,BUDGET``, ``--curve-methods``, ``--
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,8 @@ from adaptspeech.recipes.engine import RECIPE_TASKS, comma_list
 from adaptspeech.recipes.protocol import SimAdapterProtocol
 from adaptspeech.recipes.protocol_evaluation import ExtraRows, TargetEvaluation
 from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
-from adaptspeech.recipes.self_training import SELF_TRAINING_STEP, SelfTrainingSettings
+from adaptspeech.recipes.self_training import LMSetup
+from adaptspeech.recipes.self_training_rows import recipe_self_training_rows
 from adaptspeech.recipes.spec import RecipeError, RecipeSpec
 from adaptspeech.training.spec_types import MAPPING, SettingType
 
@@ -35,25 +35,21 @@ from .curve.runner import run_curve
 from .curve.settings import load_curve_settings, split_curve_overrides
 from .lid_report import run_lid, split_lid_overrides
 from .lm_rows import LM_STEP, VS_NO_LM_COLUMN, LMSettings, lm_markdown, lm_rows
-from .self_training_rows import demo_self_training_rows
 
 
 @dataclass(frozen=True, kw_only=True)
 class SyntheticDemoRecipe(SimAdapterRecipe):
-    """The SimAdapter protocol's settings, the ``lm`` section (:class:`.lm_rows.LMSettings`) and the
-    ``self_training`` section (:class:`~adaptspeech.recipes.self_training.SelfTrainingSettings`)."""
+    """The SimAdapter protocol's settings (its ``self_training`` section too) and the ``lm`` section
+    (:class:`.lm_rows.LMSettings`)."""
 
     lm: LMSettings = field(default_factory=LMSettings)
-    self_training: SelfTrainingSettings = field(default_factory=SelfTrainingSettings)
 
-    SETTINGS: ClassVar[Mapping[str, SettingType]] = {"lm": MAPPING, "self_training": MAPPING}
+    SETTINGS: ClassVar[Mapping[str, SettingType]] = {"lm": MAPPING}
 
     @classmethod
     def convert(cls, values: dict[str, Any], folder: Path) -> dict[str, Any]:
         values = super().convert(values, folder)
         values["lm"] = LMSettings.from_dict("lm", values.get("lm"), cls.ERROR)
-        values["self_training"] = SelfTrainingSettings.from_dict("self_training", values.get("self_training"),
-                                                                 cls.ERROR)
         return values
 
     def __post_init__(self) -> None:
@@ -108,31 +104,25 @@ class SyntheticDemo(SimAdapterProtocol):
         )
 
     def step_names(self, spec: RecipeSpec) -> tuple[str, ...]:
-        """The stages, ``lm`` (train nothing, re-evaluate with the LM rows) and ``self_training`` (the self-training
-        rounds of the trained systems, then the evaluation)."""
-        return (*super().step_names(spec), LM_STEP, SELF_TRAINING_STEP)
-
-    def run(self, spec: RecipeSpec, only: Sequence[str] | None = None) -> dict[str, Any]:
-        """The protocol; ``--only self_training`` turns the section on for this run."""
-        assert isinstance(spec, SyntheticDemoRecipe)
-        if only and SELF_TRAINING_STEP in only and not spec.self_training.enabled:
-            spec = dataclasses.replace(spec, self_training=dataclasses.replace(spec.self_training, enabled=True))
-        return super().run(spec, only)
+        """The protocol's steps (the stages, ``self_training``) and ``lm``: train nothing, re-evaluate with the LM
+        rows."""
+        return (*super().step_names(spec), LM_STEP)
 
     def extra_rows(self, spec: SimAdapterRecipe, evaluation: TargetEvaluation) -> list[ExtraRows]:
         """The ``<system> + 4-gram LM`` rows (``results.json["lm"]``: None when the section is off), then the
-        self-training rows (``results.json["self_training"]``: None when it is off)."""
+        self-training rows, labelled and decoded with that LM (``results.json["self_training"]``: None when off)."""
         assert isinstance(spec, SyntheticDemoRecipe)
         extras = [ExtraRows("lm")]
         if spec.lm.enabled:
             found = lm_rows(spec, spec.lm, evaluation)
             markdown = lm_markdown(found.summary, spec.evaluation.split)
             extras = [ExtraRows("lm", found.rows, found.edits, found.summary, VS_NO_LM_COLUMN, markdown)]
-        if spec.self_training.enabled:
-            extras.append(demo_self_training_rows(spec, evaluation, extras[0]))
-        else:
-            extras.append(ExtraRows("self_training"))
-        return extras
+        if not spec.self_training.enabled:
+            return [*extras, ExtraRows("self_training")]
+        lm = None
+        if spec.lm.enabled:
+            lm = LMSetup(spec.output_dir / "lm", spec.lm.alphas, spec.lm.betas, spec.lm.beam_size)
+        return [*extras, recipe_self_training_rows(spec, evaluation, lm, extras[0], spec.lm.label)]
 
     def command(
         self, folder: Path, overrides: Sequence[str], only: Sequence[str] | None, options: argparse.Namespace

@@ -21,6 +21,7 @@ from adaptspeech.data.pool_segments import SegmentSettings, utterance_segments
 from adaptspeech.data.pools import (
     feature_extractor_for,
     load_pool,
+    pool_fingerprint,
     prepare_audio_folder,
     prepare_common_voice_other,
 )
@@ -103,6 +104,23 @@ def test_audio_folder_pool_keeps_sources_and_counts_bad_files(audio_folder, tmp_
         np.testing.assert_array_equal(np.asarray(row["input_features"], np.float32), expected)  # the same computation
     report = json.loads((tmp_path / "pool" / "pool_report.json").read_text())
     assert report["skipped"] == pool.report.counts and report["report"]["skipped_total"] == 4
+
+
+def test_reading_a_pool_leaves_its_fingerprint(audio_folder, tmp_path):
+    """``datasets`` writes ``cache-*.arrow`` beside a pool read with ``filter``; a cached result keyed on the pool
+    must still find it the same pool, and another pool must not."""
+    folder, _, _ = audio_folder
+    extractor = feature_extractor_for("fbank")
+    prepare_audio_folder(folder, "sk", tmp_path / "pool", extractor, progress=False,
+                         segments=SegmentSettings(max_segment_s=6.0))
+    before = pool_fingerprint(tmp_path / "pool")
+    rows, _ = load_pool(tmp_path / "pool")
+    rows.filter(lambda row: row["duration"] > 1.0)
+    assert list((tmp_path / "pool" / "dataset").rglob("cache-*.arrow"))
+    assert pool_fingerprint(tmp_path / "pool") == before
+    prepare_audio_folder(folder, "sk", tmp_path / "other", extractor, progress=False,
+                         segments=SegmentSettings(max_segment_s=4.0))
+    assert pool_fingerprint(tmp_path / "other") != before
 
 
 def test_a_pool_of_bad_files_only_is_one_line(audio_folder, tmp_path, capsys):
