@@ -21,6 +21,7 @@ from .adapters.routing import (
     routing_call,
     row_languages_from_ids,
 )
+from .attention.chunking import dynamic_chunk_training
 from .backbones.conv_padding import frame_padding, mask_convolution_padding
 from .configuration import AdaptSpeechConfig
 from .generation import AdaptSpeechGenerationMixin
@@ -237,7 +238,9 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
             attention_mask = attention_mask.to(torch.bool)
             frames = int(self._get_feat_extract_output_lengths(inputs.shape[1]))
             padding = spec.frame_mask(self.backbone, attention_mask, frames, inputs.shape[0])
-        with routing_call(rows, collect_fusion_weights) as call, frame_padding(padding):
+        frames = int(self._get_feat_extract_output_lengths(inputs.shape[1]))
+        chunks = dynamic_chunk_training(self.config.attention, frames, self.training)  # U2's per-batch chunks
+        with routing_call(rows, collect_fusion_weights) as call, frame_padding(padding), chunks:
             outputs = self.backbone(inputs, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
         fusion_weights = [call.fusion_weights[i] for i in sorted(call.fusion_weights)]
         hidden = outputs.last_hidden_state

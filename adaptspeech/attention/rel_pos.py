@@ -65,6 +65,7 @@ class RelPositionSelfAttention(EncoderAttention):
         "pos_bias_u": "pos_bias_u",
         "pos_bias_v": "pos_bias_v",
     }
+    streams: ClassVar[bool] = True
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
@@ -172,8 +173,7 @@ class RelPositionSelfAttention(EncoderAttention):
             self.pos_bias_v,
             positions,  # [h, 2T, d_k]
             padding_mask,
-            self.config.chunk_size,
-            self.config.num_left_chunks,
+            *self.chunking(),
             self.config.query_block_size,
             self.dropout if self.training else 0.0,
         )
@@ -197,21 +197,17 @@ class RelPositionSelfAttention(EncoderAttention):
         ``M`` cached keys of the previous chunks and to their own chunk, with the chunk form of ``rel_shift``
         (``C x (2L-1)`` scores, ``L = M + C``, first ``L`` columns kept).
 
-        Feeding a sequence in chunks of ``config.chunk_size`` equals :meth:`forward` on the whole sequence
-        with the chunk mask (tested). No padding: stream one utterance (or equal-length ones) per batch.
+        Feeding a sequence in chunks of the chunk size in force (:meth:`chunking`) equals :meth:`forward` on the
+        whole sequence with the chunk mask (tested). No padding: stream one utterance (or equal-length ones) per batch.
 
         Args:
-            chunk: ``[B, C, D]`` with ``C <= chunk_size`` (only the last chunk may be shorter).
+            chunk: ``[B, C, D]`` with ``C`` at most the chunk size (only the last chunk may be shorter).
             cache: ``(key, value)`` ``[B, h, M, d_k]`` from the previous call, or None at the start.
 
         Returns:
             ``([B, C, D], new_cache)``; the cache keeps the last ``num_left_chunks`` chunks (all when -1).
         """
-        chunk_size = self.config.chunk_size
-        if chunk_size <= 0:
-            raise ValueError("forward_chunk needs attention.chunk_size > 0 (the streaming chunk length)")
-        if chunk.shape[1] > chunk_size:
-            raise ValueError(f"chunk of {chunk.shape[1]} frames is longer than attention.chunk_size={chunk_size}")
+        chunk_size, num_left_chunks = self.stream_chunking(chunk.shape[1])
         query = self.split_heads(self.linear_q(chunk))  # [B, h, C, d_k]
         key = self.split_heads(self.linear_k(chunk))
         value = self.split_heads(self.value_proj(chunk))
@@ -219,7 +215,8 @@ class RelPositionSelfAttention(EncoderAttention):
             key = torch.cat([cache[0], key], dim=2)  # [B, h, L, d_k]
             value = torch.cat([cache[1], value], dim=2)
         context = self._attend(query, key, value, None)
-        keep = key.shape[2] if self.config.num_left_chunks < 0 else self.config.num_left_chunks * chunk_size
-        start = max(key.shape[2] - keep, 0)
-        new_cache = (key[:, :, start:], value[:, :, start:])
+        new_cache = (
+            self.trim_cache(key, chunk_size, num_left_chunks),
+            self.trim_cache(value, chunk_size, num_left_chunks),
+        )
         return self.output_proj(self.merge_heads(context)), new_cache
