@@ -22,6 +22,7 @@ from .adapters.routing import (
     row_languages_from_ids,
 )
 from .attention.chunking import dynamic_chunk_training
+from .backbones.causal_conv import set_conv_lookahead
 from .backbones.conv_padding import frame_padding, mask_convolution_padding
 from .configuration import AdaptSpeechConfig
 from .generation import AdaptSpeechGenerationMixin
@@ -62,6 +63,7 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTraine
             mark_initialized(backbone)  # pretrained weights: post_init must not touch them
         self.backbone = backbone
         mask_convolution_padding(spec.encoder_layers(backbone))  # conformer layers: padding never leaks (see module)
+        set_conv_lookahead(spec.encoder_layers(backbone), getattr(config.backbone_config, "conv_lookahead", None))
         self.routing = AdapterRouting()
         self.swapped_attention_layers = self._swap_attention()
         self.adapter_blocks: dict[int, LanguageAdapterBlock] = self._insert_adapter_blocks()

@@ -20,6 +20,7 @@ from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import (
 )
 
 from .base import BACKBONES, BackboneSpec
+from .causal_conv import check_conv_lookahead
 from .conv_padding import frame_padding, mask_convolution_padding
 
 
@@ -31,6 +32,9 @@ class FbankConformerConfig(Wav2Vec2ConformerConfig):
         subsampling_kernel (`int`, defaults to 3): kernel of the two stride-2 Conv1d layers.
         spec_augment_time_masks / spec_augment_time_width / spec_augment_freq_masks / spec_augment_freq_width:
             SpecAugment on the filterbanks during training (0 masks = off).
+        conv_lookahead (`int`, *optional*): right context of the conformer layers' depthwise convolution: None
+            (symmetric, transformers' "same" padding), 0 (causal: streamable) or 1 .. (k-1)/2 frames
+            (:mod:`adaptspeech.backbones.causal_conv`).
         All other arguments as in ``Wav2Vec2ConformerConfig`` (hidden_size, num_hidden_layers, ...). Defaults here
         are the small CPU model DESIGN measured: width 144, 4 layers, 4 heads, FFN 576.
     """
@@ -51,6 +55,7 @@ class FbankConformerConfig(Wav2Vec2ConformerConfig):
         intermediate_size: int = 576,
         conv_depthwise_kernel_size: int = 15,
         position_embeddings_type: str | None = "relative",
+        conv_lookahead: int | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("hidden_dropout", 0.1)
@@ -74,6 +79,9 @@ class FbankConformerConfig(Wav2Vec2ConformerConfig):
         self.spec_augment_time_width = spec_augment_time_width
         self.spec_augment_freq_masks = spec_augment_freq_masks
         self.spec_augment_freq_width = spec_augment_freq_width
+        check_conv_lookahead(conv_lookahead, conv_depthwise_kernel_size)
+        if conv_lookahead is not None:  # absent when unset: existing config.json files are written back unchanged
+            self.conv_lookahead = conv_lookahead
 
 
 AutoConfig.register(FbankConformerConfig.model_type, FbankConformerConfig)
