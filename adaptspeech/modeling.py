@@ -29,10 +29,11 @@ from .generation import AdaptSpeechGenerationMixin
 from .heads import get_head
 from .heads.ctc import CTCHead
 from .inference.model_mixin import InferenceMixin
+from .inference.stream_encoding import StreamingMixin
 from .modeling_outputs import AdaptSpeechOutput
 
 
-class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageAdapterMixin, PreTrainedModel):
+class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageAdapterMixin, PreTrainedModel):
     """Backbone + encoder surgery (attention swap, adapters, fusion) shared by all adaptspeech heads.
 
     Args:

@@ -22,6 +22,7 @@ from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import (
 from .base import BACKBONES, BackboneSpec
 from .causal_conv import check_conv_lookahead
 from .conv_padding import frame_padding, mask_convolution_padding
+from .stream_front_end import ConvStage, StreamFrontEnd
 
 
 class FbankConformerConfig(Wav2Vec2ConformerConfig):
@@ -207,3 +208,16 @@ class FbankConformerSpec(BackboneSpec):
 
     def ffn_input_module(self, layer: nn.Module) -> nn.Module:
         return layer.ffn2_layer_norm
+
+    def stream_front_end(self, model: FbankConformerModel) -> StreamFrontEnd:
+        """The two stride-2 convolutions (+ GELU) as :class:`ConvStage`, then the projection: filterbank frames
+        ``[B, F, n]`` in, ``[B, m, D]`` out (encoder frame ``u`` once filterbank frame ``4u + 3`` is in)."""
+        sub = model.subsampling
+
+        def stage(conv: nn.Conv1d) -> ConvStage:
+            def run(x: torch.Tensor) -> torch.Tensor:
+                return sub.act(nn.functional.conv1d(x, conv.weight, conv.bias, stride=conv.stride))
+
+            return ConvStage(run, conv.kernel_size[0], conv.stride[0], conv.padding[0])
+
+        return StreamFrontEnd([stage(sub.conv1), stage(sub.conv2)], lambda x: sub.dropout(sub.projection(x)))
