@@ -108,9 +108,9 @@ class StreamingMixin:
         """Milliseconds of audio per encoder frame (40 for the fbank Conformer, 20 for wav2vec2)."""
         return self.config.inputs_to_logits_ratio / 16.0
 
-    def check_stream_chunks(self, chunk_size: int) -> None:
-        """Refuse a model that cannot stream or a chunk larger than the model's maximum; warn when the model was
-        trained without chunks."""
+    def check_stream_chunks(self, chunk_size: int, warn: bool = True) -> None:
+        """Refuse a model that cannot stream or a chunk larger than the model's maximum; warn (unless ``warn`` is
+        False) when the model was trained without chunks."""
         refusal = self.streaming_refusal()
         if refusal is not None:
             raise ValueError(f"this model cannot stream: {refusal}")
@@ -125,14 +125,18 @@ class StreamingMixin:
                 f"a chunk of {chunk_size} frames ({chunk_size * ms:.0f} ms) is larger than the model's maximum, "
                 f"{setting}={limit} ({limit * ms:.0f} ms)"
             )
-        if not attention.dynamic_chunks and not attention.chunk_size:
+        if warn and not attention.dynamic_chunks and not attention.chunk_size:
             warnings.warn(UNCHUNKED_WARNING, UserWarning, stacklevel=3)
 
     def start_stream(
-        self, chunk_size: int, num_left_chunks: int = -1, row_languages: tuple[str, ...] | None = None
+        self,
+        chunk_size: int,
+        num_left_chunks: int = -1,
+        row_languages: tuple[str, ...] | None = None,
+        warn: bool = True,
     ) -> EncoderStream:
         """A new :class:`EncoderStream` (checked by :meth:`check_stream_chunks`)."""
-        self.check_stream_chunks(chunk_size)
+        self.check_stream_chunks(chunk_size, warn)
         if num_left_chunks < -1:
             raise ValueError(f"num_left_chunks must be -1 (all) or >= 0, got {num_left_chunks}")
         front_end = self.config.backbone_spec.stream_front_end(self.backbone)

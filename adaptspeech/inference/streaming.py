@@ -31,7 +31,7 @@ from .stitching import label_text
 from .stream_features import StreamFeatures
 
 #: the incremental searches :class:`StreamingRecognizer` runs (``method=``)
-STREAMING_METHODS = ("ctc_greedy", "ctc_prefix_beam")
+STREAMING_METHODS = ("ctc_greedy", "ctc_beam")
 
 
 def chunk_frames(model: Any, chunk_ms: float) -> int:
@@ -55,7 +55,7 @@ class StreamingRecognizer:
         chunk_ms: milliseconds of audio per encoder chunk (a multiple of the model's frame, 40 ms for the fbank
             Conformer): the latency / accuracy trade-off.
         num_left_chunks: previous chunks each chunk attends to (-1: all; a bound keeps memory flat on long streams).
-        method: ``ctc_greedy`` or ``ctc_prefix_beam``.
+        method: ``ctc_greedy`` or ``ctc_beam`` (prefix beam search).
         beam_size: prefix beam width.
         lang_ids: ``[1]`` the stream's language index, for a model routing several languages.
         norm_window_s: seconds of past audio the features are normalised over.
@@ -92,7 +92,8 @@ class StreamingRecognizer:
         """Forget the stream: the next sample starts a new one."""
         self.stream_features = StreamFeatures(self.features, self.window)
         self.pending = self.features.empty()
-        self.cache = None
+        rows = self.model._row_languages(self.lang_ids)
+        self.cache = self.model.start_stream(self.chunk_size, self.num_left_chunks, rows, warn=False)
         vocab = self.model.config.vocab_size
         self.search: StreamingCTCGreedy | StreamingCTCPrefixBeam = (
             StreamingCTCGreedy(self.model.config.pad_token_id)
@@ -127,10 +128,7 @@ class StreamingRecognizer:
         units = torch.from_numpy(self.stream_features.normalize(raw))[None]  # [1, n, F] or [1, n]
         model = self.model
         units = units.to(model.device, dtype=model.dtype)
-        hidden, self.cache = model.encode_chunk(
-            units, self.cache, final=final, chunk_size=self.chunk_size, num_left_chunks=self.num_left_chunks,
-            lang_ids=self.lang_ids,
-        )
+        hidden, self.cache = model.encode_chunk(units, self.cache, final=final)
         if hidden.shape[1]:
             with torch.no_grad():
                 logits = model.ctc_head(hidden, row_languages=self.cache.row_languages)
@@ -152,7 +150,6 @@ class StreamingRecognizer:
             tail = self.stream_features.flush()
             raw = np.concatenate([self.pending, tail]) if len(tail) else self.pending
             self.pending = self.features.empty()
-            if self.cache is not None or len(raw):
-                self._encode(raw, final=True)
+            self._encode(raw, final=True)
             self.finished = True
         return self.partial()

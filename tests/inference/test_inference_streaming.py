@@ -54,7 +54,7 @@ def stepwise_features(features: FeatureType, wave: np.ndarray, step: int, window
     return np.concatenate(out).astype(np.float32)
 
 
-@pytest.mark.parametrize(("chunk_ms", "method"), [(160, "ctc_greedy"), (320, "ctc_prefix_beam")])
+@pytest.mark.parametrize(("chunk_ms", "method"), [(160, "ctc_greedy"), (320, "ctc_beam")])
 def test_text_equals_the_offline_decode_of_the_same_features(streaming_folder, chunk_ms, method) -> None:
     model, processor = load(streaming_folder)
     wave = audio(2.3)  # ends mid-chunk: the last partial chunk is decoded
@@ -101,7 +101,7 @@ def test_misuse_is_refused(streaming_folder, tmp_path) -> None:
     model, processor = load(streaming_folder)
     with pytest.raises(ValueError, match="chunk of 650 ms: must be a positive multiple of the model's 40 ms frames"):
         StreamingRecognizer(model, processor, chunk_ms=650)
-    with pytest.raises(ValueError, match="streaming methods are ctc_greedy, ctc_prefix_beam"):
+    with pytest.raises(ValueError, match="streaming methods are ctc_greedy, ctc_beam"):
         StreamingRecognizer(model, processor, method="attention_beam")
     recognizer = StreamingRecognizer(model, processor, chunk_ms=80)
     assert recognizer.finalize() == ""  # nothing heard: nothing decoded
