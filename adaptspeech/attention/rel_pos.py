@@ -115,11 +115,31 @@ class RelPositionSelfAttention(EncoderAttention):
 
         ``rel_shift``'s zero column comes from a zero first row of the position matrix, so the product is born
         padded (``[B, h, C, 2L]``) and the shift is pure reshaping (:func:`relative_scores_prepadded`)."""
-        pos = self.positions(num_keys, query.dtype, query.device)  # [2L-1, D]: positions L-1 .. -(L-1)
-        pos = F.pad(self.linear_pos(pos), (0, 0, 1, 0))  # [2L, D], row 0 = 0
+        pos = F.pad(self.projected_positions(num_keys, query.dtype, query.device), (0, 0, 1, 0))  # [2L, D], row 0 = 0
         pos = pos.view(-1, self.num_heads, self.head_dim).permute(1, 2, 0)  # [h, d_k, 2L]
         query_v = (query + self.pos_bias_v[:, None, :]) * self.head_dim**-0.5  # [B, h, C, d_k]
         return relative_scores_prepadded(torch.matmul(query_v, pos), num_keys)
+
+    def projected_positions(self, num_keys: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """``W_pos R_r`` for ``r = L-1 .. -(L-1)``: ``[2L-1, D]``.
+
+        Without gradients (decoding) the projection of the longest table so far is kept and sliced (the projection
+        is row by row, so a slice of it is the projection of the slice): a stream whose chunks see more and more keys
+        projects each position once, not ``2L - 1`` positions per chunk and layer (at ``L`` = 1,500 keys and width
+        256 that projection cost 30 times the chunk's attention). The cache is dropped when ``linear_pos`` changes
+        (its version counter), the dtype or the device."""
+        if torch.is_grad_enabled():
+            return self.linear_pos(self.positions(num_keys, dtype, device))
+        weight = self.linear_pos.weight
+        key = (weight.data_ptr(), weight._version, dtype, device)
+        cached = self.__dict__.get("_projected_cache")
+        if cached is None or cached[0] != key or (cached[1].shape[0] + 1) // 2 < num_keys:
+            grown = max(num_keys, 2 * ((cached[1].shape[0] + 1) // 2) if cached is not None and cached[0] == key else 0)
+            cached = (key, self.linear_pos(self.positions(grown, dtype, device)))
+            self.__dict__["_projected_cache"] = cached  # not a buffer: never saved, never moved by .to()
+        table = cached[1]
+        centre = table.shape[0] // 2  # row of relative position 0
+        return table[centre - num_keys + 1 : centre + num_keys]
 
     def _attend(
         self,

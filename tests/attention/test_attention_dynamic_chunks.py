@@ -144,3 +144,16 @@ def test_training_draws_one_chunking_per_batch_for_every_layer() -> None:
     model.eval()
     with dynamic_chunk_training(config.attention, frames, training=False) as chosen:
         assert chosen == (0, -1) == active_chunking(config.attention)  # decoding: full context unless chosen
+
+
+def test_projected_positions_are_kept_while_decoding_and_dropped_when_the_weights_change() -> None:
+    module = _module("rel_pos")
+    fresh = module.linear_pos(module.positions(9, torch.float32, torch.device("cpu"))).detach()
+    with torch.no_grad():
+        module.projected_positions(20, torch.float32, torch.device("cpu"))  # a longer table first
+        kept = module.projected_positions(9, torch.float32, torch.device("cpu"))
+        torch.testing.assert_close(kept, fresh, atol=1e-6, rtol=0)  # a slice of a larger product: rounding only
+        module.linear_pos.weight.mul_(2.0)  # an optimizer step would do the same: a new version
+        torch.testing.assert_close(module.projected_positions(9, torch.float32, torch.device("cpu")), 2 * fresh,
+                                   atol=1e-6, rtol=0)
+    assert module.projected_positions(9, torch.float32, torch.device("cpu")).requires_grad  # training: no cache

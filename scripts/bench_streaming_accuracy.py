@@ -1,0 +1,99 @@
+"""Test CER of a demo run's systems at full context and at several decoding chunk sizes (the chunk chosen at decoding
+time, :func:`adaptspeech.attention.chunking.chunk_attention`), with the relative degradation against full context.
+
+Usage::
+
+    python scripts/bench_streaming_accuracy.py --run runs/demo_streaming [--reference-run runs/synthetic_demo]
+
+``--run`` is the output folder of the demo recipe trained for streaming (dynamic chunks, causal convolution; see
+docs/streaming.md): its ``base`` is evaluated on the source languages' test sets (the mean of the per-language CERs, as
+the demo reports it), its ``target_adapter`` and ``fusion`` on the target's. Decoding is CTC greedy (the figures
+WeNet's and SpeechBrain's degradations quote) on the prepared features (normalised per utterance); chunk-by-chunk
+streaming with a cache gives the same posteriors as this chunk-masked forward (``tests/inference/
+test_inference_stream_encoding.py``). ``--reference-run``: another run's base (e.g. today's full-context base) at full
+context, for the "within +0.5 points" comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from adaptspeech import AdaptSpeechForCTC
+from adaptspeech.attention.chunking import chunk_attention
+from adaptspeech.data.prepared_data import load_prepared, select_languages
+from adaptspeech.evaluation import evaluate_dataset
+
+
+def _cer(model: Any, data: Any, processor: Any, chunk: int, languages: list[str], batch_size: int) -> float:
+    """CER % of ``model`` on ``data`` decoded with chunks of ``chunk`` frames (0: full context), the mean over
+    ``languages`` when there are several."""
+    with chunk_attention(chunk):
+        metrics = evaluate_dataset(model, data, processor, method="ctc_greedy", batch_size=batch_size, progress=False)
+    if len(languages) > 1:
+        present = [lang for lang in languages if lang in metrics["per_language"]]  # --max-rows may cut some
+        return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
+    return 100 * float(metrics["overall"]["cer"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True, help="the demo run trained for streaming")
+    parser.add_argument("--prepared", type=Path, default=None, help="its prepared data (default RUN/prepared)")
+    parser.add_argument("--reference-run", type=Path, default=None, help="a run whose base is compared at full context")
+    parser.add_argument("--sources", default="cs,pl,sl,it,es")
+    parser.add_argument("--target", default="sk")
+    parser.add_argument("--chunks-ms", default="0,640,320,160", help="0 = full context")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-rows", type=int, default=0, help="rows per test set (0: all)")
+    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dataset, processor = load_prepared(args.prepared or args.run / "prepared")
+    sources = args.sources.split(",")
+    test = dataset["test"]
+    sets = {
+        "sources": (select_languages(test, sources, "test", "evaluation"), sources),
+        "target": (select_languages(test, [args.target], "test", "evaluation"), [args.target]),
+    }
+    if args.max_rows:
+        sets = {name: (data.select(range(min(args.max_rows, len(data)))), langs)
+                for name, (data, langs) in sets.items()}
+    systems = [("base (sources)", "base", "sources"), (f"{args.target} adapter", "target_adapter", "target"),
+               (f"{args.target} SimAdapter fusion", "fusion", "target")]
+    chunks_ms = [float(c) for c in args.chunks_ms.split(",")]
+    results: dict[str, Any] = {"chunks_ms": chunks_ms, "systems": {}}
+    for label, stage, which in systems:
+        folder = args.run / stage / "model"
+        if not folder.is_dir():
+            continue
+        model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
+        frame_ms = model.frame_milliseconds()
+        data, languages = sets[which]
+        row = [_cer(model, data, processor, round(c / frame_ms), languages, args.batch_size) for c in chunks_ms]
+        results["systems"][label] = row
+        print(label, row, flush=True)
+    if args.reference_run is not None:
+        model = AdaptSpeechForCTC.from_pretrained(args.reference_run / "base" / "model").to(device).eval()
+        data, languages = sets["sources"]
+        results["reference_base_sources"] = _cer(model, data, processor, 0, languages, args.batch_size)
+    header = "| system | " + " | ".join("full" if c == 0 else f"{c:g} ms" for c in chunks_ms) + " |"
+    print(header)
+    print("|" + "---|" * (len(chunks_ms) + 1))
+    for label, row in results["systems"].items():
+        cells = [f"{row[0]:.2f}"] + [f"{cer:.2f} ({(cer / row[0] - 1) * 100:+.0f}%)" for cer in row[1:]]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    if "reference_base_sources" in results:
+        print(f"reference base (full context, sources): {results['reference_base_sources']:.2f}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
