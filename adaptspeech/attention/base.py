@@ -124,6 +124,26 @@ class EncoderAttention(nn.Module):
         keep = num_left_chunks * chunk_size
         return frames.narrow(dim, max(frames.shape[dim] - keep, 0), min(keep, frames.shape[dim]))
 
+    def stream_keys_values(
+        self, chunk: torch.Tensor, cache: StreamCache | None, query_proj: nn.Linear, key_proj: nn.Linear
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StreamCache]:
+        """The projections of a streaming chunk ``[B, C, D]`` and the keys / values it attends to.
+
+        Returns:
+            ``(query [B, h, C, d_k], key, value [B, h, M + C, d_k], new cache)``: the cached keys / values of the
+            previous chunks (``cache``, None at the start) followed by the chunk's own; the new cache keeps the last
+            ``num_left_chunks`` chunks of them (all when -1).
+        """
+        chunk_size, num_left_chunks = self.stream_chunking(chunk.shape[1])
+        query = self.split_heads(query_proj(chunk))
+        key = self.split_heads(key_proj(chunk))
+        value = self.split_heads(self.value_proj(chunk))
+        if cache is not None:
+            key = torch.cat([cache[0], key], dim=2)
+            value = torch.cat([cache[1], value], dim=2)
+        kept = (self.trim_cache(key, chunk_size, num_left_chunks), self.trim_cache(value, chunk_size, num_left_chunks))
+        return query, key, value, kept
+
     def forward_chunk(
         self, chunk: torch.Tensor, cache: StreamCache | None = None
     ) -> tuple[torch.Tensor, StreamCache]:

@@ -227,16 +227,6 @@ class RelPositionSelfAttention(EncoderAttention):
         Returns:
             ``([B, C, D], new_cache)``; the cache keeps the last ``num_left_chunks`` chunks (all when -1).
         """
-        chunk_size, num_left_chunks = self.stream_chunking(chunk.shape[1])
-        query = self.split_heads(self.linear_q(chunk))  # [B, h, C, d_k]
-        key = self.split_heads(self.linear_k(chunk))
-        value = self.split_heads(self.value_proj(chunk))
-        if cache is not None:
-            key = torch.cat([cache[0], key], dim=2)  # [B, h, L, d_k]
-            value = torch.cat([cache[1], value], dim=2)
+        query, key, value, new_cache = self.stream_keys_values(chunk, cache, self.linear_q, self.linear_k)
         context = self._attend(query, key, value, None)
-        new_cache = (
-            self.trim_cache(key, chunk_size, num_left_chunks),
-            self.trim_cache(value, chunk_size, num_left_chunks),
-        )
         return self.output_proj(self.merge_heads(context)), new_cache
