@@ -1,7 +1,8 @@
 """``adaptspeech transcribe --stream``: decode audio as a live stream, printing partial and final results as they come.
 
-Output: one JSON object per line, ``{"path", "partial", "seconds"}`` each time the partial text changes and ``{"path",
-"text", "seconds", "final": true, "compute_rtf", "final_ms"}`` at the end of each AUDIO. ``-`` reads raw 16-bit PCM
+Output: one JSON object per line, ``{"path", "partial", "seconds"}`` each time the partial text changes, ``{"path",
+"segment", "start", "end"}`` for each utterance the endpointer ends (``--endpoint-silence``) and ``{"path", "text",
+"seconds", "final": true, "compute_rtf", "final_ms"}`` at the end of each AUDIO. ``-`` reads raw 16-bit PCM
 (``--sample-rate``, default 16000) or a WAV stream from standard input as it arrives, so a microphone can be piped in
 (``arecord -f S16_LE -r 16000 -t raw | adaptspeech transcribe --stream --model DIR -``).
 """
@@ -65,6 +66,11 @@ def add_stream_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--realtime", action="store_true", help="--stream: pace file input as a live source")
     group.add_argument(
+        "--endpoint-silence", type=_positive_float, default=None, metavar="SECONDS",
+        help="--stream: end an utterance after this much blank following some text, print it as a segment "
+        "({\"segment\", \"start\", \"end\"}) and start the next (default: the whole stream is one utterance)",
+    )
+    group.add_argument(
         "--sample-rate", type=_positive_int, default=None, metavar="HZ",
         help="--stream: the rate of raw PCM on standard input (default 16000; resampled to 16000); a WAV stream gives "
         "its own",
@@ -119,6 +125,7 @@ def run_stream(args: argparse.Namespace) -> int:
             recognizer = StreamingRecognizer(
                 model, processor, chunk_ms=args.chunk_ms, num_left_chunks=args.num_left_chunks, method=method,
                 beam_size=args.beam_size or 8, lang_ids=lang_ids, norm_window_s=args.norm_window,
+                endpoint_silence_s=args.endpoint_silence,
             )
     except ValueError as error:
         raise CommandError(f"--model {args.model}: {error}") from None
@@ -137,6 +144,9 @@ def run_stream(args: argparse.Namespace) -> int:
         try:
             for block in blocks:
                 text = recognizer.accept_waveform(block)
+                for segment in recognizer.pop_segments():
+                    _print({"path": str(path), "segment": segment["text"], "start": segment["start"],
+                            "end": segment["end"]})
                 if text != shown:
                     shown = text
                     _print({"path": str(path), "partial": text, "seconds": round(recognizer.seconds, 3)})
@@ -146,7 +156,10 @@ def run_stream(args: argparse.Namespace) -> int:
             recognizer.reset()
             continue
         started = time.perf_counter()
-        text = recognizer.finalize()
+        recognizer.finalize()
+        for segment in recognizer.pop_segments():
+            _print({"path": str(path), "segment": segment["text"], "start": segment["start"], "end": segment["end"]})
+        text = recognizer.text()
         final_ms = (time.perf_counter() - started) * 1000
         seconds = recognizer.seconds
         compute = sum(recognizer.chunk_seconds)

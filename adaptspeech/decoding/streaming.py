@@ -117,3 +117,37 @@ class StreamingCTCPrefixBeam:
     def partial(self) -> Hypothesis:
         """The best hypothesis so far."""
         return self.nbest(1)[0]
+
+
+class Endpointer:
+    """Where a stream's utterance ends, from the best path's trailing blanks (WeNet's rule-based endpointing): after at
+    least one label, ``silence_frames`` blank frames in a row end the utterance; before any label, ``leading_frames``
+    of them are dropped as silence without ending anything.
+
+    Args:
+        blank_id: the CTC blank.
+        silence_frames: trailing blank frames that end an utterance with text (e.g. 1 s = 25 frames of 40 ms).
+        leading_frames: blank frames before any label after which the silence so far is dropped (e.g. 5 s).
+    """
+
+    def __init__(self, blank_id: int, silence_frames: int, leading_frames: int) -> None:
+        if silence_frames < 1 or leading_frames < 1:
+            raise ValueError(f"endpoint silences must be at least one frame, got {silence_frames} and {leading_frames}")
+        self.blank_id, self.silence_frames, self.leading_frames = blank_id, silence_frames, leading_frames
+        self.trailing = 0  # blank frames since the last label (or the start)
+
+    def update(self, log_probs: torch.Tensor, has_text: bool) -> str | None:
+        """The next frames ``[T, V]`` -> ``"end"`` (an utterance with text ended), ``"silence"`` (leading silence to
+        drop) or None."""
+        labels = _frames(log_probs).argmax(dim=-1)
+        speech = (labels != self.blank_id).nonzero()
+        if len(speech):
+            self.trailing = len(labels) - 1 - int(speech[-1])
+            has_text = True
+        else:
+            self.trailing += len(labels)
+        if has_text and self.trailing >= self.silence_frames:
+            return "end"
+        if not has_text and self.trailing >= self.leading_frames:
+            return "silence"
+        return None

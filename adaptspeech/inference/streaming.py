@@ -25,10 +25,13 @@ import numpy as np
 import torch
 
 from ..data.feature_types import FeatureType
-from ..decoding.streaming import StreamingCTCGreedy, StreamingCTCPrefixBeam
+from ..decoding.streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
 from .local_norm import DEFAULT_NORM_WINDOW_S
 from .stitching import label_text
 from .stream_features import StreamFeatures
+
+#: seconds of blank before any text after which the silence so far is dropped (WeNet's endpoint rule 1)
+LEADING_SILENCE_S = 5.0
 
 #: the incremental searches :class:`StreamingRecognizer` runs (``method=``)
 STREAMING_METHODS = ("ctc_greedy", "ctc_beam")
@@ -59,6 +62,8 @@ class StreamingRecognizer:
         beam_size: prefix beam width.
         lang_ids: ``[1]`` the stream's language index, for a model routing several languages.
         norm_window_s: seconds of past audio the features are normalised over.
+        endpoint_silence_s: end an utterance after this many seconds of blank following some text (None: never; the
+            stream is then one utterance): its text moves to :meth:`pop_segments` and the search starts afresh.
     """
 
     def __init__(
@@ -71,6 +76,7 @@ class StreamingRecognizer:
         beam_size: int = 8,
         lang_ids: torch.Tensor | None = None,
         norm_window_s: float = DEFAULT_NORM_WINDOW_S,
+        endpoint_silence_s: float | None = None,
     ) -> None:
         if getattr(model, "ctc_head", None) is None:
             raise ValueError(f"streaming decodes with a CTC head; this model has head={model.config.head!r}")
@@ -86,6 +92,11 @@ class StreamingRecognizer:
         self.units_per_frame = model.config.inputs_to_logits_ratio // self.features.unit_hop
         self.step_units = self.chunk_size * self.units_per_frame
         self.window = max(1, round(norm_window_s * self.features.sampling_rate / self.features.unit_hop))
+        frame_ms = model.frame_milliseconds()
+        self.endpoint_frames = (
+            None if endpoint_silence_s is None else (max(1, round(endpoint_silence_s * 1000 / frame_ms)),
+                                                     max(1, round(LEADING_SILENCE_S * 1000 / frame_ms)))
+        )
         self.reset()
 
     def reset(self) -> None:
@@ -94,14 +105,21 @@ class StreamingRecognizer:
         self.pending = self.features.empty()
         rows = self.model._row_languages(self.lang_ids)
         self.cache = self.model.start_stream(self.chunk_size, self.num_left_chunks, rows, warn=False)
-        vocab = self.model.config.vocab_size
-        self.search: StreamingCTCGreedy | StreamingCTCPrefixBeam = (
-            StreamingCTCGreedy(self.model.config.pad_token_id)
-            if self.method == "ctc_greedy"
-            else StreamingCTCPrefixBeam(vocab, self.beam_size, self.model.config.pad_token_id)
-        )
+        self.search = self._new_search()
+        blank = self.model.config.pad_token_id
+        self.endpointer = None if self.endpoint_frames is None else Endpointer(blank, *self.endpoint_frames)
+        self.segments: list[dict[str, Any]] = []  # utterances ended by the endpointer: text, start, end (seconds)
+        self.popped = 0
+        self.frames = 0  # encoder frames decoded
+        self.segment_start = 0  # encoder frame where the current utterance's search started
         self.chunk_seconds: list[float] = []  # compute time of every encoder chunk (latency figures)
         self.finished = False
+
+    def _new_search(self) -> StreamingCTCGreedy | StreamingCTCPrefixBeam:
+        blank = self.model.config.pad_token_id
+        if self.method == "ctc_greedy":
+            return StreamingCTCGreedy(blank)
+        return StreamingCTCPrefixBeam(self.model.config.vocab_size, self.beam_size, blank)
 
     @property
     def seconds(self) -> float:
@@ -132,8 +150,35 @@ class StreamingRecognizer:
         if hidden.shape[1]:
             with torch.no_grad():
                 logits = model.ctc_head(hidden, row_languages=self.cache.row_languages)
-            self.search.accept(logits.float().log_softmax(dim=-1)[0].cpu())
+            log_probs = logits.float().log_softmax(dim=-1)[0].cpu()
+            self.search.accept(log_probs)
+            self.frames += log_probs.shape[0]
+            if self.endpointer is not None:
+                self._endpoint(self.endpointer.update(log_probs, bool(self.tokens())))
         self.chunk_seconds.append(time.perf_counter() - start)
+
+    def _endpoint(self, event: str | None) -> None:
+        """Close the current utterance (``"end"``) or drop leading silence (``"silence"``); the search restarts."""
+        if event is None:
+            return
+        frame_s = self.model.frame_milliseconds() / 1000
+        if event == "end":
+            end = self.frames - self.endpointer.trailing
+            self.segments.append({"text": self.partial(), "start": round(self.segment_start * frame_s, 3),
+                                  "end": round(end * frame_s, 3)})
+        self.search = self._new_search()
+        self.endpointer.trailing = 0
+        self.segment_start = self.frames
+
+    def pop_segments(self) -> list[dict[str, Any]]:
+        """The utterances the endpointer ended since the last call: ``{"text", "start", "end"}`` (seconds)."""
+        new = self.segments[self.popped :]
+        self.popped = len(self.segments)
+        return new
+
+    def text(self) -> str:
+        """The whole stream's text: the ended utterances and the current one."""
+        return " ".join(part for part in [*(s["text"] for s in self.segments), self.partial()] if part)
 
     def tokens(self) -> list[int]:
         """The label ids decoded so far."""
@@ -145,7 +190,8 @@ class StreamingRecognizer:
         return label_text(self.processor.tokenizer, self.tokens())
 
     def finalize(self) -> str:
-        """The end of the stream: decode the rest (the last, partial chunk) -> the final text."""
+        """The end of the stream: decode the rest (the last, partial chunk) -> the final text of the current utterance
+        (the whole stream's without endpointing; :meth:`text` joins the ended utterances to it)."""
         if not self.finished:
             tail = self.stream_features.flush()
             raw = np.concatenate([self.pending, tail]) if len(tail) else self.pending

@@ -66,6 +66,11 @@ def test_a_file_streams_partial_then_final_results(model_dir, tmp_path, capsys) 
     assert events[-1]["text"] == expected_text(model_dir, samples, 320)
     seconds = [event["seconds"] for event in events[:-1]]
     assert seconds == sorted(seconds) and all("partial" in event for event in events[:-1])
+    code, out, _ = run_main(["transcribe", "--stream", "--endpoint-silence", "0.4", "--model", model_dir, path], capsys)
+    events = lines(out)
+    segments = [event["segment"] for event in events if "segment" in event]
+    assert code == 0 and events[-1]["final"]
+    assert events[-1]["text"].startswith(" ".join(segments))  # the final text holds every ended utterance
 
 
 def test_raw_pcm_and_wav_streams_on_standard_input(model_dir, capsys, monkeypatch) -> None:

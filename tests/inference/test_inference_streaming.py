@@ -112,3 +112,31 @@ def test_misuse_is_refused(streaming_folder, tmp_path) -> None:
     unchunked, unchunked_processor = load(save_tiny_model(tmp_path / "plain"))
     with pytest.raises(ValueError, match=r"attention\.kind='default' cannot stream"):
         StreamingRecognizer(unchunked, unchunked_processor)
+
+
+def test_endpointing_ends_an_utterance_after_silence(streaming_folder) -> None:
+    """The CTC head is forced to one label, then to the blank for 1.2 s, then to the label again: with a 1 s endpoint
+    the first utterance ends where the blanks begin and a second one starts."""
+    model, processor = load(streaming_folder)
+    head = model.ctc_head.lm_head
+    with torch.no_grad():
+        head.weight.zero_()
+    recognizer = StreamingRecognizer(model, processor, chunk_ms=200, endpoint_silence_s=1.0)
+
+    def say(label: int, seconds: float) -> None:
+        with torch.no_grad():
+            head.bias.fill_(0.0)
+            head.bias[label] = 10.0
+        recognizer.accept_waveform(audio(seconds))
+
+    blank = model.config.pad_token_id
+    word = blank + 5
+    say(word, 0.8)
+    assert recognizer.partial() and not recognizer.pop_segments()
+    say(blank, 1.2)
+    (segment,) = recognizer.pop_segments()
+    assert segment["text"] == processor.tokenizer.decode([word]) and segment["start"] == 0.0
+    assert recognizer.partial() == ""  # the search started afresh
+    say(word, 0.6)
+    recognizer.finalize()
+    assert recognizer.text() == f"{segment['text']} {recognizer.partial()}"
