@@ -10,8 +10,10 @@ docs/streaming.md): its ``base`` is evaluated on the source languages' test sets
 the demo reports it), its ``target_adapter`` and ``fusion`` on the target's. Decoding is CTC greedy (the figures
 WeNet's and SpeechBrain's degradations quote) on the prepared features (normalised per utterance); chunk-by-chunk
 streaming with a cache gives the same posteriors as this chunk-masked forward (``tests/inference/
-test_inference_stream_encoding.py``). ``--reference-run``: another run's base (e.g. today's full-context base) at full
-context, for the "within +0.5 points" comparison.
+test_inference_stream_encoding.py``); ``--stream-corpus`` also decodes the test clips' audio through
+``StreamingRecognizer``, whose features are normalised over past audio only (training normalises each utterance over
+itself): the end-to-end streaming figure. ``--reference-run``: the same systems trained without chunks (today's
+settings) at full context, for the "within +0.5 points" comparison (every system found in both runs).
 """
 
 from __future__ import annotations
@@ -41,16 +43,38 @@ def _cer(model: Any, data: Any, processor: Any, chunk: int, languages: list[str]
     return 100 * float(metrics["overall"]["cer"])
 
 
+def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms: float, languages: list[str]) -> float:
+    """CER % of the test clips' audio (``corpus/<language>/clips/<path>``) through :class:`StreamingRecognizer`
+    (features normalised over past audio, the encoder chunk by chunk, greedy CTC across chunks), the mean over
+    ``languages``."""
+    from adaptspeech.data import load_audio
+    from adaptspeech.inference.streaming import StreamingRecognizer
+    from adaptspeech.metrics import compute_error_rates
+
+    recognizer = StreamingRecognizer(model, processor, chunk_ms=chunk_ms)
+    hypotheses = []
+    for path, language in zip(data["path"], data["language"], strict=True):
+        recognizer.reset()
+        recognizer.accept_waveform(load_audio(str(corpus / language / "clips" / path), 16000))
+        hypotheses.append(recognizer.finalize())
+    metrics = compute_error_rates(hypotheses, list(data["text"]), languages=list(data["language"]))
+    present = [lang for lang in languages if lang in metrics["per_language"]]
+    return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="the demo run trained for streaming")
     parser.add_argument("--prepared", type=Path, default=None, help="its prepared data (default RUN/prepared)")
-    parser.add_argument("--reference-run", type=Path, default=None, help="a run whose base is compared at full context")
+    parser.add_argument("--reference-run", type=Path, default=None,
+                        help="a run trained without chunks, compared at full context")
     parser.add_argument("--sources", default="cs,pl,sl,it,es")
     parser.add_argument("--target", default="sk")
     parser.add_argument("--chunks-ms", default="0,640,320,160", help="0 = full context")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-rows", type=int, default=0, help="rows per test set (0: all)")
+    parser.add_argument("--stream-corpus", type=Path, default=None,
+                        help="the run's corpus folder: also decode the test clips' audio through StreamingRecognizer")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -78,18 +102,31 @@ def main() -> None:
         row = [_cer(model, data, processor, round(c / frame_ms), languages, args.batch_size) for c in chunks_ms]
         results["systems"][label] = row
         print(label, row, flush=True)
-    if args.reference_run is not None:
-        model = AdaptSpeechForCTC.from_pretrained(args.reference_run / "base" / "model").to(device).eval()
-        data, languages = sets["sources"]
-        results["reference_base_sources"] = _cer(model, data, processor, 0, languages, args.batch_size)
+        if args.stream_corpus is not None:
+            streamed = [_streamed_cer(model, data, processor, args.stream_corpus, c, languages) for c in chunks_ms if c]
+            results.setdefault("streamed", {})[label] = streamed
+            print(label, "streamed", streamed, flush=True)
+    if args.reference_run is not None:  # the same systems trained without chunks, at full context
+        results["reference_full_context"] = {}
+        for label, stage, which in systems:
+            folder = args.reference_run / stage / "model"
+            if folder.is_dir():
+                model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
+                data, languages = sets[which]
+                results["reference_full_context"][label] = _cer(model, data, processor, 0, languages, args.batch_size)
     header = "| system | " + " | ".join("full" if c == 0 else f"{c:g} ms" for c in chunks_ms) + " |"
     print(header)
     print("|" + "---|" * (len(chunks_ms) + 1))
     for label, row in results["systems"].items():
         cells = [f"{row[0]:.2f}"] + [f"{cer:.2f} ({(cer / row[0] - 1) * 100:+.0f}%)" for cer in row[1:]]
         print(f"| {label} | " + " | ".join(cells) + " |")
-    if "reference_base_sources" in results:
-        print(f"reference base (full context, sources): {results['reference_base_sources']:.2f}")
+    for label, row in results.get("streamed", {}).items():
+        full = results["systems"][label][0]
+        cells = [f"{cer:.2f} ({(cer / full - 1) * 100:+.0f}%)" for cer in row]
+        print(f"| {label}, streamed audio | - | " + " | ".join(cells) + " |")
+    for label, cer in results.get("reference_full_context", {}).items():
+        mine = results["systems"].get(label, [float("nan")])[0]
+        print(f"{label}: full context {mine:.2f}, trained without chunks {cer:.2f}: {mine - cer:+.2f} points")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2))
