@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--max-rows", type=int, default=0, help="rows per test set (0: all)")
     parser.add_argument("--stream-corpus", type=Path, default=None,
                         help="the run's corpus folder: also decode the test clips' audio through StreamingRecognizer")
+    parser.add_argument("--skip-base", action="store_true", help="evaluate the target systems only")
     parser.add_argument("--stream-every", type=int, default=1, help="stream every Nth test clip only (default 1: all)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
@@ -93,6 +94,8 @@ def main() -> None:
                (f"{args.target} SimAdapter fusion", "fusion", "target")]
     chunks_ms = [float(c) for c in args.chunks_ms.split(",")]
     results: dict[str, Any] = {"chunks_ms": chunks_ms, "systems": {}}
+    if args.skip_base:
+        systems = systems[1:]
     for label, stage, which in systems:
         folder = args.run / stage / "model"
         if not folder.is_dir():
