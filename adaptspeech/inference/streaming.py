@@ -186,8 +186,12 @@ class StreamingRecognizer:
         return best if isinstance(best, list) else best.tokens
 
     def partial(self) -> str:
-        """The text decoded so far."""
-        return label_text(self.processor.tokenizer, self.tokens())
+        """The text of the current utterance so far (decoded again only after new frames: a live source asks after
+        every block)."""
+        key = (id(self.search), self.search.frames, len(self.segments))
+        if getattr(self, "_partial", (None, ""))[0] != key:
+            self._partial = (key, label_text(self.processor.tokenizer, self.tokens()))
+        return self._partial[1]
 
     def finalize(self) -> str:
         """The end of the stream: decode the rest (the last, partial chunk) -> the final text of the current utterance
