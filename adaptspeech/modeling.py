@@ -21,6 +21,8 @@ from .adapters.routing import (
     routing_call,
     row_languages_from_ids,
 )
+from .attention.chunking import dynamic_chunk_training
+from .backbones.causal_conv import set_conv_lookahead
 from .backbones.conv_padding import frame_padding, mask_convolution_padding
 from .configuration import AdaptSpeechConfig
 from .generation import AdaptSpeechGenerationMixin
@@ -28,10 +30,12 @@ from .heads import get_head
 from .heads.ctc import CTCHead
 from .heads.lid_model import LanguageIDMixin
 from .inference.model_mixin import InferenceMixin
+from .inference.stream_encoding import StreamingMixin
 from .modeling_outputs import AdaptSpeechOutput
 
 
-class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageIDMixin, LanguageAdapterMixin, PreTrainedModel):
+class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin, LanguageAdapterMixin,
+                                 PreTrainedModel):
     """Backbone + encoder surgery (attention swap, adapters, fusion) shared by all adaptspeech heads.
 
     Args:
@@ -62,6 +66,7 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageIDMixin, LanguageAdapte
             mark_initialized(backbone)  # pretrained weights: post_init must not touch them
         self.backbone = backbone
         mask_convolution_padding(spec.encoder_layers(backbone))  # conformer layers: padding never leaks (see module)
+        set_conv_lookahead(spec.encoder_layers(backbone), getattr(config.backbone_config, "conv_lookahead", None))
         self.routing = AdapterRouting()
         self.swapped_attention_layers = self._swap_attention()
         self.adapter_blocks: dict[int, LanguageAdapterBlock] = self._insert_adapter_blocks()
@@ -239,7 +244,8 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, LanguageIDMixin, LanguageAdapte
         if attention_mask is not None:
             attention_mask = attention_mask.to(torch.bool)
             padding = spec.frame_mask(self.backbone, attention_mask, frames, inputs.shape[0])
-        with routing_call(rows, collect_fusion_weights) as call, frame_padding(padding):
+        chunks = dynamic_chunk_training(self.config.attention, frames, self.training)  # U2's per-batch chunks
+        with routing_call(rows, collect_fusion_weights) as call, frame_padding(padding), chunks:
             outputs = self.backbone(inputs, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
         fusion_weights = [call.fusion_weights[i] for i in sorted(call.fusion_weights)]
         hidden = outputs.last_hidden_state

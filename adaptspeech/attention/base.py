@@ -19,8 +19,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .chunking import active_chunking
 from .config import AttentionConfig
 from .masks import attention_mask, fill_empty_rows
+
+#: the streaming cache of one attention layer between chunks (each kind its own: keys / values, past frames).
+StreamCache = tuple[torch.Tensor, ...]
 
 #: attribute names that hold each role in transformers' attention modules (wav2vec2, wav2vec2-conformer).
 HF_ROLE_NAMES: dict[str, tuple[str, ...]] = {
@@ -47,6 +51,9 @@ class EncoderAttention(nn.Module):
 
     #: role -> attribute name in this module; ``init_from_hf`` copies these roles.
     roles: ClassVar[dict[str, str]] = {"value": "v_proj", "output": "out_proj"}
+    #: whether the kind can stream: dynamic chunk training and :meth:`forward_chunk` (decoding chunk by chunk with a
+    #: cache equals :meth:`forward` under the chunk mask).
+    streams: ClassVar[bool] = False
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__()
@@ -80,12 +87,70 @@ class EncoderAttention(nn.Module):
         batch, _, frames, _ = x.shape
         return x.transpose(1, 2).reshape(batch, frames, self.hidden_size)
 
+    def chunking(self) -> tuple[int, int]:
+        """``(chunk_size, num_left_chunks)`` in force for this call: chosen at decoding time or drawn by dynamic chunk
+        training (:mod:`.chunking`), else the config's."""
+        return active_chunking(self.config)
+
     def attention_mask(self, padding_mask: torch.Tensor | None, num_frames: int) -> torch.Tensor | None:
-        """Bool ``[B or 1, 1, T, T]`` (True = may attend): key padding and the configured chunk mask; ``None``
-        if nothing is masked. Built on the padding mask's device, else on this module's (a chunk mask without
-        padding must not land on the CPU under a GPU model)."""
+        """Bool ``[B or 1, 1, T, T]`` (True = may attend): key padding and the chunk mask in force
+        (:meth:`chunking`); ``None`` if nothing is masked. Built on the padding mask's device, else on this module's
+        (a chunk mask without padding must not land on the CPU under a GPU model)."""
         device = padding_mask.device if padding_mask is not None else next(self.parameters()).device
-        return attention_mask(padding_mask, num_frames, self.config.chunk_size, self.config.num_left_chunks, device)
+        return attention_mask(padding_mask, num_frames, *self.chunking(), device)
+
+    # --- streaming ------------------------------------------------------------------------------------------
+    def stream_chunking(self, num_queries: int) -> tuple[int, int]:
+        """The chunking of a streaming call with ``num_queries`` new frames: refused unless a chunk size is in
+        force and the new frames fit in one chunk."""
+        chunk_size, num_left_chunks = self.chunking()
+        if chunk_size <= 0:
+            raise ValueError(
+                "forward_chunk needs a chunk size: attention.chunk_size > 0, or one chosen with chunk_attention(n)"
+            )
+        if num_queries > chunk_size:
+            raise ValueError(
+                f"chunk of {num_queries} frames is longer than attention.chunk_size={chunk_size} (the chunk size in "
+                "force)"
+            )
+        return chunk_size, num_left_chunks
+
+    @staticmethod
+    def trim_cache(frames: torch.Tensor, chunk_size: int, num_left_chunks: int, dim: int = 2) -> torch.Tensor:
+        """The last ``num_left_chunks * chunk_size`` frames of ``frames`` along ``dim`` (all of them when -1): what a
+        later chunk may still see."""
+        if num_left_chunks < 0:
+            return frames
+        keep = num_left_chunks * chunk_size
+        return frames.narrow(dim, max(frames.shape[dim] - keep, 0), min(keep, frames.shape[dim]))
+
+    def stream_keys_values(
+        self, chunk: torch.Tensor, cache: StreamCache | None, query_proj: nn.Linear, key_proj: nn.Linear
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StreamCache]:
+        """The projections of a streaming chunk ``[B, C, D]`` and the keys / values it attends to.
+
+        Returns:
+            ``(query [B, h, C, d_k], key, value [B, h, M + C, d_k], new cache)``: the cached keys / values of the
+            previous chunks (``cache``, None at the start) followed by the chunk's own; the new cache keeps the last
+            ``num_left_chunks`` chunks of them (all when -1).
+        """
+        chunk_size, num_left_chunks = self.stream_chunking(chunk.shape[1])
+        query = self.split_heads(query_proj(chunk))
+        key = self.split_heads(key_proj(chunk))
+        value = self.split_heads(self.value_proj(chunk))
+        if cache is not None:
+            key = torch.cat([cache[0], key], dim=2)
+            value = torch.cat([cache[1], value], dim=2)
+        kept = (self.trim_cache(key, chunk_size, num_left_chunks), self.trim_cache(value, chunk_size, num_left_chunks))
+        return query, key, value, kept
+
+    def forward_chunk(
+        self, chunk: torch.Tensor, cache: StreamCache | None = None
+    ) -> tuple[torch.Tensor, StreamCache]:
+        """Streaming: the next ``C`` frames ``[B, C, D]`` (one chunk, or the end of one) and the cache of the previous
+        call (None at the start) -> ``([B, C, D], new cache)``; equals :meth:`forward` on the whole sequence under the
+        chunk mask (kinds with ``streams = True``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot stream (streams = False)")
 
     def fused_attention(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None

@@ -20,13 +20,14 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..settings import Settings, flat_layout, is_int, unknown_settings
+from .chunking import require_streaming_kind
 from .options import KindOptions
 from .registry import ATTENTION, DEFAULT_KIND
 
 #: the settings every kind shares (the fields of :class:`AttentionConfig` other than its options).
 SHARED_SETTINGS = (
     "kind", "layers", "hidden_size", "num_heads", "dropout", "init_from_pretrained", "bias", "chunk_size",
-    "num_left_chunks",
+    "num_left_chunks", "dynamic_chunks", "max_chunk_size", "dynamic_left_chunks",
 )
 
 
@@ -96,6 +97,13 @@ class AttentionConfig(Settings):
             sees its own chunk of ``n`` frames and ``num_left_chunks`` previous chunks. Honoured by every
             kind.
         num_left_chunks (`int`, defaults to -1): previous chunks visible to a frame; -1 = all of them.
+        dynamic_chunks (`bool`, defaults to `False`): dynamic chunk training (the U2 rule, Zhang et al. 2020): each
+            training batch draws full context (about half the batches) or chunks of 1 .. ``max_chunk_size`` frames;
+            the chunk size is chosen at decoding time (:func:`~adaptspeech.attention.chunking.chunk_attention`), full
+            context when none is. Only for the kinds that can stream
+            (:func:`~adaptspeech.attention.chunking.streaming_kinds`).
+        max_chunk_size (`int`, defaults to 25): the largest chunk drawn (25 frames of 40 ms = 1 s, as WeNet).
+        dynamic_left_chunks (`bool`, defaults to `False`): also draw the number of left chunks (else all).
         options (`KindOptions`, *optional*): the kind's own options (e.g.
             :class:`~adaptspeech.attention.options.LDSAOptions`); built from ``**settings`` when omitted.
         **settings: the kind's options by name (``context_width=7`` for ``ldsa``), read back as attributes
@@ -113,6 +121,9 @@ class AttentionConfig(Settings):
     bias: bool = True
     chunk_size: int = 0
     num_left_chunks: int = -1
+    dynamic_chunks: bool = False
+    max_chunk_size: int = 25
+    dynamic_left_chunks: bool = False
     options: KindOptions | None = None
 
     def __init__(
@@ -126,6 +137,9 @@ class AttentionConfig(Settings):
         bias: bool = True,
         chunk_size: int = 0,
         num_left_chunks: int = -1,
+        dynamic_chunks: bool = False,
+        max_chunk_size: int = 25,
+        dynamic_left_chunks: bool = False,
         options: KindOptions | None = None,
         **settings: Any,
     ) -> None:
@@ -138,6 +152,9 @@ class AttentionConfig(Settings):
         self.bias = bias
         self.chunk_size = chunk_size
         self.num_left_chunks = num_left_chunks
+        self.dynamic_chunks = dynamic_chunks
+        self.max_chunk_size = max_chunk_size
+        self.dynamic_left_chunks = dynamic_left_chunks
         if self.kind != DEFAULT_KIND and self.kind not in ATTENTION:
             raise ValueError(
                 f"attention.kind: unknown attention {self.kind!r}; allowed values: "
@@ -165,7 +182,7 @@ class AttentionConfig(Settings):
                 f"attention.hidden_size ({self.hidden_size}) must be divisible by attention.num_heads "
                 f"({self.num_heads}); allowed num_heads: {_divisors(self.hidden_size)}"
             )
-        for name in ("init_from_pretrained", "bias"):
+        for name in ("init_from_pretrained", "bias", "dynamic_chunks", "dynamic_left_chunks"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"attention.{name} must be true or false, got {getattr(self, name)!r}")
         if self.dropout is not None and (
@@ -186,6 +203,20 @@ class AttentionConfig(Settings):
             raise ValueError(
                 "attention.chunk_size needs a swapped attention kind (the backbone's own attention has no "
                 f"chunk masks); allowed kinds: {', '.join(ATTENTION.names())}"
+            )
+        self._check_dynamic_chunks()
+
+    def _check_dynamic_chunks(self) -> None:
+        """``dynamic_chunks`` only for a kind that can stream, without a fixed ``chunk_size``."""
+        if not is_int(self.max_chunk_size) or self.max_chunk_size < 1:
+            raise ValueError(f"attention.max_chunk_size must be a positive frame count, got {self.max_chunk_size!r}")
+        if not self.dynamic_chunks:
+            return
+        require_streaming_kind(self.kind, "attention.dynamic_chunks")
+        if self.chunk_size:
+            raise ValueError(
+                f"attention.dynamic_chunks draws the chunk size per batch; attention.chunk_size={self.chunk_size} "
+                "would fix it: set one of them"
             )
 
     def __getattr__(self, name: str) -> Any:

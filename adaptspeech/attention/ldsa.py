@@ -25,10 +25,12 @@ At the edges the weights renormalise over the neighbours that exist instead of s
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
 
-from .base import EncoderAttention, linear_uniform_
+from .base import EncoderAttention, StreamCache, linear_uniform_
 from .config import AttentionConfig
 from .local_sum import local_weighted_sum
 from .masks import local_window_mask, masked_softmax
@@ -45,6 +47,8 @@ class LocalDenseSynthesizerAttention(EncoderAttention):
         config (`AttentionConfig`): ``hidden_size``, ``num_heads``, ``context_width`` (``c``), ``dropout``,
             ``bias``, ``hybrid``, chunk settings.
     """
+
+    streams: ClassVar[bool] = True
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
@@ -69,8 +73,8 @@ class LocalDenseSynthesizerAttention(EncoderAttention):
             copied += [f"mhsa.{name}" for name in self.mhsa.init_from_hf(hf_attention)]
         return copied
 
-    def local_weights(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
-        """Eq. (1) with the valid-neighbour softmax: ``[B, T, D] -> [B, T, h, c]``."""
+    def local_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Eq. (1) before the softmax: ``[B, T, D] -> [B, T, h, c]``."""
         batch, frames, _ = hidden_states.shape
         hidden = torch.relu(self.w1(hidden_states))  # [B, T, D] = the h heads' [B, T, d_k] side by side
         # all heads' W2^i at once as one block-diagonal [D, h c] matrix: a single matmul on the contiguous
@@ -78,16 +82,15 @@ class LocalDenseSynthesizerAttention(EncoderAttention):
         w2 = torch.block_diag(*self.w2)  # [h d_k, h c]
         bias = self.w2_bias.reshape(-1) if self.w2_bias is not None else None
         logits = nn.functional.linear(hidden, w2.t(), bias)  # [B, T, h c]
-        logits = logits.view(batch, frames, self.num_heads, self.context_width)
+        return logits.view(batch, frames, self.num_heads, self.context_width)
+
+    def local_weights(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """Eq. (1) with the valid-neighbour softmax: ``[B, T, D] -> [B, T, h, c]``."""
+        frames = hidden_states.shape[1]
         allowed = local_window_mask(
-            padding_mask,
-            frames,
-            self.context_width,
-            self.config.chunk_size,
-            self.config.num_left_chunks,
-            device=hidden_states.device,
+            padding_mask, frames, self.context_width, *self.chunking(), device=hidden_states.device
         )  # [B|1, T, c]
-        return masked_softmax(logits, allowed[:, :, None, :])
+        return masked_softmax(self.local_logits(hidden_states), allowed[:, :, None, :])
 
     def forward(self, hidden_states: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, T, D]``, ``[B, T]`` bool or None -> ``[B, T, D]``."""
@@ -100,6 +103,43 @@ class LocalDenseSynthesizerAttention(EncoderAttention):
         if self.mhsa is not None:
             out = self.mhsa(out, padding_mask)
         return out
+
+    def forward_chunk(
+        self, chunk: torch.Tensor, cache: StreamCache | None = None
+    ) -> tuple[torch.Tensor, StreamCache]:
+        """Streaming: the ``C`` new frames ``[B, C, D]`` of one chunk (calls aligned on chunk boundaries) see their
+        left neighbours in the cached values of the last ``floor(c/2)`` frames (where their chunk is allowed) and
+        their right neighbours inside their own chunk, as :meth:`forward` under the chunk mask.
+
+        Args:
+            chunk: ``[B, C, D]``.
+            cache: ``(values [B, M, h, d_k], *mhsa cache)`` from the previous call, or None at the start.
+
+        Returns:
+            ``([B, C, D], (values of the last floor(c/2) frames, *the hybrid MHSA's key / value cache))``.
+        """
+        chunk_size, num_left_chunks = self.stream_chunking(chunk.shape[1])
+        batch, frames, _ = chunk.shape
+        half = self.context_width // 2
+        new_values = self.value_proj(chunk).view(batch, frames, self.num_heads, self.head_dim)
+        past = cache[0] if cache is not None else new_values[:, :0]
+        memory = past.shape[1]
+        values = torch.cat([past, new_values], dim=1)  # [B, M + C, h, d_k]
+        rows = torch.arange(frames, device=chunk.device)[:, None]
+        neighbour = memory + rows + torch.arange(self.context_width, device=chunk.device)[None, :] - half  # [C, c]
+        allowed = (neighbour >= 0) & (neighbour < memory + frames)
+        if num_left_chunks >= 0:
+            chunks_back = (memory - neighbour + chunk_size - 1).clamp(min=0) // chunk_size  # 0 inside the own chunk
+            allowed &= chunks_back <= num_left_chunks
+        weights = masked_softmax(self.local_logits(chunk), allowed[None, :, None, :])  # [B, C, h, c]
+        weights = nn.functional.pad(weights, (0, 0, 0, 0, memory, 0))  # cached rows get no output
+        context = local_weighted_sum(weights, values)[:, memory:].reshape(batch, frames, self.hidden_size)
+        out = self.output_proj(context)
+        kept = values[:, max(values.shape[1] - half, 0) :] if half else values[:, :0]
+        if self.mhsa is None:
+            return out, (kept,)
+        out, mhsa_cache = self.mhsa.forward_chunk(out, cache[1:] if cache is not None else None)
+        return out, (kept, *mhsa_cache)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, context_width={self.context_width}, hybrid={self.mhsa is not None}"

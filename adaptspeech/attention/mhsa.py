@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from .base import EncoderAttention
+from .base import EncoderAttention, StreamCache
 from .config import AttentionConfig
 from .registry import ATTENTION
 
@@ -33,6 +33,7 @@ class MultiHeadSelfAttention(EncoderAttention):
         "value": "v_proj",
         "output": "out_proj",
     }
+    streams: ClassVar[bool] = True
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
@@ -48,3 +49,20 @@ class MultiHeadSelfAttention(EncoderAttention):
         mask = self.attention_mask(padding_mask, hidden_states.shape[1])  # [B|1, 1, T, T] bool or None
         context = self.fused_attention(query, key, value, mask)  # rows with no allowed key: zeros
         return self.output_proj(self.merge_heads(context))
+
+    def forward_chunk(
+        self, chunk: torch.Tensor, cache: StreamCache | None = None
+    ) -> tuple[torch.Tensor, StreamCache]:
+        """Streaming (WeNet's chunk attention): the ``C`` new frames ``[B, C, D]`` attend to the cached keys / values
+        of the allowed previous chunks and to their own chunk.
+
+        Args:
+            chunk: ``[B, C, D]``, ``C`` at most the chunk size in force (only the last chunk may be shorter).
+            cache: ``(key, value)``, each ``[B, h, M, d_k]``, from the previous call, or None at the start.
+
+        Returns:
+            ``([B, C, D], (key, value))``, the cache holding the last ``num_left_chunks`` chunks (all when -1).
+        """
+        query, key, value, new_cache = self.stream_keys_values(chunk, cache, self.q_proj, self.k_proj)
+        context = self.fused_attention(query, key, value, None)
+        return self.output_proj(self.merge_heads(context)), new_cache

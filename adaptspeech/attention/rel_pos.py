@@ -65,6 +65,7 @@ class RelPositionSelfAttention(EncoderAttention):
         "pos_bias_u": "pos_bias_u",
         "pos_bias_v": "pos_bias_v",
     }
+    streams: ClassVar[bool] = True
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
@@ -114,11 +115,31 @@ class RelPositionSelfAttention(EncoderAttention):
 
         ``rel_shift``'s zero column comes from a zero first row of the position matrix, so the product is born
         padded (``[B, h, C, 2L]``) and the shift is pure reshaping (:func:`relative_scores_prepadded`)."""
-        pos = self.positions(num_keys, query.dtype, query.device)  # [2L-1, D]: positions L-1 .. -(L-1)
-        pos = F.pad(self.linear_pos(pos), (0, 0, 1, 0))  # [2L, D], row 0 = 0
+        pos = F.pad(self.projected_positions(num_keys, query.dtype, query.device), (0, 0, 1, 0))  # [2L, D], row 0 = 0
         pos = pos.view(-1, self.num_heads, self.head_dim).permute(1, 2, 0)  # [h, d_k, 2L]
         query_v = (query + self.pos_bias_v[:, None, :]) * self.head_dim**-0.5  # [B, h, C, d_k]
         return relative_scores_prepadded(torch.matmul(query_v, pos), num_keys)
+
+    def projected_positions(self, num_keys: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """``W_pos R_r`` for ``r = L-1 .. -(L-1)``: ``[2L-1, D]``.
+
+        Without gradients (decoding) the projection of the longest table so far is kept and sliced (the projection
+        is row by row, so a slice of it is the projection of the slice): a stream whose chunks see more and more keys
+        projects each position once, not ``2L - 1`` positions per chunk and layer (at ``L`` = 1,500 keys and width
+        256 that projection cost 30 times the chunk's attention). The cache is dropped when ``linear_pos`` changes
+        (its version counter), the dtype or the device."""
+        if torch.is_grad_enabled():
+            return self.linear_pos(self.positions(num_keys, dtype, device))
+        weight = self.linear_pos.weight
+        key = (weight.data_ptr(), weight._version, dtype, device)
+        cached = self.__dict__.get("_projected_cache")
+        if cached is None or cached[0] != key or (cached[1].shape[0] + 1) // 2 < num_keys:
+            grown = max(num_keys, 2 * ((cached[1].shape[0] + 1) // 2) if cached is not None and cached[0] == key else 0)
+            cached = (key, self.linear_pos(self.positions(grown, dtype, device)))
+            self.__dict__["_projected_cache"] = cached  # not a buffer: never saved, never moved by .to()
+        table = cached[1]
+        centre = table.shape[0] // 2  # row of relative position 0
+        return table[centre - num_keys + 1 : centre + num_keys]
 
     def _attend(
         self,
@@ -172,8 +193,7 @@ class RelPositionSelfAttention(EncoderAttention):
             self.pos_bias_v,
             positions,  # [h, 2T, d_k]
             padding_mask,
-            self.config.chunk_size,
-            self.config.num_left_chunks,
+            *self.chunking(),
             self.config.query_block_size,
             self.dropout if self.training else 0.0,
         )
@@ -197,29 +217,16 @@ class RelPositionSelfAttention(EncoderAttention):
         ``M`` cached keys of the previous chunks and to their own chunk, with the chunk form of ``rel_shift``
         (``C x (2L-1)`` scores, ``L = M + C``, first ``L`` columns kept).
 
-        Feeding a sequence in chunks of ``config.chunk_size`` equals :meth:`forward` on the whole sequence
-        with the chunk mask (tested). No padding: stream one utterance (or equal-length ones) per batch.
+        Feeding a sequence in chunks of the chunk size in force (:meth:`chunking`) equals :meth:`forward` on the
+        whole sequence with the chunk mask (tested). No padding: stream one utterance (or equal-length ones) per batch.
 
         Args:
-            chunk: ``[B, C, D]`` with ``C <= chunk_size`` (only the last chunk may be shorter).
+            chunk: ``[B, C, D]`` with ``C`` at most the chunk size (only the last chunk may be shorter).
             cache: ``(key, value)`` ``[B, h, M, d_k]`` from the previous call, or None at the start.
 
         Returns:
             ``([B, C, D], new_cache)``; the cache keeps the last ``num_left_chunks`` chunks (all when -1).
         """
-        chunk_size = self.config.chunk_size
-        if chunk_size <= 0:
-            raise ValueError("forward_chunk needs attention.chunk_size > 0 (the streaming chunk length)")
-        if chunk.shape[1] > chunk_size:
-            raise ValueError(f"chunk of {chunk.shape[1]} frames is longer than attention.chunk_size={chunk_size}")
-        query = self.split_heads(self.linear_q(chunk))  # [B, h, C, d_k]
-        key = self.split_heads(self.linear_k(chunk))
-        value = self.split_heads(self.value_proj(chunk))
-        if cache is not None:
-            key = torch.cat([cache[0], key], dim=2)  # [B, h, L, d_k]
-            value = torch.cat([cache[1], value], dim=2)
+        query, key, value, new_cache = self.stream_keys_values(chunk, cache, self.linear_q, self.linear_k)
         context = self._attend(query, key, value, None)
-        keep = key.shape[2] if self.config.num_left_chunks < 0 else self.config.num_left_chunks * chunk_size
-        start = max(key.shape[2] - keep, 0)
-        new_cache = (key[:, :, start:], value[:, :, start:])
         return self.output_proj(self.merge_heads(context)), new_cache

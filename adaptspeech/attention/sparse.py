@@ -122,7 +122,7 @@ class SparseAttention(SharedQKAttention):
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
         self.block_size = config.sparse_block_size
-        self._layouts: dict[tuple[int, str], list[Layout]] = {}
+        self._layouts: dict[tuple[int, str, tuple[int, int]], list[Layout]] = {}
 
     def groups(self, frames: int, device: torch.device) -> tuple[Groups, Groups]:
         """The first and the second pattern for ``T = frames``."""
@@ -163,7 +163,7 @@ class SparseAttention(SharedQKAttention):
     def layouts(self, frames: int, device: torch.device) -> list[Layout]:
         """The head groups' :class:`Layout` for ``T = frames``, cached for the last :data:`LAYOUT_CACHE`
         lengths (they depend only on ``T``, the device and the fixed settings)."""
-        cache_key = (frames, str(device))
+        cache_key = (frames, str(device), self.chunking())  # the chunks may be chosen per call
         if cache_key not in self._layouts:
             while len(self._layouts) >= LAYOUT_CACHE:
                 self._layouts.pop(next(iter(self._layouts)))
@@ -179,7 +179,7 @@ class SparseAttention(SharedQKAttention):
         if groups.pattern is not None:
             allowed = allowed & groups.pattern
         allowed = allowed.expand(-1, queries.shape[1], -1)[None]  # [1, G, Q, K]
-        chunk_size, num_left_chunks = self.config.chunk_size, self.config.num_left_chunks
+        chunk_size, num_left_chunks = self.chunking()
         if chunk_size > 0:
             diff = queries[:, :, None] // chunk_size - keys[:, None, :] // chunk_size
             ok = diff >= 0

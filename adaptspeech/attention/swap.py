@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..stream_state import current_stream
 from .base import EncoderAttention
 from .config import AttentionConfig
 from .registry import ATTENTION
@@ -80,10 +81,16 @@ class HFCallMixin:
         """``hidden_states [B, T, D]``, transformers' mask -> ``(output [B, T, D], None)``.
 
         ``relative_position_embeddings`` (given by rel-pos / rotary conformer encoders) are ignored:
-        ``rel_pos`` computes the same sinusoids itself, the other kinds use no positions.
+        ``rel_pos`` computes the same sinusoids itself, the other kinds use no positions. Inside a stream
+        (:mod:`adaptspeech.stream_state`) the call is the stream's next chunk (:meth:`forward_chunk`).
         """
         if kwargs.get("key_value_states") is not None:
             raise ValueError("swapped encoder attention is self-attention only (key_value_states is not supported)")
+        stream = current_stream()
+        if stream is not None:  # the next chunk of a stream: continue from this layer's cache
+            output, cache = self.forward_chunk(hidden_states, stream.get(self))  # type: ignore[attr-defined]
+            stream.put(self, cache)  # type: ignore[arg-type]
+            return output, None
         padding_mask = padding_mask_from_hf(attention_mask, hidden_states)
         return super().forward(hidden_states, padding_mask), None  # type: ignore[misc]
 

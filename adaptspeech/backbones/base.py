@@ -15,6 +15,7 @@ from torch import nn
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
 from ..registry import Registry
+from .stream_front_end import StreamFrontEnd
 
 
 class BackboneSpec:
@@ -62,6 +63,20 @@ class BackboneSpec:
 
     def num_layers(self, config: PretrainedConfig) -> int:
         return config.num_hidden_layers
+
+    # --- streaming ----------------------------------------------------------------------------------------------
+    def stream_front_end(self, model: PreTrainedModel) -> StreamFrontEnd:
+        """The front end as a stream (:class:`~.stream_front_end.StreamFrontEnd`: input ``[B, C, n]`` in, encoder-input
+        frames ``[B, m, D]`` out, equal to the whole-sequence front end); ValueError where it cannot stream."""
+        raise ValueError(f"the {self.name} backbone cannot stream: {self.stream_refusal(model)}")
+
+    def stream_refusal(self, model: PreTrainedModel) -> str:
+        """Why this backbone's front end or encoder cannot stream."""
+        return "no streaming front end is defined for it (streaming backbones: fbank_conformer, wav2vec2_conformer)"
+
+    def stream_encoder(self, model: PreTrainedModel) -> tuple[nn.ModuleList, nn.Module]:
+        """``(encoder layers, final layer norm)`` that a stream runs after the front end (conformer encoders)."""
+        return model.encoder.layers, model.encoder.layer_norm
 
     # --- lengths and masks -------------------------------------------------------------------------------------
     def output_lengths(self, model: PreTrainedModel, input_lengths: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,9 @@ from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import (
 )
 
 from .base import BACKBONES, BackboneSpec
+from .causal_conv import check_conv_lookahead
 from .conv_padding import frame_padding, mask_convolution_padding
+from .stream_front_end import ConvStage, StreamFrontEnd
 
 
 class FbankConformerConfig(Wav2Vec2ConformerConfig):
@@ -31,6 +33,9 @@ class FbankConformerConfig(Wav2Vec2ConformerConfig):
         subsampling_kernel (`int`, defaults to 3): kernel of the two stride-2 Conv1d layers.
         spec_augment_time_masks / spec_augment_time_width / spec_augment_freq_masks / spec_augment_freq_width:
             SpecAugment on the filterbanks during training (0 masks = off).
+        conv_lookahead (`int`, *optional*): right context of the conformer layers' depthwise convolution: None
+            (symmetric, transformers' "same" padding), 0 (causal: streamable) or 1 .. (k-1)/2 frames
+            (:mod:`adaptspeech.backbones.causal_conv`).
         All other arguments as in ``Wav2Vec2ConformerConfig`` (hidden_size, num_hidden_layers, ...). Defaults here
         are the small CPU model DESIGN measured: width 144, 4 layers, 4 heads, FFN 576.
     """
@@ -51,6 +56,7 @@ class FbankConformerConfig(Wav2Vec2ConformerConfig):
         intermediate_size: int = 576,
         conv_depthwise_kernel_size: int = 15,
         position_embeddings_type: str | None = "relative",
+        conv_lookahead: int | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("hidden_dropout", 0.1)
@@ -74,6 +80,9 @@ class FbankConformerConfig(Wav2Vec2ConformerConfig):
         self.spec_augment_time_width = spec_augment_time_width
         self.spec_augment_freq_masks = spec_augment_freq_masks
         self.spec_augment_freq_width = spec_augment_freq_width
+        check_conv_lookahead(conv_lookahead, conv_depthwise_kernel_size)
+        if conv_lookahead is not None:  # absent when unset: existing config.json files are written back unchanged
+            self.conv_lookahead = conv_lookahead
 
 
 AutoConfig.register(FbankConformerConfig.model_type, FbankConformerConfig)
@@ -202,3 +211,16 @@ class FbankConformerSpec(BackboneSpec):
 
     def num_frames(self, model: FbankConformerModel, num_units: int) -> int:
         return model._get_feat_extract_output_lengths(num_units)  # Python integer arithmetic already
+
+    def stream_front_end(self, model: FbankConformerModel) -> StreamFrontEnd:
+        """The two stride-2 convolutions (+ GELU) as :class:`ConvStage`, then the projection: filterbank frames
+        ``[B, F, n]`` in, ``[B, m, D]`` out (encoder frame ``u`` once filterbank frame ``4u + 3`` is in)."""
+        sub = model.subsampling
+
+        def stage(conv: nn.Conv1d) -> ConvStage:
+            def run(x: torch.Tensor) -> torch.Tensor:
+                return sub.act(nn.functional.conv1d(x, conv.weight, conv.bias, stride=conv.stride))
+
+            return ConvStage(run, conv.kernel_size[0], conv.stride[0], conv.padding[0])
+
+        return StreamFrontEnd([stage(sub.conv1), stage(sub.conv2)], lambda x: sub.dropout(sub.projection(x)))

@@ -82,6 +82,13 @@ class Wav2Vec2Spec(BackboneSpec):
         ctc = Wav2Vec2ForCTC.from_pretrained(name_or_path, revision=revision, **kwargs)
         return ctc.wav2vec2, ctc.lm_head
 
+    def stream_refusal(self, model: Wav2Vec2Model) -> str:
+        return (
+            f"its convolutional position embedding (kernel {model.config.num_conv_pos_embeddings}) looks "
+            f"{model.config.num_conv_pos_embeddings // 2} frames ahead in the whole recording (streaming backbones: "
+            "fbank_conformer, wav2vec2_conformer)"
+        )
+
     def ffn_input_module(self, layer: nn.Module) -> nn.Module:
         # stable-layer-norm layers normalise the FFN input with final_layer_norm; post-LN layers feed the FFN
         # with the output of layer_norm (applied after the attention residual).

@@ -27,6 +27,7 @@ from .push import _add_push
 from .recipe import _add_demo, _add_recipe, demo_recipe_dir
 from .train import _add_train
 from .transcribe import _add_transcribe
+from .transcribe_stream import _add_transcribe_stream
 
 # ---- the command ---------------------------------------------------------------------------------------
 
@@ -46,6 +47,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_train,
     _add_evaluate,
     _add_transcribe,
+    _add_transcribe_stream,
     _add_lm,
     _add_pseudo_label,
     _add_push,

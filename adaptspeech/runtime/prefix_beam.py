@@ -79,10 +79,11 @@ def update_beam(
 
 
 def search_one(
-    frames: FrameCandidates, beam_size: int, beam_prune_logp: float
+    frames: FrameCandidates, beam_size: int, beam_prune_logp: float, beams: list[Beam] | None = None
 ) -> list[Beam]:
-    """Prefix beam search over one utterance; returns the final beam, best first."""
-    beams: list[Beam] = [(0.0, 0.0, NEG_INF, -1, "", None)]
+    """Prefix beam search over one utterance; returns the final beam, best first. ``beams``: the beam after the
+    frames before these (a stream continues its search chunk by chunk); None starts from the empty prefix."""
+    beams = [(0.0, 0.0, NEG_INF, -1, "", None)] if beams is None else beams
     heappush, heapreplace = heapq.heappush, heapq.heapreplace
     for blank, labels, probs in zip(frames.blank, frames.labels, frames.log_probs):
         index = {beam[4]: i for i, beam in enumerate(beams)}

@@ -46,6 +46,10 @@ TINY_BACKBONES: dict[str, dict[str, Any]] = {
 }
 
 
+#: the attention of a tiny model that can stream (``save_tiny_model(..., streaming=True)``)
+STREAMING_ATTENTION: dict[str, Any] = {"kind": "rel_pos", "dynamic_chunks": True}
+
+
 def tiny_config(backbone_type: str = "wav2vec2", stable_layer_norm: bool = False, **kwargs: Any) -> AdaptSpeechConfig:
     """A tiny :class:`AdaptSpeechConfig` (width 32, 2 layers, vocabulary 12 unless overridden)."""
     backbone = dict(TINY_BACKBONES[backbone_type])
@@ -88,6 +92,7 @@ def save_tiny_model(
     languages: Sequence[str] = ("ro", "cs"),
     texts: Sequence[str] = ("abc def", "ghi jkl"),
     seed: int = 0,
+    streaming: bool = False,
 ) -> Path:
     """Write a random tiny model and its processor into ``folder``, laid out as ``adaptspeech train`` writes a model
     folder (``config.json``, the weights, the tokenizer and feature extractor): for examples and tests that need a
@@ -101,13 +106,20 @@ def save_tiny_model(
         languages: languages with an adapter (none active).
         texts: the text whose characters make the vocabulary.
         seed: the seed of the random weights.
+        streaming: a model that can stream (conformer backbones): ``rel_pos`` attention trained with dynamic chunks
+            and a causal convolution (``backbone_config.conv_lookahead: 0``).
     """
     from ..data.processor import build_processor
     from ..data.text import build_vocab
     from ..heads import get_head
 
     vocab = build_vocab(list(texts))
-    config = tiny_config(backbone_type, vocab_size=len(vocab), adapter_languages=list(languages), head=head)
+    extra: dict[str, Any] = {}
+    if streaming:
+        extra = dict(attention=STREAMING_ATTENTION, backbone_overrides={"conv_lookahead": 0})
+        if backbone_type == "wav2vec2_conformer":
+            extra["backbone_overrides"]["feat_extract_norm"] = "layer"
+    config = tiny_config(backbone_type, vocab_size=len(vocab), adapter_languages=list(languages), head=head, **extra)
     features = _feature_type(config)
     build_processor(vocab, folder, feature_type=features.name, n_mels=TINY_BACKBONES["fbank_conformer"]["num_mel_bins"])
     torch.manual_seed(seed)

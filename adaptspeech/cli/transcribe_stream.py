@@ -1,0 +1,176 @@
+"""``adaptspeech transcribe --stream``: decode audio as a live stream, printing partial and final results as they come.
+
+Output: one JSON object per line, ``{"path", "partial", "seconds"}`` each time the partial text changes, ``{"path",
+"segment", "start", "end"}`` for each utterance the endpointer ends (``--endpoint-silence``) and ``{"path", "text",
+"seconds", "final": true, "compute_rtf", "final_ms"}`` at the end of each AUDIO. ``-`` reads raw 16-bit PCM
+(``--sample-rate``, default 16000) or a WAV stream from standard input as it arrives, so a microphone can be piped in
+(``arecord -f S16_LE -r 16000 -t raw | adaptspeech transcribe --stream --model DIR -``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .common import PROG, CommandError, _check_vocabulary, _load_model, _positive_float, _positive_int, _resolve_device
+from .transcribe import STDIN_NAMES, _model_language, escape_field
+
+#: the default chunk of ``--stream``: 640 ms (16 frames of the fbank Conformer's 40 ms)
+DEFAULT_CHUNK_MS = 640.0
+
+
+def _left_chunks(text: str) -> int:
+    value = int(text)
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be -1 (all) or >= 0, got {text}")
+    return value
+
+
+def _add_transcribe_stream(subparsers: argparse._SubParsersAction) -> None:
+    """``--stream`` and its settings on the ``transcribe`` parser (added before), whose runner then takes the
+    streaming branch when ``--stream`` is given."""
+    parser = subparsers.choices["transcribe"]
+    add_stream_options(parser)
+    offline = parser.get_default("func")
+
+    def run(args: argparse.Namespace) -> int:
+        return run_stream(args) if args.stream else offline(args)
+
+    parser.set_defaults(func=run)
+
+
+def add_stream_options(parser: argparse.ArgumentParser) -> None:
+    """``--stream`` and its settings on ``parser``."""
+    group = parser.add_argument_group("streaming (--stream)")
+    group.add_argument(
+        "--stream", action="store_true",
+        help="decode as a live stream (a model with streaming attention and causal convolution, see docs/streaming.md):"
+        " JSON lines with the partial text as it changes and the final text; '-' reads raw 16-bit PCM or a WAV stream"
+        " from standard input as it arrives",
+    )
+    group.add_argument(
+        "--chunk-ms", type=_positive_float, default=DEFAULT_CHUNK_MS, metavar="MS",
+        help=f"--stream: milliseconds of audio per encoder chunk, a multiple of the model's frame (default "
+        f"{DEFAULT_CHUNK_MS:g})",
+    )
+    group.add_argument(
+        "--num-left-chunks", type=_left_chunks, default=-1, metavar="N",
+        help="--stream: previous chunks each chunk attends to (default -1: all; a bound keeps memory flat)",
+    )
+    group.add_argument("--realtime", action="store_true", help="--stream: pace file input as a live source")
+    group.add_argument(
+        "--endpoint-silence", type=_positive_float, default=None, metavar="SECONDS",
+        help="--stream: end an utterance after this much blank following some text, print it as a segment "
+        "({\"segment\", \"start\", \"end\"}) and start the next (default: the whole stream is one utterance)",
+    )
+    group.add_argument(
+        "--sample-rate", type=_positive_int, default=None, metavar="HZ",
+        help="--stream: the rate of raw PCM on standard input (default 16000; resampled to 16000); a WAV stream gives "
+        "its own",
+    )
+
+
+def _file_blocks(path: str, block_seconds: float = 0.1) -> Iterator[np.ndarray]:
+    from ..data import load_audio
+
+    waveform = load_audio(path, 16000)
+    step = int(16000 * block_seconds)
+    for start in range(0, len(waveform), step):
+        yield waveform[start : start + step]
+
+
+def _paced(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    """``blocks`` released no faster than real time (16 kHz)."""
+    start, heard = time.perf_counter(), 0
+    for block in blocks:
+        delay = heard / 16000 - (time.perf_counter() - start)
+        if delay > 0:
+            time.sleep(delay)
+        heard += len(block)
+        yield block
+
+
+def run_stream(args: argparse.Namespace) -> int:
+    """The ``--stream`` branch of ``transcribe``."""
+    from ..data import BadClipError
+    from ..inference.pcm_stream import PCMStreamError, pcm_blocks
+    from ..inference.streaming import STREAMING_METHODS, StreamingRecognizer
+
+    unsupported = [flag for flag, on in (("--lm", getattr(args, "lm", None)), ("--timestamps", args.timestamps),
+                                         ("--confidence", args.confidence)) if on]
+    if unsupported:
+        raise CommandError(f"{', '.join(unsupported)} cannot be combined with --stream (live decoding is CTC greedy or "
+                           "prefix beam search without an LM)")
+    method = args.method or "ctc_greedy"
+    if method not in STREAMING_METHODS:
+        raise CommandError(f"--method {method} cannot stream; --stream decodes with {', '.join(STREAMING_METHODS)}")
+    if args.sample_rate is not None and not any(path in STDIN_NAMES for path in args.audio):
+        raise CommandError("--sample-rate applies to raw PCM on standard input ('-'); files give their own rate")
+    model, processor = _load_model(args.model)
+    if processor is None:
+        raise CommandError(f"--model {args.model}: no processor saved beside the model")
+    _check_vocabulary(model, processor, args.model)
+    lang_ids = _model_language(model, args.language, args.model)
+    model.to(_resolve_device(args.device))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            recognizer = StreamingRecognizer(
+                model, processor, chunk_ms=args.chunk_ms, num_left_chunks=args.num_left_chunks, method=method,
+                beam_size=args.beam_size or 8, lang_ids=lang_ids, norm_window_s=args.norm_window,
+                endpoint_silence_s=args.endpoint_silence,
+            )
+    except ValueError as error:
+        raise CommandError(f"--model {args.model}: {error}") from None
+    for warning in caught:
+        print(f"{PROG}: warning: {warning.message}", file=sys.stderr)
+    failures = 0
+    for path in args.audio:
+        problems: list[str] = []
+        if path in STDIN_NAMES:
+            blocks: Iterator[np.ndarray] = pcm_blocks(sys.stdin.buffer, args.sample_rate, "standard input", problems)
+        else:
+            blocks = _file_blocks(path)
+        if args.realtime:
+            blocks = _paced(blocks)
+        shown = ""
+        try:
+            for block in blocks:
+                text = recognizer.accept_waveform(block)
+                for segment in recognizer.pop_segments():
+                    _print({"path": str(path), "segment": segment["text"], "start": segment["start"],
+                            "end": segment["end"]})
+                if text != shown:
+                    shown = text
+                    _print({"path": str(path), "partial": text, "seconds": round(recognizer.seconds, 3)})
+        except (BadClipError, PCMStreamError) as error:
+            print(f"{PROG}: error: {escape_field(str(error))}", file=sys.stderr)
+            failures += 1
+            recognizer.reset()
+            continue
+        started = time.perf_counter()
+        recognizer.finalize()
+        for segment in recognizer.pop_segments():
+            _print({"path": str(path), "segment": segment["text"], "start": segment["start"], "end": segment["end"]})
+        text = recognizer.text()
+        final_ms = (time.perf_counter() - started) * 1000
+        seconds = recognizer.seconds
+        compute = sum(recognizer.chunk_seconds)
+        _print({"path": str(path), "text": text, "seconds": round(seconds, 3), "final": True,
+                "compute_rtf": round(compute / seconds, 4) if seconds else 0.0, "final_ms": round(final_ms, 1)})
+        for problem in problems:
+            print(f"{PROG}: error: {escape_field(problem)}", file=sys.stderr)
+            failures += 1
+        recognizer.reset()
+    return 1 if failures else 0
+
+
+def _print(line: dict[str, Any]) -> None:
+    print(json.dumps(line, ensure_ascii=False), flush=True)

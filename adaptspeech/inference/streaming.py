@@ -1,0 +1,205 @@
+"""``StreamingRecognizer``: live recognition with a CTC model, audio in as it comes, partial text after every chunk.
+
+Samples go through the stream's features (:mod:`.stream_features`: units as their windows complete, normalised over the
+last ``norm_window_s`` seconds), then, one chunk of ``chunk_ms`` at a time, through the encoder with its cache
+(:meth:`~adaptspeech.inference.stream_encoding.StreamingMixin.encode_chunk`), the CTC head and an incremental CTC search
+(:mod:`adaptspeech.decoding.streaming`: greedy or prefix beam, carried across chunks). :meth:`finalize` decodes the
+last, partial chunk. Example::
+
+    recognizer = StreamingRecognizer(model, processor, chunk_ms=640)
+    for block in microphone_blocks():          # float32 samples at 16 kHz, any block size
+        print(recognizer.accept_waveform(block))  # the partial text
+    print(recognizer.finalize())
+
+The model must be able to stream (a streaming attention kind in every layer, causal convolution, a streaming front end;
+see :meth:`~adaptspeech.inference.stream_encoding.StreamingMixin.streaming_refusal`); a model trained without chunk
+masks streams with a warning (it was not trained for it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data.feature_types import FeatureType
+from ..decoding.streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
+from .local_norm import DEFAULT_NORM_WINDOW_S
+from .stitching import label_text
+from .stream_features import StreamFeatures
+
+#: seconds of blank before any text after which the silence so far is dropped (WeNet's endpoint rule 1)
+LEADING_SILENCE_S = 5.0
+
+#: the incremental searches :class:`StreamingRecognizer` runs (``method=``)
+STREAMING_METHODS = ("ctc_greedy", "ctc_beam")
+
+
+def chunk_frames(model: Any, chunk_ms: float) -> int:
+    """Encoder frames per chunk of ``chunk_ms`` milliseconds; ValueError unless it is a whole number of frames."""
+    frame_ms = model.frame_milliseconds()
+    frames = chunk_ms / frame_ms
+    if chunk_ms <= 0 or abs(frames - round(frames)) > 1e-9:
+        raise ValueError(
+            f"chunk of {chunk_ms:g} ms: must be a positive multiple of the model's {frame_ms:g} ms frames "
+            f"(e.g. {16 * frame_ms:g})"
+        )
+    return round(frames)
+
+
+class StreamingRecognizer:
+    """Streaming recognition of one stream at a time (:meth:`reset` starts the next).
+
+    Args:
+        model: an adaptspeech CTC model that can stream, in evaluation mode (moved to its device by the caller).
+        processor: its processor (feature extractor and tokenizer).
+        chunk_ms: milliseconds of audio per encoder chunk (a multiple of the model's frame, 40 ms for the fbank
+            Conformer): the latency / accuracy trade-off.
+        num_left_chunks: previous chunks each chunk attends to (-1: all; a bound keeps memory flat on long streams).
+        method: ``ctc_greedy`` or ``ctc_beam`` (prefix beam search).
+        beam_size: prefix beam width.
+        lang_ids: ``[1]`` the stream's language index, for a model routing several languages.
+        norm_window_s: seconds of past audio the features are normalised over.
+        endpoint_silence_s: end an utterance after this many seconds of blank following some text (None: never; the
+            stream is then one utterance): its text moves to :meth:`pop_segments` and the search starts afresh.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        processor: Any,
+        chunk_ms: float = 640,
+        num_left_chunks: int = -1,
+        method: str = "ctc_greedy",
+        beam_size: int = 8,
+        lang_ids: torch.Tensor | None = None,
+        norm_window_s: float = DEFAULT_NORM_WINDOW_S,
+        endpoint_silence_s: float | None = None,
+    ) -> None:
+        if getattr(model, "ctc_head", None) is None:
+            raise ValueError(f"streaming decodes with a CTC head; this model has head={model.config.head!r}")
+        if method not in STREAMING_METHODS:
+            raise ValueError(f"method {method!r}: streaming methods are {', '.join(STREAMING_METHODS)}")
+        self.model, self.processor = model.eval(), processor
+        self.chunk_size = chunk_frames(model, chunk_ms)
+        self.chunk_ms = float(chunk_ms)
+        self.num_left_chunks = num_left_chunks
+        model.check_stream_chunks(self.chunk_size)  # refuse / warn now, not at the first chunk
+        self.method, self.beam_size, self.lang_ids = method, beam_size, lang_ids
+        self.features = FeatureType.of(processor.feature_extractor)
+        self.units_per_frame = model.config.inputs_to_logits_ratio // self.features.unit_hop
+        self.step_units = self.chunk_size * self.units_per_frame
+        self.window = max(1, round(norm_window_s * self.features.sampling_rate / self.features.unit_hop))
+        frame_ms = model.frame_milliseconds()
+        self.endpoint_frames = (
+            None if endpoint_silence_s is None else (max(1, round(endpoint_silence_s * 1000 / frame_ms)),
+                                                     max(1, round(LEADING_SILENCE_S * 1000 / frame_ms)))
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the stream: the next sample starts a new one."""
+        self.stream_features = StreamFeatures(self.features, self.window)
+        self.pending = self.features.empty()
+        rows = self.model._row_languages(self.lang_ids)
+        self.cache = self.model.start_stream(self.chunk_size, self.num_left_chunks, rows, warn=False)
+        self.search = self._new_search()
+        blank = self.model.config.pad_token_id
+        self.endpointer = None if self.endpoint_frames is None else Endpointer(blank, *self.endpoint_frames)
+        self.segments: list[dict[str, Any]] = []  # utterances ended by the endpointer: text, start, end (seconds)
+        self.popped = 0
+        self.frames = 0  # encoder frames decoded
+        self.segment_start = 0  # encoder frame where the current utterance's search started
+        self.chunk_seconds: list[float] = []  # compute time of every encoder chunk (latency figures)
+        self.finished = False
+
+    def _new_search(self) -> StreamingCTCGreedy | StreamingCTCPrefixBeam:
+        blank = self.model.config.pad_token_id
+        if self.method == "ctc_greedy":
+            return StreamingCTCGreedy(blank)
+        return StreamingCTCPrefixBeam(self.model.config.vocab_size, self.beam_size, blank)
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of audio accepted so far."""
+        return self.stream_features.total_samples / self.features.sampling_rate
+
+    def accept_waveform(self, samples: np.ndarray | torch.Tensor) -> str:
+        """More samples ``[n]`` (float, the feature extractor's rate, 16 kHz) -> the partial text; every complete
+        chunk is encoded and decoded now."""
+        if self.finished:
+            raise ValueError("this stream was finalised; call reset() to start another")
+        samples = np.asarray(samples.cpu() if isinstance(samples, torch.Tensor) else samples, dtype=np.float32)
+        if samples.ndim != 1:
+            raise ValueError(f"accept_waveform takes mono samples [n], got shape {samples.shape}")
+        raw = self.stream_features.push(samples)
+        self.pending = np.concatenate([self.pending, raw]) if len(raw) else self.pending
+        while len(self.pending) >= self.step_units:
+            step, self.pending = self.pending[: self.step_units], self.pending[self.step_units :]
+            self._encode(step, final=False)
+        return self.partial()
+
+    def _encode(self, raw: np.ndarray, final: bool) -> None:
+        start = time.perf_counter()
+        units = torch.from_numpy(self.stream_features.normalize(raw))[None]  # [1, n, F] or [1, n]
+        model = self.model
+        units = units.to(model.device, dtype=model.dtype)
+        hidden, self.cache = model.encode_chunk(units, self.cache, final=final)
+        if hidden.shape[1]:
+            with torch.no_grad():
+                logits = model.ctc_head(hidden, row_languages=self.cache.row_languages)
+            log_probs = logits.float().log_softmax(dim=-1)[0].cpu()
+            self.search.accept(log_probs)
+            self.frames += log_probs.shape[0]
+            if self.endpointer is not None:
+                self._endpoint(self.endpointer.update(log_probs, bool(self.tokens())))
+        self.chunk_seconds.append(time.perf_counter() - start)
+
+    def _endpoint(self, event: str | None) -> None:
+        """Close the current utterance (``"end"``) or drop leading silence (``"silence"``); the search restarts."""
+        if event is None:
+            return
+        frame_s = self.model.frame_milliseconds() / 1000
+        if event == "end":
+            end = self.frames - self.endpointer.trailing
+            self.segments.append({"text": self.partial(), "start": round(self.segment_start * frame_s, 3),
+                                  "end": round(end * frame_s, 3)})
+        self.search = self._new_search()
+        self.endpointer.trailing = 0
+        self.segment_start = self.frames
+
+    def pop_segments(self) -> list[dict[str, Any]]:
+        """The utterances the endpointer ended since the last call: ``{"text", "start", "end"}`` (seconds)."""
+        new = self.segments[self.popped :]
+        self.popped = len(self.segments)
+        return new
+
+    def text(self) -> str:
+        """The whole stream's text: the ended utterances and the current one."""
+        return " ".join(part for part in [*(s["text"] for s in self.segments), self.partial()] if part)
+
+    def tokens(self) -> list[int]:
+        """The label ids decoded so far."""
+        best = self.search.partial()
+        return best if isinstance(best, list) else best.tokens
+
+    def partial(self) -> str:
+        """The text of the current utterance so far (decoded again only after new frames: a live source asks after
+        every block)."""
+        key = (id(self.search), self.search.frames, len(self.segments))
+        if getattr(self, "_partial", (None, ""))[0] != key:
+            self._partial = (key, label_text(self.processor.tokenizer, self.tokens()))
+        return self._partial[1]
+
+    def finalize(self) -> str:
+        """The end of the stream: decode the rest (the last, partial chunk) -> the final text of the current utterance
+        (the whole stream's without endpointing; :meth:`text` joins the ended utterances to it)."""
+        if not self.finished:
+            tail = self.stream_features.flush()
+            raw = np.concatenate([self.pending, tail]) if len(tail) else self.pending
+            self.pending = self.features.empty()
+            self._encode(raw, final=True)
+            self.finished = True
+        return self.partial()

@@ -1,0 +1,142 @@
+"""Test CER of a demo run's systems at full context and at several decoding chunk sizes (the chunk chosen at decoding
+time, :func:`adaptspeech.attention.chunking.chunk_attention`), with the relative degradation against full context.
+
+Usage::
+
+    python scripts/bench_streaming_accuracy.py --run runs/demo_streaming [--reference-run runs/synthetic_demo]
+
+``--run`` is the output folder of the demo recipe trained for streaming (dynamic chunks, causal convolution; see
+docs/streaming.md): its ``base`` is evaluated on the source languages' test sets (the mean of the per-language CERs, as
+the demo reports it), its ``target_adapter`` and ``fusion`` on the target's. Decoding is CTC greedy (the figures
+WeNet's and SpeechBrain's degradations quote) on the prepared features (normalised per utterance); chunk-by-chunk
+streaming with a cache gives the same posteriors as this chunk-masked forward (``tests/inference/
+test_inference_stream_encoding.py``); ``--stream-corpus`` also decodes the test clips' audio through
+``StreamingRecognizer``, whose features are normalised over past audio only (training normalises each utterance over
+itself): the end-to-end streaming figure. ``--reference-run``: the same systems trained without chunks (today's
+settings) at full context, for the "within +0.5 points" comparison (every system found in both runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from adaptspeech import AdaptSpeechForCTC
+from adaptspeech.attention.chunking import chunk_attention
+from adaptspeech.data.prepared_data import load_prepared, select_languages
+from adaptspeech.evaluation import evaluate_dataset
+
+
+def _cer(model: Any, data: Any, processor: Any, chunk: int, languages: list[str], batch_size: int) -> float:
+    """CER % of ``model`` on ``data`` decoded with chunks of ``chunk`` frames (0: full context), the mean over
+    ``languages`` when there are several."""
+    with chunk_attention(chunk):
+        metrics = evaluate_dataset(model, data, processor, method="ctc_greedy", batch_size=batch_size, progress=False)
+    if len(languages) > 1:
+        present = [lang for lang in languages if lang in metrics["per_language"]]  # --max-rows may cut some
+        return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
+    return 100 * float(metrics["overall"]["cer"])
+
+
+def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms: float, languages: list[str]) -> float:
+    """CER % of the test clips' audio (``corpus/<language>/clips/<path>``) through :class:`StreamingRecognizer`
+    (features normalised over past audio, the encoder chunk by chunk, greedy CTC across chunks), the mean over
+    ``languages``."""
+    from adaptspeech.data import load_audio
+    from adaptspeech.inference.streaming import StreamingRecognizer
+    from adaptspeech.metrics import compute_error_rates
+
+    recognizer = StreamingRecognizer(model, processor, chunk_ms=chunk_ms)
+    hypotheses = []
+    for path, language in zip(data["path"], data["language"], strict=True):
+        recognizer.reset()
+        recognizer.accept_waveform(load_audio(str(corpus / language / "clips" / path), 16000))
+        hypotheses.append(recognizer.finalize())
+    metrics = compute_error_rates(hypotheses, list(data["text"]), languages=list(data["language"]))
+    present = [lang for lang in languages if lang in metrics["per_language"]]
+    return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True, help="the demo run trained for streaming")
+    parser.add_argument("--prepared", type=Path, default=None, help="its prepared data (default RUN/prepared)")
+    parser.add_argument("--reference-run", type=Path, default=None,
+                        help="a run trained without chunks, compared at full context")
+    parser.add_argument("--sources", default="cs,pl,sl,it,es")
+    parser.add_argument("--target", default="sk")
+    parser.add_argument("--chunks-ms", default="0,640,320,160", help="0 = full context")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-rows", type=int, default=0, help="rows per test set (0: all)")
+    parser.add_argument("--stream-corpus", type=Path, default=None,
+                        help="the run's corpus folder: also decode the test clips' audio through StreamingRecognizer")
+    parser.add_argument("--skip-base", action="store_true", help="evaluate the target systems only")
+    parser.add_argument("--stream-every", type=int, default=1, help="stream every Nth test clip only (default 1: all)")
+    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dataset, processor = load_prepared(args.prepared or args.run / "prepared")
+    sources = args.sources.split(",")
+    test = dataset["test"]
+    sets = {
+        "sources": (select_languages(test, sources, "test", "evaluation"), sources),
+        "target": (select_languages(test, [args.target], "test", "evaluation"), [args.target]),
+    }
+    if args.max_rows:
+        sets = {name: (data.select(range(min(args.max_rows, len(data)))), langs)
+                for name, (data, langs) in sets.items()}
+    systems = [("base (sources)", "base", "sources"), (f"{args.target} adapter", "target_adapter", "target"),
+               (f"{args.target} SimAdapter fusion", "fusion", "target")]
+    chunks_ms = [float(c) for c in args.chunks_ms.split(",")]
+    results: dict[str, Any] = {"chunks_ms": chunks_ms, "systems": {}}
+    if args.skip_base:
+        systems = systems[1:]
+    for label, stage, which in systems:
+        folder = args.run / stage / "model"
+        if not folder.is_dir():
+            continue
+        model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
+        frame_ms = model.frame_milliseconds()
+        data, languages = sets[which]
+        row = [_cer(model, data, processor, round(c / frame_ms), languages, args.batch_size) for c in chunks_ms]
+        results["systems"][label] = row
+        print(label, row, flush=True)
+        if args.stream_corpus is not None:
+            clips = data.select(range(0, len(data), args.stream_every))
+            corpus = args.stream_corpus
+            streamed = [_streamed_cer(model, clips, processor, corpus, c, languages) for c in chunks_ms if c]
+            results.setdefault("streamed", {})[label] = streamed
+            print(label, "streamed", streamed, flush=True)
+    if args.reference_run is not None:  # the same systems trained without chunks, at full context
+        results["reference_full_context"] = {}
+        for label, stage, which in systems:
+            folder = args.reference_run / stage / "model"
+            if folder.is_dir():
+                model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
+                data, languages = sets[which]
+                results["reference_full_context"][label] = _cer(model, data, processor, 0, languages, args.batch_size)
+    header = "| system | " + " | ".join("full" if c == 0 else f"{c:g} ms" for c in chunks_ms) + " |"
+    print(header)
+    print("|" + "---|" * (len(chunks_ms) + 1))
+    for label, row in results["systems"].items():
+        cells = [f"{row[0]:.2f}"] + [f"{cer:.2f} ({(cer / row[0] - 1) * 100:+.0f}%)" for cer in row[1:]]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    for label, row in results.get("streamed", {}).items():
+        full = results["systems"][label][0]
+        cells = [f"{cer:.2f} ({(cer / full - 1) * 100:+.0f}%)" for cer in row]
+        print(f"| {label}, streamed audio | - | " + " | ".join(cells) + " |")
+    for label, cer in results.get("reference_full_context", {}).items():
+        mine = results["systems"].get(label, [float("nan")])[0]
+        print(f"{label}: full context {mine:.2f}, trained without chunks {cer:.2f}: {mine - cer:+.2f} points")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
