@@ -47,7 +47,6 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_train,
     _add_evaluate,
     _add_transcribe,
-    _add_transcribe_stream,
     _add_lm,
     _add_pseudo_label,
     _add_push,
@@ -56,6 +55,9 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_demo,
 )
 """Each adds one subcommand."""
+
+SUBCOMMAND_OPTIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_transcribe_stream,)
+"""Each adds a group of options to a subcommand added before (``transcribe --stream``)."""
 
 _NEGATIVE_NUMBER = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
 """An argument starting like this is a value (a negative number, or a list or range that starts with one)."""
@@ -94,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in SUBCOMMANDS:
+    for add in (*SUBCOMMANDS, *SUBCOMMAND_OPTIONS):
         add(subparsers)
     return parser
 

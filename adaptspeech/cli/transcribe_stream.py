@@ -37,17 +37,26 @@ def _add_transcribe_stream(subparsers: argparse._SubParsersAction) -> None:
     """``--stream`` and its settings on the ``transcribe`` parser (added before), whose runner then takes the
     streaming branch when ``--stream`` is given."""
     parser = subparsers.choices["transcribe"]
-    add_stream_options(parser)
+    group = add_stream_options(parser)
     offline = parser.get_default("func")
+    settings = {action.dest: action.default for action in group._group_actions if action.dest != "stream"}
 
     def run(args: argparse.Namespace) -> int:
-        return run_stream(args) if args.stream else offline(args)
+        if args.stream:
+            if args.onnx is not None:
+                raise CommandError("--stream: decodes a --model DIR (PyTorch) as a stream, not an --onnx export")
+            return run_stream(args)
+        given = [dest for dest, default in settings.items() if getattr(args, dest) != default]
+        if given:  # a streaming setting without --stream would be ignored without a word
+            names = ", ".join("--" + dest.replace("_", "-") for dest in given)
+            raise CommandError(f"{names}: used with --stream only")
+        return offline(args)
 
     parser.set_defaults(func=run)
 
 
-def add_stream_options(parser: argparse.ArgumentParser) -> None:
-    """``--stream`` and its settings on ``parser``."""
+def add_stream_options(parser: argparse.ArgumentParser) -> Any:
+    """``--stream`` and its settings on ``parser``, as one argument group (returned)."""
     group = parser.add_argument_group("streaming (--stream)")
     group.add_argument(
         "--stream", action="store_true",
@@ -75,6 +84,7 @@ def add_stream_options(parser: argparse.ArgumentParser) -> None:
         help="--stream: the rate of raw PCM on standard input (default 16000; resampled to 16000); a WAV stream gives "
         "its own",
     )
+    return group
 
 
 def _file_blocks(path: str, block_seconds: float = 0.1) -> Iterator[np.ndarray]:

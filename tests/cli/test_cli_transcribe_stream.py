@@ -130,3 +130,18 @@ def test_a_model_trained_without_chunks_streams_with_a_warning(tmp_path, capsys)
     code, out, err = run_main(["transcribe", "--stream", "--model", folder, path], capsys)
     assert code == 0 and lines(out)[-1]["final"]
     assert err.strip().startswith("adaptspeech: warning: this model was trained without chunk masks")
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--chunk-ms", "320", "--model", "MODEL"], "--chunk-ms: used with --stream only"),
+        (["--sample-rate", "8000", "--model", "MODEL"], "--sample-rate: used with --stream only"),
+        (["--stream", "--onnx", "EXPORT"], "--stream: decodes a --model DIR"),
+    ],
+)
+def test_a_streaming_setting_without_stream_is_refused_not_ignored(argv, named, tmp_path, capsys) -> None:
+    """A streaming setting given without ``--stream`` (or ``--stream`` on an ONNX export) would be ignored without a
+    word: it is refused in one line before any work."""
+    code, _, err = run_main(["transcribe", *argv, str(tmp_path / "clip.wav")], capsys)
+    assert code != 0 and named in one_error_line(err)
