@@ -21,24 +21,25 @@ from .transcribe import _model_language
 # ---- pseudo-label --------------------------------------------------------------------------------------------
 
 
-def _fraction(text: str) -> float:
+def _in_unit_interval(text: str, zero_allowed: bool) -> float:
+    """``text`` as a number in ``[0, 1]`` (``zero_allowed``) or ``(0, 1]``, else an argparse error naming it."""
+    interval = "[0, 1]" if zero_allowed else "(0, 1]"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
+        raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {text!r}") from None
+    low_ok = value >= 0.0 if zero_allowed else value > 0.0
+    if not low_ok or not value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {text}")
     return value
+
+
+def _fraction(text: str) -> float:
+    return _in_unit_interval(text, zero_allowed=False)
 
 
 def _unit_interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
-    return value
+    return _in_unit_interval(text, zero_allowed=True)
 
 
 def _add_pseudo_label(subparsers: argparse._SubParsersAction) -> None:

@@ -173,3 +173,14 @@ def test_a_stage_reads_the_kept_rows_with_its_own_threshold(setup, tmp_path, cap
     assert 0 < len(rows) < ROWS and min(rows["confidence"]) >= median - 1e-6
     with pytest.raises(ValueError, match="every pseudo-label was filtered out by the minimum confidence 1"):
         load_pseudo_labelled(tmp_path / "q", "ro", processor.tokenizer, ConfidenceFilter(min_confidence=1.0))
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "interval"),
+    [("--min-confidence", "1.5", "[0, 1]"), ("--min-confidence", "nan", "[0, 1]"),
+     ("--keep-fraction", "0", "(0, 1]"), ("--keep-fraction", "x", "(0, 1]")],
+)
+def test_a_threshold_outside_its_interval_is_one_usage_line(option, value, interval, tmp_path, capsys):
+    code, _, err = run_main(["pseudo-label", "--model", str(tmp_path), "--data", str(tmp_path), "--out",
+                             str(tmp_path / "out"), option, value], capsys)
+    assert code == 2 and f"{option}: expected a number in {interval}" in err and "Traceback" not in err
