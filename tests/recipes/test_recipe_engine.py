@@ -14,8 +14,10 @@ import pytest
 from helpers.recipes import DEMO, STUDY
 
 from adaptspeech.cli import main
+from adaptspeech.overrides import load_yaml
 from adaptspeech.recipes import RECIPE_TASKS, RecipeError, load_recipe, recipe_module, run_recipe
 from adaptspeech.recipes.engine import Action, folder_task, schedule, spec_from_dict
+from adaptspeech.training.errors import StageConfigError
 
 TOY_TASK = '''
 from dataclasses import dataclass
@@ -162,6 +164,16 @@ def test_stage_overrides_and_corpus_settings():
     spec = load_recipe("recipes/synthetic_demo", ["corpus.noise_snr_db=[10, 20]"])  # a SyntheticConfig field
     assert spec.corpus.synthetic == {"noise_snr_db": [10, 20]}
     assert spec.corpus.synthetic_config().noise_snr_db == (10, 20)
+
+
+def test_an_override_naming_a_stage_file_reads_it():
+    # a group replaced on the command line names its stage files as recipe.yaml does: they are read, not kept as text
+    spec = load_recipe("recipes/synthetic_demo", ["baselines={finetune: stage_finetune.yaml}"])
+    assert spec.baselines.keys() == {"finetune"}
+    assert spec.stage_settings("baselines", "finetune")["training"] == load_yaml(
+        "recipes/synthetic_demo/stage_finetune.yaml")["training"]
+    with pytest.raises(StageConfigError, match=r"config file .*stage_nope\.yaml not found"):
+        load_recipe("recipes/synthetic_demo", ["baselines={finetune: stage_nope.yaml}"])
 
 
 def test_an_unknown_task_is_named_with_the_allowed_ones(tmp_path):
