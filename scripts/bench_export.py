@@ -100,21 +100,23 @@ def bench_speed(model: AdaptSpeechForCTC, graphs: dict[str, Path], seconds: floa
     return {name: value / seconds for name, value in best.items()}, differences
 
 
-def bench_accuracy(model_dir: Path, graphs: dict[str, Path], data: Path, split: str, limit: int | None,
-                   lm: Path | None = None) -> dict:
-    """CER / WER (percent) of greedy decoding of the split with PyTorch fp32 and each graph, and with the n-gram LM
-    at ``lm`` (pyctcdecode, default weights) when given."""
+def bench_accuracy(model: AdaptSpeechForCTC, model_dir: Path, graphs: dict[str, Path], data: Path, split: str,
+                   limit: int | None, lm: Path | None = None, language: str | None = None,
+                   weights: tuple[float | None, float | None] = (None, None)) -> dict:
+    """CER / WER (percent) of greedy decoding of the split with PyTorch fp32 (``model``, set up as it was exported)
+    and each graph, and with the n-gram LM at ``lm`` (pyctcdecode; ``weights``: alpha and beta, None: the weights
+    saved with the LM, else the defaults) when given. ``language``: score that language's rows only."""
     from datasets import load_from_disk
     from jiwer import cer, wer
     from transformers import Wav2Vec2Processor
 
     from adaptspeech.export.tokens import token_table
-    from adaptspeech.saved_model import load_saved_model
 
     rows = load_from_disk(str(data))[split]
+    if language is not None and "language" in rows.column_names:
+        rows = rows.filter(lambda value: value == language, input_columns="language")
     if limit:
         rows = rows.select(range(min(limit, len(rows))))
-    model = load_saved_model(model_dir, progress_bar=False).eval()
     table = token_table(Wav2Vec2Processor.from_pretrained(model_dir).tokenizer)
     module = ExportableCTC(model, normalize=True).eval()
     sessions = {name: session(path) for name, path in graphs.items()}
@@ -123,7 +125,7 @@ def bench_accuracy(model_dir: Path, graphs: dict[str, Path], data: Path, split: 
     if lm is not None:
         from adaptspeech.lm.decoder import LMDecoder, build_decoder
 
-        decoders["lm"] = LMDecoder(build_decoder(table, lm))
+        decoders["lm"] = LMDecoder(build_decoder(table, lm, *weights))
     hypotheses: dict[str, list[str]] = {f"{name} {d}": [] for name in names for d in decoders}
     references = []
     for row in rows:
@@ -147,7 +149,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=("xlsr300m", "demo"), default="demo")
     parser.add_argument("--model", type=Path, default=None, help="a saved model folder instead of --shape")
-    parser.add_argument("--language", default=None, help="the language of --model to export")
+    parser.add_argument("--language", default=None, help="the language of --model to export (and to score)")
+    parser.add_argument("--fusion", action="store_true", help="export the SimAdapter fusion over --model's languages")
+    parser.add_argument("--alpha", type=float, default=None, help="LM weight (default: the LM folder's tuned one)")
+    parser.add_argument("--beta", type=float, default=None, help="word bonus (default: the LM folder's tuned one)")
     parser.add_argument("--data", type=Path, default=None, help="a prepared dataset folder (accuracy)")
     parser.add_argument("--split", default="test")
     parser.add_argument("--limit", type=int, default=None, help="rows of --split to score")
@@ -165,7 +170,7 @@ def main() -> None:
 
             model = load_saved_model(args.model, progress_bar=False).eval()
             if model.adapter_languages or args.language:
-                choose_language(model, args.language, False)
+                choose_language(model, args.language, args.fusion)
             result["model"] = str(args.model)
         else:
             model = shaped_model(args.shape)
@@ -178,7 +183,8 @@ def main() -> None:
             result["seconds_per_audio_second"] = {k: round(v, 4) for k, v in speed.items()}
             result["speedup_over_pytorch"] = {k: round(speed["pytorch_fp32"] / v, 2) for k, v in speed.items()}
         if args.data is not None and args.model is not None:
-            result["accuracy"] = bench_accuracy(args.model, graphs, args.data, args.split, args.limit, args.lm)
+            result["accuracy"] = bench_accuracy(model, args.model, graphs, args.data, args.split, args.limit, args.lm,
+                                                args.language, (args.alpha, args.beta))
     print(json.dumps(result, indent=2))
 
 
