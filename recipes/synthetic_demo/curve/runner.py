@@ -8,7 +8,9 @@ evaluates on the target's test set:
 - ``zero_shot``: the base, no target training (one value, drawn at every budget);
 - ``scratch``, ``finetune``: the recipe's baselines (``stage_scratch.yaml``, ``stage_finetune.yaml``);
 - ``adapter``: the target adapter alone (``stage_target_adapter.yaml``, on the source-adapter model);
-- ``simadapter``: fusion over the source adapters and *that budget's* chosen target adapter (``stage_fusion.yaml``).
+- ``simadapter``: fusion over the source adapters and *that budget's* chosen target adapter (``stage_fusion.yaml``);
+- ``self_training`` (only when named): the self-training arm (:mod:`.self_training_arm`), the budget's chosen run of
+  ``curve.self_training.system`` as the teacher of the recipe's noisy-student rounds on its untranscribed pool.
 
 Budgets are nested (:func:`~adaptspeech.data.subsets.nested_subsets`): the 1-minute clips are inside the 3-minute
 ones, and so on; every budget leaves out the test speakers, as a stage's ``data.train_subset`` does (those are the
