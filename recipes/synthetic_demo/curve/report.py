@@ -358,10 +358,11 @@ def plot_transfer_curve(rows: Sequence[Mapping[str, Any]], path: str | Path, tit
             low = 100 * np.array([r["cer_low"] for r in points])
             high = 100 * np.array([r["cer_high"] for r in points])
             style = {"linestyle": "--", "marker": None} if method == "zero_shot" else {"marker": "o"}
-            if method == "self_training":
-                style = {"linestyle": ":", "marker": "*", "markersize": 11}
+            band = 0.18
+            if method == "self_training":  # drawn over the others, its band lighter
+                style, band = {"linestyle": ":", "marker": "*", "markersize": 11, "zorder": 3}, 0.1
             ax.plot(x, cer, label=points[0]["system"], color=f"C{colour}", **style)
-            ax.fill_between(x, low, high, color=f"C{colour}", alpha=0.18, linewidth=0)
+            ax.fill_between(x, low, high, color=f"C{colour}", alpha=band, linewidth=0)
         if overtaking and overtaking.get("overtakes_at_minutes"):
             ax.axvline(overtaking["overtakes_at_minutes"], color="grey", linestyle=":", linewidth=1,
                        label=f"self-training below full fine-tuning from {overtaking['overtakes_at']}")
