@@ -123,6 +123,23 @@ def test_the_recipe_budget_reuses_the_demo_rounds(arm_curve):
     assert not (out / "curve" / "0.3min" / "self_training" / "target_adapter" / "recipe" / "round_1").exists()
 
 
+def test_the_recipe_teacher_only_where_it_trained_on_the_budget_rows(arm_curve):
+    import dataclasses
+
+    out, _, result = arm_curve
+    recipe = load_recipe(DEMO, _overrides(out))
+    dataset, _ = load_prepared(out / "prepared")
+    settings = load_curve_settings(DEMO, [c.removeprefix("curve.") for c in CURVE_SETTINGS], BUDGETS, METHODS)
+    arm = arm_module.SelfTrainingArm(recipe, settings, out / "prepared", dataset)  # the pool and the LM reused
+    budgets = {b["name"]: runner_module.Budget(**b) for b in result["budgets"]}
+    assert arm.recipe_teacher(budgets["0.3min"]) == out / "target_adapter" / "model"
+    assert arm.recipe_teacher(budgets["0.15min"]) is None  # not the recipe's target_subset
+    other_rows = dataclasses.replace(budgets["0.3min"], clips=budgets["0.3min"].clips + 1)
+    assert arm.recipe_teacher(other_rows) is None
+    arm.reuse_recipe = False  # curve.self_training.reuse_recipe_rounds=false
+    assert arm.recipe_teacher(budgets["0.3min"]) is None
+
+
 def test_minus_full_fine_tuning_and_where_it_overtakes(arm_curve):
     out, _, result = arm_curve
     by_key = {(r["budget"], r["method"]): r for r in result["rows"]}

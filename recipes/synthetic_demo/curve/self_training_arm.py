@@ -126,8 +126,8 @@ class SelfTrainingArm:
             return None
         summary, spec = (json.loads(f.read_text()) for f in files)
         data = spec["data"]
-        same = (list(data.get("train_languages") or []) == [self.recipe.target]
-                and str(SubsetSize.parse(data.get("train_subset") or "0utt")) == str(SubsetSize.parse(budget.name))
+        same = (list(data.get("train_languages") or []) == [self.recipe.target] and bool(data.get("train_subset"))
+                and str(SubsetSize.parse(data["train_subset"])) == str(SubsetSize.parse(budget.name))
                 and int(data.get("subset_seed", 0)) == self.recipe.seed and summary["train_rows"] == budget.clips)
         if not same:
             log(f"curve self-training arm: {stage} did not train on the {budget.name} rows of the curve; the arm "
