@@ -23,7 +23,9 @@ corpus, what the unlabelled clips say is known (``unlabelled_sentences.tsv``, ne
 records the pseudo-labels' CER, overall, of the kept ones and per confidence bin (:func:`label_quality`).
 
 Everything lives in ``<output_dir>/self_training/``: ``pool/``, ``<system>/round_<k>/{labels,student}`` and
-``self_training.json``; a round whose record (spec, teacher, pool, LM) matches is reused, not redone.
+``self_training.json``; a round whose record (spec, teacher, pool, LM) matches is reused, not redone. The synthetic
+demo's transfer curve runs the same rounds from its own runs (:meth:`SelfTrainingRunner.run_system`'s ``teacher``,
+``folder`` and ``system_spec``) and reuses the recipe's finished rounds (``reuse``).
 """
 
 from __future__ import annotations
