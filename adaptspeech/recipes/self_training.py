@@ -23,7 +23,9 @@ corpus, what the unlabelled clips say is known (``unlabelled_sentences.tsv``, ne
 records the pseudo-labels' CER, overall, of the kept ones and per confidence bin (:func:`label_quality`).
 
 Everything lives in ``<output_dir>/self_training/``: ``pool/``, ``<system>/round_<k>/{labels,student}`` and
-``self_training.json``; a round whose record (spec, teacher, pool, LM) matches is reused, not redone.
+``self_training.json``; a round whose record (spec, teacher, pool, LM) matches is reused, not redone. The synthetic
+demo's transfer curve runs the same rounds from its own runs (:meth:`SelfTrainingRunner.run_system`'s ``teacher``,
+``folder`` and ``system_spec``) and reuses the recipe's finished rounds (``reuse``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import copy
 import itertools
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,9 +197,18 @@ def student_spec(spec: SimAdapterRecipe, settings: SelfTrainingSettings, system:
                  labels: Path, output_dir: Path, start: Path | None = None) -> dict[str, Any]:
     """The stage spec of a student: the system's stage with the pseudo-labelled rows, the noise, the scaled steps,
     from the system's own starting model (or ``start``)."""
-    settings_spec = stage_spec(spec, _planned(spec, system), prepared)
-    student = copy.deepcopy(settings_spec)
-    student["name"] = f"{system}_student"
+    return student_spec_from(stage_spec(spec, _planned(spec, system), prepared), settings, f"{system}_student",
+                             labels, output_dir, start)
+
+
+def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSettings, name: str, labels: Path,
+                      output_dir: Path, start: Path | None = None) -> dict[str, Any]:
+    """A student of a system trained with the stage spec ``system_spec`` (a recipe stage's, or a transfer curve
+    run's): that spec with the pseudo-labelled rows (``labels``, ``settings.share`` of every batch), speed
+    perturbation, ``settings.steps_scale`` times its steps (warm-up scaled alike), no checkpoints and no evaluation
+    during training, from its own starting model (or ``start``). ``system_spec`` is not changed."""
+    student = copy.deepcopy(system_spec)
+    student["name"] = name
     student["output_dir"] = str(output_dir)
     data = student["data"]
     data.update(pseudo_labelled_dir=str(labels), pseudo_labelled_share=settings.share)
@@ -232,6 +244,17 @@ def same_round(stored: dict[str, Any], key: dict[str, Any]) -> bool:
     return strip(stored) == strip(key)
 
 
+def _finished_round(candidates: Sequence[Path], key: dict[str, Any]) -> Path | None:
+    """The first of the round folders ``candidates`` that holds a finished round (its ``round.json`` and its
+    student's model) whose key is ``key`` (:func:`same_round`), else None."""
+    for round_dir in candidates:
+        marker = round_dir / "round.json"
+        if marker.is_file() and (round_dir / "student" / "model").is_dir() and \
+                same_round(json.loads(marker.read_text())["key"], key):
+            return round_dir
+    return None
+
+
 class SelfTrainingRunner:
     """Runs (or reuses) the rounds of every system (module docstring)."""
 
@@ -249,6 +272,8 @@ class SelfTrainingRunner:
         self.pool_seconds = float(np.sum(rows["duration"]))
         self.truth = held_aside_sentences(spec, pool)
         self.pool_key = pool_fingerprint(pool)[:16]
+        self.trained_rounds: list[Path] = []  # the round folders this runner labelled and trained
+        self.reused_rounds: list[Path] = []  # the finished round folders it reused
 
     def _teacher_lm(self, model: Any) -> tuple[Any, float | None, float | None]:
         """An LM decoder tuned on dev for ``model`` (None without an LM)."""
@@ -279,34 +304,54 @@ class SelfTrainingRunner:
                               progress=self.spec.progress)
         return result, alpha, beta, time.perf_counter() - started
 
-    def run_system(self, system: str, start: Path | None = None) -> SystemRun:
-        """The rounds of ``system`` (``start``: the student's starting model instead of the stage's own)."""
+    def run_system(self, system: str, start: Path | None = None, *, teacher: Path | None = None,
+                   folder: Path | None = None, system_spec: dict[str, Any] | None = None,
+                   reuse: Sequence[Path] = ()) -> SystemRun:
+        """The rounds of ``system``.
+
+        Args:
+            system: a stage of :data:`~adaptspeech.recipes.self_training_settings.SELF_TRAINED_SYSTEMS`.
+            start: the students' starting model instead of the stage's own.
+            teacher: the first teacher (a trained model folder beside its ``stage_summary.json``); None: the
+                recipe's stage, ``<output_dir>/<system>/model``.
+            folder: where the rounds are written; None: ``<output_dir>/self_training/<system>``.
+            system_spec: the stage spec the teacher was trained with, from which the students are built
+                (:func:`student_spec_from`); None: the recipe's stage.
+            reuse: more folders of rounds, searched after ``folder``: a finished round there whose key matches
+                is reused as it is (its student stays where it is); new rounds are written only in ``folder``.
+        """
         from ..training.stage import run_stage
 
-        teacher = self.spec.output_dir / system / "model"
+        teacher = teacher or self.spec.output_dir / system / "model"
+        folder = folder or self.folder / system
         best_dev = teacher_dev = _dev_cer(teacher.parent)
         records: list[RoundRecord] = []
         chosen = 0
         for k in range(1, self.settings.rounds + 1):
-            round_dir = self.folder / system / f"round_{k}"
+            round_dir = folder / f"round_{k}"
             student_dir = round_dir / "student"
             record_key = json.loads(json.dumps({
                 "teacher": model_fingerprint(teacher), "start": model_fingerprint(start) if start else None,
                 "pool": self.pool_key, "settings": self.settings.to_dict(), "lm": None if self.lm is None else
                 {"files": model_fingerprint(self.lm.folder)[:16], "alphas": self.lm.alphas, "betas": self.lm.betas},
             }))
-            marker = round_dir / "round.json"
-            if marker.is_file() and same_round(json.loads(marker.read_text())["key"], record_key) and \
-                    (student_dir / "model").is_dir():
-                record = RoundRecord(**json.loads(marker.read_text())["record"])
-                log(f"self-training {system} round {k}: done before, reused (dev CER {100 * record.dev_cer:.2f}%)")
+            found = _finished_round([round_dir, *(Path(r) / f"round_{k}" for r in reuse)], record_key)
+            if found is not None:
+                record = RoundRecord(**json.loads((found / "round.json").read_text())["record"])
+                self.reused_rounds.append(found)
+                log(f"self-training {system} round {k}: done before in {found}, reused "
+                    f"(dev CER {100 * record.dev_cer:.2f}%)")
             else:
                 log(f"self-training {system} round {k}: labelling the pool with {teacher}")
                 labels, alpha, beta, label_seconds = self._label(teacher, round_dir / "labels")
                 kept = set(np.flatnonzero(np.isin(self.pool_paths, labels.dataset["path"])).tolist())
                 quality = label_quality(round_dir / "labels", self.pool_paths, self.truth, kept)
-                spec = student_spec(self.spec, self.settings, system, self.prepared, round_dir / "labels", student_dir,
-                                    start)
+                if system_spec is None:
+                    spec = student_spec(self.spec, self.settings, system, self.prepared, round_dir / "labels",
+                                        student_dir, start)
+                else:
+                    spec = student_spec_from(system_spec, self.settings, f"{system}_student", round_dir / "labels",
+                                             student_dir, start)
                 log(f"self-training {system} round {k}: kept {labels.summary['kept']} of {labels.summary['rows']} "
                     f"labels" + (f" (CER {100 * quality['cer_kept']:.2f}% kept, {100 * quality['cer_all']:.2f}% all)"
                                  if quality else "") + f"; training the student for {spec['training']['max_steps']} "
@@ -319,7 +364,9 @@ class SelfTrainingRunner:
                      "kept_hours": summary["kept_hours"], "confidence_quantiles": summary["confidence_quantiles"],
                      "real_time_factor": summary["real_time_factor"], "quality": quality},
                     _dev_cer(student_dir), seconds={"label": label_seconds, "train": result.train_seconds})
-                marker.write_text(json.dumps({"key": record_key, "record": record.__dict__}, indent=1, default=float))
+                (round_dir / "round.json").write_text(json.dumps({"key": record_key, "record": record.__dict__},
+                                                                 indent=1, default=float))
+                self.trained_rounds.append(round_dir)
             record.improved = record.dev_cer < best_dev
             records.append(record)
             log(f"self-training {system} round {k}: dev CER {100 * record.dev_cer:.2f}% (best so far "

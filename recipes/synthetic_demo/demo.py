@@ -85,7 +85,8 @@ class SyntheticDemo(SimAdapterProtocol):
             "--curve-methods",
             default=None,
             metavar="METHOD,METHOD",
-            help="a subset of zero_shot,scratch,finetune,adapter,simadapter (default: all)",
+            help="a subset of zero_shot,scratch,finetune,adapter,simadapter (default: all) and self_training (the "
+            "self-training arm, curve.self_training.*: run only when named)",
         )
         lid = parser.add_argument_group(
             "language identification",

@@ -85,7 +85,8 @@ def test_budgets_are_nested_and_leave_out_the_test_speakers(curve):
 def test_every_method_at_every_budget_with_an_interval(curve):
     _, result = curve
     rows = result["rows"]
-    assert [(r["budget"], r["method"]) for r in rows] == [(b, m) for b in BUDGETS for m in METHOD_LABELS]
+    methods = [m for m in METHOD_LABELS if m != "self_training"]  # the arm runs only when named
+    assert [(r["budget"], r["method"]) for r in rows] == [(b, m) for b in BUDGETS for m in methods]
     for row in rows:
         assert math.isfinite(row["cer"]) and math.isfinite(row["wer"])
         assert row["cer_low"] <= row["cer"] <= row["cer_high"]

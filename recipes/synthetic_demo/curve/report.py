@@ -26,6 +26,7 @@ METHOD_LABELS = {
     "finetune": "full fine-tuning",
     "adapter": "target adapter alone",
     "simadapter": "SimAdapter (sources + target adapter)",
+    "self_training": "self-training",
 }
 
 
@@ -136,16 +137,63 @@ def simadapter_vs_adapter(
 
 
 def adapters_vs_finetune(points: Sequence[CurvePoint], num_samples: int) -> list[dict[str, Any]]:
-    """Per budget and adapter method (the adapter alone, SimAdapter): its CER minus full fine-tuning's
-    (:func:`paired_difference`; negative = the adapters are better), with ``"method"`` naming the adapter method."""
+    """Per budget and adapter method (the adapter alone, SimAdapter) and the self-training arm: its CER minus full
+    fine-tuning's (:func:`paired_difference`; negative = better than fine-tuning), with ``"method"`` naming the
+    method and ``"system"`` its label."""
     by_key = {(p.budget, p.method): p for p in points}
     out = []
     for budget in dict.fromkeys(p.budget for p in points):
         finetune = by_key.get((budget, "finetune"))
-        for method in ("adapter", "simadapter"):
+        for method in ("adapter", "simadapter", "self_training"):
             if finetune is not None and (budget, method) in by_key:
-                out.append({"method": method, **paired_difference(by_key[(budget, method)], finetune, num_samples)})
+                point = by_key[(budget, method)]
+                out.append({"method": method, "system": point.info.get("system") or METHOD_LABELS[method],
+                            **paired_difference(point, finetune, num_samples)})
     return out
+
+
+def self_training_overtaking(versus_finetune: Sequence[Mapping[str, Any]],
+                             arm_budgets: Sequence[str]) -> dict[str, Any] | None:
+    """Where the self-training arm overtakes full fine-tuning: the smallest budget from which its test CER is below
+    full fine-tuning's at that and every larger budget with an arm point (None when it is not below at the largest);
+    with the budgets where the paired 95% interval excludes 0 and one sentence for the report. None without an arm.
+
+    Args:
+        versus_finetune: :func:`adapters_vs_finetune`'s entries, budgets in increasing order.
+        arm_budgets: the budgets with an arm point, in increasing order.
+    """
+    if not arm_budgets:
+        return None
+    arm = sorted((c for c in versus_finetune if c["method"] == "self_training"), key=lambda c: c["minutes"])
+    if not arm:
+        return {"overtakes_at": None, "per_budget": [],
+                "statement": "Full fine-tuning is not on this curve: nothing to compare the self-training arm with."}
+    label = arm[0]["system"][:1].upper() + arm[0]["system"][1:]
+    below = [c["cer_delta"] < 0 for c in arm]
+    first = next((i for i in range(len(arm)) if all(below[i:])), None)
+    significant = [c["budget"] for c in arm if c["ci_high"] < 0 or c["ci_low"] > 0]
+
+    def where(c: Mapping[str, Any]) -> str:
+        return (f"{c['budget']} ({c['minutes']:.3g} min, {100 * c['cer_delta']:+.2f} "
+                f"[{100 * c['ci_low']:+.2f}, {100 * c['ci_high']:+.2f}])")
+
+    if first is None:
+        statement = (f"{label} does not overtake full fine-tuning: its test CER is at or above full fine-tuning's at "
+                     f"the largest budget with a self-training point, {where(arm[-1])}")
+        lower = [where(c) for c, b in zip(arm, below, strict=True) if b]
+        statement += f"; below it only at {', '.join(lower)}." if lower else ", and at every smaller one."
+    elif first == 0:
+        statement = (f"{label} is below full fine-tuning at every budget with a self-training point, from the "
+                     f"smallest on: {'; '.join(where(c) for c in arm)}.")
+    else:
+        statement = (f"{label} overtakes full fine-tuning at {where(arm[first])}: at or above it below that budget "
+                     f"({'; '.join(where(c) for c in arm[:first])}), below it from there on.")
+    statement += (" The paired 95% interval excludes 0 at " + ", ".join(significant) + "." if significant else
+                  " No difference has a paired 95% interval that excludes 0.")
+    return {"system": arm[0]["system"], "overtakes_at": None if first is None else arm[first]["budget"],
+            "overtakes_at_minutes": None if first is None else arm[first]["minutes"],
+            "below_at_every_budget": first == 0, "significant_at": significant, "per_budget": arm,
+            "statement": statement}
 
 
 def _pct(value: float | None) -> str:
@@ -159,9 +207,11 @@ def curve_markdown(
     title: str,
     sources: Sequence[str],
     versus_finetune: Sequence[Mapping[str, Any]] = (),
+    overtaking: Mapping[str, Any] | None = None,
 ) -> str:
-    """``curve_results.md``: the CER table, SimAdapter minus the adapter alone per budget, the adapter methods minus
-    full fine-tuning per budget, every grid run's dev CER."""
+    """``curve_results.md``: the CER table, SimAdapter minus the adapter alone per budget, the adapter methods (and
+    the self-training arm) minus full fine-tuning per budget, the arm's rounds and where it overtakes full
+    fine-tuning, every grid run's dev CER."""
     lines = [
         f"### {title}",
         "",
@@ -205,9 +255,11 @@ def curve_markdown(
         ]
         for c in versus_finetune:
             lines.append(
-                f"| {c['budget']} | {c['minutes']:.2f} | {METHOD_LABELS[c['method']]} | {100 * c['cer_delta']:+.2f} "
+                f"| {c['budget']} | {c['minutes']:.2f} | {c.get('system') or METHOD_LABELS[c['method']]} "
+                f"| {100 * c['cer_delta']:+.2f} "
                 f"[{100 * c['ci_low']:+.2f}, {100 * c['ci_high']:+.2f}] | {100 * c['p_not_better']:.0f}% |"
             )
+    lines += arm_markdown(rows, overtaking)
     if grid_runs:
         lines += [
             "",
@@ -230,6 +282,41 @@ def curve_markdown(
     return "\n".join(lines)
 
 
+def arm_markdown(rows: Sequence[Mapping[str, Any]], overtaking: Mapping[str, Any] | None) -> list[str]:
+    """The self-training arm's section of ``curve_results.md``: per budget its teacher, every round (labels kept,
+    their CER against what the clips say where known, dev CER), the chosen round's test CER; then where it overtakes
+    full fine-tuning (:func:`self_training_overtaking`). No lines without an arm."""
+    arm = [r for r in rows if r["method"] == "self_training"]
+    if not arm:
+        return []
+    lines = [
+        "",
+        f"### Self-training arm: {arm[0]['system']} (noisy-student rounds on "
+        f"{arm[0]['self_training']['pool_minutes']:.1f} min of untranscribed audio)",
+        "",
+        "| budget | teacher | teacher dev / test CER % | round | labels kept (min) | pseudo-label CER % all / kept "
+        "| student steps | dev CER % | test CER % |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in arm:
+        st = r["self_training"]
+        teacher = "the recipe's system" if st["teacher_setting"] == "recipe" else f"curve run {st['teacher_setting']}"
+        head = f"| {r['budget']} | {teacher} | {_pct(st['teacher_dev_cer'])} / {_pct(st['teacher_cer'])}"
+        for k in st["rounds"]:
+            chosen = k["round"] == st["chosen_round"]
+            lines.append(
+                f"{head} | {k['round']}{' (chosen)' if chosen else ''} | {k['kept']} of {k['rows']} "
+                f"({k['kept_minutes']:.1f}) | {_pct(k['label_cer_all'])} / {_pct(k['label_cer_kept'])} "
+                f"| {r['steps']} | {_pct(k['dev_cer'])} | {_pct(r['cer']) if chosen else '-'} |"
+            )
+        if not st["chosen_round"]:
+            lines.append(f"{head} | none better on dev: the teacher | - | - | - | {_pct(st['teacher_dev_cer'])} "
+                         f"| {_pct(r['cer'])} |")
+    if overtaking:
+        lines += ["", f"**Self-training against full fine-tuning.** {overtaking['statement']}"]
+    return lines
+
+
 def plan_markdown(budgets: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[str, Any]]) -> str:
     """The curve's plan: per budget its audio and, per method, the grid runs and their steps; the totals."""
     lines = [
@@ -249,9 +336,12 @@ def plan_markdown(budgets: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[s
     return "\n".join(lines) + "\n"
 
 
-def plot_transfer_curve(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str) -> Path:
+def plot_transfer_curve(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str,
+                        overtaking: Mapping[str, Any] | None = None) -> Path:
     """CER (%) against minutes of target training audio on a log x axis, one line per method, with the 95%
-    bootstrap band over test utterances; the zero-shot base is one value, drawn across every budget.
+    bootstrap band over test utterances; the zero-shot base is one value, drawn across every budget. The
+    self-training arm is a dotted line of stars, and the budget where it overtakes full fine-tuning (``overtaking``,
+    :func:`self_training_overtaking`) a vertical dotted line.
 
     Two panels: every method, then the methods that start from the pretrained base (all but from scratch) on their
     own y range, where their differences (tenths of a point) are visible."""
@@ -268,8 +358,14 @@ def plot_transfer_curve(rows: Sequence[Mapping[str, Any]], path: str | Path, tit
             low = 100 * np.array([r["cer_low"] for r in points])
             high = 100 * np.array([r["cer_high"] for r in points])
             style = {"linestyle": "--", "marker": None} if method == "zero_shot" else {"marker": "o"}
-            ax.plot(x, cer, label=METHOD_LABELS[method], color=f"C{colour}", **style)
-            ax.fill_between(x, low, high, color=f"C{colour}", alpha=0.18, linewidth=0)
+            band = 0.18
+            if method == "self_training":  # drawn over the others, its band lighter
+                style, band = {"linestyle": ":", "marker": "*", "markersize": 11, "zorder": 3}, 0.1
+            ax.plot(x, cer, label=points[0]["system"], color=f"C{colour}", **style)
+            ax.fill_between(x, low, high, color=f"C{colour}", alpha=band, linewidth=0)
+        if overtaking and overtaking.get("overtakes_at_minutes"):
+            ax.axvline(overtaking["overtakes_at_minutes"], color="grey", linestyle=":", linewidth=1,
+                       label=f"self-training below full fine-tuning from {overtaking['overtakes_at']}")
         ax.set_xscale("log")
         ax.set_xticks([m for m, _ in budgets])
         ax.set_xticklabels([f"{b}\n({m:.3g} min)" for m, b in budgets], fontsize=8)
@@ -304,17 +400,19 @@ def write_curve_results(
     rows = [point_row(p, num_samples) for p in points]
     comparisons = simadapter_vs_adapter(points, num_samples, fusion, sources)
     versus_finetune = adapters_vs_finetune(points, num_samples)
+    overtaking = self_training_overtaking(versus_finetune, [p.budget for p in points if p.method == "self_training"])
     folder.mkdir(parents=True, exist_ok=True)
-    markdown = curve_markdown(rows, comparisons, grid_runs, title, sources, versus_finetune)
+    markdown = curve_markdown(rows, comparisons, grid_runs, title, sources, versus_finetune, overtaking)
     (folder / "curve_results.md").write_text(markdown)
     result = {
         "rows": rows,
         "simadapter_vs_adapter": comparisons,
         "adapters_vs_finetune": versus_finetune,
+        "self_training_vs_finetune": overtaking,
         "grid_runs": list(grid_runs),
         **extra,
     }
     (folder / "curve_results.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
     if rows:
-        plot_transfer_curve(rows, folder / "transfer_curve.png", title)
+        plot_transfer_curve(rows, folder / "transfer_curve.png", title, overtaking)
     return result

@@ -8,7 +8,9 @@ evaluates on the target's test set:
 - ``zero_shot``: the base, no target training (one value, drawn at every budget);
 - ``scratch``, ``finetune``: the recipe's baselines (``stage_scratch.yaml``, ``stage_finetune.yaml``);
 - ``adapter``: the target adapter alone (``stage_target_adapter.yaml``, on the source-adapter model);
-- ``simadapter``: fusion over the source adapters and *that budget's* chosen target adapter (``stage_fusion.yaml``).
+- ``simadapter``: fusion over the source adapters and *that budget's* chosen target adapter (``stage_fusion.yaml``);
+- ``self_training`` (only when named): the self-training arm (:mod:`.self_training_arm`), the budget's chosen run of
+  ``curve.self_training.system`` as the teacher of the recipe's noisy-student rounds on its untranscribed pool.
 
 Budgets are nested (:func:`~adaptspeech.data.subsets.nested_subsets`): the 1-minute clips are inside the 3-minute
 ones, and so on; every budget leaves out the test speakers, as a stage's ``data.train_subset`` does (those are the
@@ -34,7 +36,7 @@ import json
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,17 @@ from adaptspeech.saved_model import model_fingerprint
 from adaptspeech.training.stage import StageSpec, run_stage
 
 from .report import CurvePoint, write_curve_results
-from .settings import METHOD_STAGES, CurveError, CurveSettings, grid_points, scaled_steps, setting_tag
+from .self_training_arm import SelfTrainingArm, arm_settings
+from .settings import (
+    ARM_SYSTEMS,
+    METHOD_STAGES,
+    SELF_TRAINING,
+    CurveError,
+    CurveSettings,
+    grid_points,
+    scaled_steps,
+    setting_tag,
+)
 
 #: the trained methods in the order they run within a budget (SimAdapter needs the budget's chosen adapter)
 TRAINED_METHODS = ("scratch", "finetune", "adapter", "simadapter")
@@ -124,6 +136,8 @@ class CurveRun:
     steps: int
     summary: dict[str, Any]
     dev_cer: float
+    spec: dict[str, Any] = field(default_factory=dict)
+    """The stage spec it trained with (a self-training arm's students are built from it)."""
 
     @property
     def model_dir(self) -> Path:
@@ -257,7 +271,7 @@ class CurveRunner:
                 f"{where}: {summary['train_seconds']:.0f} s, dev CER {100 * dev_cer:.2f}%; "
                 f"{self.steps_left} steps left, about {eta / 60:.0f} min at this call's pace"
             )
-        return CurveRun(method, setting_tag(setting), setting, folder, steps, summary, dev_cer)
+        return CurveRun(method, setting_tag(setting), setting, folder, steps, summary, dev_cer, spec)
 
     def train_grid(self, method: str, budget: Budget, start: Path | None) -> list[CurveRun]:
         return [self.train(method, budget, setting, start) for setting in grid_points(self.settings, method)]
@@ -289,6 +303,24 @@ class CurveRunner:
         cache_dir.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(result, default=float) + "\n")
         return result
+
+
+def arm_plan(runner: CurveRunner, recipe: SimAdapterRecipe, settings: CurveSettings,
+             budgets: Sequence[Budget]) -> list[dict[str, Any]]:
+    """The self-training arm's rounds in the plan: per budget with a point, at most ``rounds`` students of
+    ``steps_scale`` times its system's steps at that budget (the first grid point's; the rounds stop early when dev
+    CER stops improving, and the recipe's reusable rounds are not counted out)."""
+    arm = arm_settings(recipe, settings)
+    method = ARM_SYSTEMS[settings.self_training["system"]]
+    chosen = settings.self_training["budgets"]
+    planned = []
+    for budget in budgets:
+        if chosen is None or budget.name in chosen:
+            steps = max(1, round(runner.planned_steps(method, budget, grid_points(settings, method)[0])
+                                 * arm.steps_scale))
+            planned.append({"budget": budget.name, "method": SELF_TRAINING, "setting": f"<= {arm.rounds} rounds",
+                            "steps": arm.rounds * steps})
+    return planned
 
 
 def _folder_name(budget: str) -> str:
@@ -327,9 +359,10 @@ class _Collected:
 
 def _run_budget(
     runner: CurveRunner, budget: Budget, out: Path, ref_units: np.ndarray, collected: _Collected,
-    zero_shot: dict[str, Any] | None,
+    zero_shot: dict[str, Any] | None, arm: SelfTrainingArm | None = None,
 ) -> None:  # fmt: skip
-    """Train every method's grid at ``budget``, evaluate each method's dev choice on the test set, collect them."""
+    """Train every method's grid at ``budget``, evaluate each method's dev choice on the test set, collect them; then
+    the self-training arm's point (``arm``), from the dev choice of its system's method."""
     references = list(runner.test["text"])
 
     def point(method: str, evaluation: dict[str, Any], info: dict[str, Any]) -> CurvePoint:
@@ -340,6 +373,7 @@ def _run_budget(
         info = {"setting": None, "steps": 0, "dev_cer": None, "trainable_params": 0, "train_seconds": 0.0}
         collected.points.append(point("zero_shot", zero_shot, info))
     adapter: CurveRun | None = None
+    chosen: dict[str, tuple[CurveRun, CurvePoint]] = {}
     for method in TRAINED_METHODS:
         if method not in runner.settings.methods:
             continue
@@ -365,10 +399,18 @@ def _run_budget(
             "run": str(best.folder),
         }
         collected.points.append(point(method, evaluation, info))
+        chosen[method] = (best, collected.points[-1])
         if method == "adapter":
             adapter = best
         if "fusion" in evaluation:
             collected.fusion[budget.name] = evaluation["fusion"]
+    if arm is not None and arm.covers(budget.name):
+        best, teacher_point = chosen[arm.method]
+        folder = runner.folder / _folder_name(budget.name) / SELF_TRAINING
+        model, cache, info = arm.run(budget, best, folder, runner.evaluate)
+        if info["self_training"]["teacher_cer"] is None:
+            info["self_training"]["teacher_cer"] = teacher_point.cer
+        collected.points.append(point(SELF_TRAINING, runner.evaluate(model, cache), info))
 
 
 def run_curve(recipe: SimAdapterRecipe, settings: CurveSettings, plan_only: bool = False) -> dict[str, Any]:
@@ -386,7 +428,7 @@ def run_curve(recipe: SimAdapterRecipe, settings: CurveSettings, plan_only: bool
     """
     start_time = time.perf_counter()
     set_threads(recipe)
-    recipe = recipe.retargeted()
+    trained_recipe, recipe = recipe, recipe.retargeted()
     for method in ("scratch", "finetune"):
         if method in settings.methods and method not in recipe.baselines:
             raise CurveError(f"curve.methods: {method} needs the recipe's baselines.{method} stage file")
@@ -401,6 +443,8 @@ def run_curve(recipe: SimAdapterRecipe, settings: CurveSettings, plan_only: bool
         log(f"curve budget {budget.name}: {budget.minutes:.2f} min, {budget.clips} clips, {budget.speakers} speakers")
     runner = CurveRunner(recipe, settings, prepared, dataset, processor)
     plan = runner.plan(budgets)
+    if SELF_TRAINING in settings.methods:
+        plan += arm_plan(runner, trained_recipe, settings, budgets)
     if plan_only:
         return {"budgets": [asdict(b) for b in budgets], "plan": plan, "folder": str(runner.folder)}
     references = list(runner.test["text"])
@@ -422,10 +466,15 @@ def run_curve(recipe: SimAdapterRecipe, settings: CurveSettings, plan_only: bool
         "device": str(runner.device),
         "folder": str(runner.folder),
     }
+    arm = None
+    if SELF_TRAINING in settings.methods:
+        arm = SelfTrainingArm(trained_recipe, settings, prepared, dataset)
+        extra["self_training_arm"] = {"label": arm.label, "pool_minutes": arm.runner.pool_seconds / 60,
+                                      "settings": arm.settings.to_dict()}
     collected = _Collected([], [], {})
     result: dict[str, Any] = {}
     for budget in budgets:
-        _run_budget(runner, budget, out, ref_units, collected, zero_shot)
+        _run_budget(runner, budget, out, ref_units, collected, zero_shot, arm)
         extra["total_seconds"] = time.perf_counter() - start_time
         result = write_curve_results(runner.folder, collected.points, collected.grid_runs, collected.fusion, sources,
                                      title, extra, settings.bootstrap_samples)  # fmt: skip

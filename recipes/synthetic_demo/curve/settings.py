@@ -23,6 +23,21 @@ from adaptspeech.recipes.spec import RecipeError
 from .report import METHOD_LABELS
 
 METHODS = tuple(METHOD_LABELS)
+#: the curve's self-training arm (a method of ``methods``, not run unless named there)
+SELF_TRAINING = "self_training"
+#: the methods a curve runs when ``methods`` is not given
+DEFAULT_METHODS = tuple(m for m in METHODS if m != SELF_TRAINING)
+#: the systems the self-training arm can self-train -> the curve method whose run at a budget is its teacher
+ARM_SYSTEMS = {"target_adapter": "adapter", "fusion": "simadapter", "finetune": "finetune"}
+#: the arm's settings (``curve.self_training.<key>``); null: the recipe's ``self_training`` section's value
+ARM_DEFAULTS: dict[str, Any] = {
+    "system": "target_adapter",
+    "budgets": None,
+    "pool": None,
+    "rounds": None,
+    "steps_scale": None,
+    "reuse_recipe_rounds": True,
+}
 #: method -> (the recipe stage or baseline whose settings it trains with, its group, the shared stage it starts from)
 METHOD_STAGES: dict[str, tuple[str, str, str | None]] = {
     "scratch": ("scratch", "baselines", None),
@@ -68,15 +83,21 @@ class CurveSettings:
             :data:`DEFAULT_GRID` (a setting left out keeps its default list).
         bootstrap_samples: resamples of the test utterances for the intervals.
         folder: the curve's folder inside the recipe's ``output_dir``.
+        self_training: the self-training arm (method ``self_training``; :data:`ARM_DEFAULTS`): ``system`` (which
+            system is self-trained at each budget: ``target_adapter``, ``fusion`` or ``finetune``, its curve method
+            must run too), ``budgets`` (the budgets with an arm point; null: every budget), ``pool``, ``rounds``,
+            ``steps_scale`` (null: the recipe's ``self_training`` section's), ``reuse_recipe_rounds`` (at the
+            recipe's own ``target_subset``, self-train the recipe's trained system and reuse its finished rounds).
     """
 
     budgets: list[str]
-    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
     anchor_budget: str | None = None
     steps: dict[str, float] = field(default_factory=lambda: {"power": 0.5, "min": 100, "max": 2000})
     grid: dict[str, dict[str, list[Any]]] = field(default_factory=lambda: copy.deepcopy(DEFAULT_GRID))
     bootstrap_samples: int = 1000
     folder: str = "curve"
+    self_training: dict[str, Any] = field(default_factory=lambda: dict(ARM_DEFAULTS))
 
     def __post_init__(self) -> None:
         if not self.budgets:
@@ -111,6 +132,39 @@ class CurveSettings:
                     raise CurveError(f"curve.grid.{method}.{key}: expected a non-empty list, got {values!r}")
         if self.bootstrap_samples < 1:
             raise CurveError(f"curve.bootstrap_samples: must be >= 1, got {self.bootstrap_samples}")
+        self.self_training = check_arm_settings(self.self_training or {}, self.budgets)
+        system = self.self_training["system"]
+        if SELF_TRAINING in self.methods and ARM_SYSTEMS[system] not in self.methods:
+            raise CurveError(f"curve.methods: self_training self-trains each budget's {system} (the "
+                             f"{ARM_SYSTEMS[system]} method's run chosen on dev); add {ARM_SYSTEMS[system]}")
+
+
+def check_arm_settings(values: dict[str, Any], budgets: Sequence[str]) -> dict[str, Any]:
+    """The self-training arm's settings over :data:`ARM_DEFAULTS`, each checked (:class:`CurveError` naming it)."""
+    unknown = sorted(set(values) - set(ARM_DEFAULTS))
+    if unknown:
+        raise CurveError(f"curve.self_training: unknown setting(s) {unknown}; allowed: {', '.join(ARM_DEFAULTS)}")
+    arm = {**ARM_DEFAULTS, **values}
+    if arm["system"] not in ARM_SYSTEMS:
+        raise CurveError(f"curve.self_training.system: {arm['system']!r}; allowed values: {', '.join(ARM_SYSTEMS)}")
+    chosen = arm["budgets"]
+    if chosen is not None:
+        if not isinstance(chosen, list) or not chosen or any(str(b) not in budgets for b in chosen):
+            raise CurveError(f"curve.self_training.budgets: expected null or a non-empty list of the curve's budgets "
+                             f"({', '.join(budgets)}), got {chosen!r}")
+        arm["budgets"] = [str(b) for b in chosen]
+    if arm["pool"] is not None and (not isinstance(arm["pool"], str) or not arm["pool"]):
+        raise CurveError(f"curve.self_training.pool: expected null or a pool folder, got {arm['pool']!r}")
+    rounds = arm["rounds"]
+    if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
+        raise CurveError(f"curve.self_training.rounds: expected null or an integer >= 1, got {rounds!r}")
+    scale = arm["steps_scale"]
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < 1e6):
+        raise CurveError(f"curve.self_training.steps_scale: expected null or a number > 0, got {scale!r}")
+    if not isinstance(arm["reuse_recipe_rounds"], bool):
+        raise CurveError(f"curve.self_training.reuse_recipe_rounds: expected true or false, got "
+                         f"{arm['reuse_recipe_rounds']!r}")
+    return arm
 
 
 def split_curve_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
