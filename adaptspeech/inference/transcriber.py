@@ -4,7 +4,8 @@ Each recording makes one pass through the stages, in order, each with one input 
 
 0. the recording: the reason it has nothing to decode, or its unnormalised model input, computed once, on the model's
    frame grid (:mod:`.recording`, :func:`~.local_norm.recording_input`);
-1. speech regions: where it holds speech, cut at pauses (:mod:`.regions`, from :mod:`.pauses`);
+1. speech regions: where it holds speech, cut at pauses (:mod:`.regions`, from a finder of :mod:`.speech_finders`:
+   the energy rule of :mod:`.pauses`, silero-vad, or ``auto``);
 2. segments: the pieces decoded on their own (:mod:`.segmenting`);
 3. features: each segment's model input, normalised over its own audio (:mod:`.local_norm`; a view that normalises
    each encoder call's input as the encoder reads it);
