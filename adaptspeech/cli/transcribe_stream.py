@@ -174,7 +174,7 @@ def run_stream(args: argparse.Namespace) -> int:
         text = recognizer.text()
         final_ms = (time.perf_counter() - started) * 1000
         seconds = recognizer.seconds
-        compute = sum(recognizer.chunk_seconds)
+        compute = sum(recognizer.chunk_seconds) + recognizer.vad_seconds
         _print({"path": str(path), "text": text, "seconds": round(seconds, 3), "final": True,
                 "compute_rtf": round(compute / seconds, 4) if seconds else 0.0, "final_ms": round(final_ms, 1)})
         for problem in problems:

@@ -11,6 +11,7 @@ silero's ``VADIterator`` (speech from a window at ``threshold`` or above, until 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import warnings
 from collections import deque
@@ -74,10 +75,17 @@ def load_silero() -> Any:
         return load_silero_vad(onnx=False)
 
 
+@functools.lru_cache(maxsize=1)
+def shared_silero() -> Any:
+    """One model per process for whole recordings (:func:`speech_probabilities` resets its state before each)."""
+    return load_silero()
+
+
 def speech_probabilities(waveform: np.ndarray, model: Any | None = None) -> np.ndarray:
     """``[ceil(S / 512)]`` speech probability of each 512-sample window of a 16 kHz recording ``[S]`` (the last
-    window zero-padded), the model's state carried across windows from a reset."""
-    model = load_silero() if model is None else model
+    window zero-padded), the model's state carried across windows from a reset (``model``: the shared one by
+    default)."""
+    model = shared_silero() if model is None else model
     import torch
 
     audio = torch.as_tensor(np.asarray(waveform, dtype=np.float32))

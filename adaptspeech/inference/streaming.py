@@ -150,6 +150,7 @@ class StreamingRecognizer:
         self.frames = 0  # encoder frames decoded
         self.segment_start = 0  # encoder frame where the current utterance's search started
         self.chunk_seconds: list[float] = []  # compute time of every encoder chunk (latency figures)
+        self.vad_seconds = 0.0  # compute time of the speech finder that endpoints (silero), all blocks together
         self.finished = False
 
     def _new_search(self) -> StreamingCTCGreedy | StreamingCTCPrefixBeam:
@@ -172,7 +173,9 @@ class StreamingRecognizer:
         if samples.ndim != 1:
             raise ValueError(f"accept_waveform takes mono samples [n], got shape {samples.shape}")
         if isinstance(self.endpointer, VADEndpointer):
+            start = time.perf_counter()
             self.endpointer.accept_waveform(samples)
+            self.vad_seconds += time.perf_counter() - start
         raw = self.stream_features.push(samples)
         self.pending = np.concatenate([self.pending, raw]) if len(raw) else self.pending
         while len(self.pending) >= self.step_units:
