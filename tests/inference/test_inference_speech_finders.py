@@ -9,8 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+import soundfile as sf
 import soxr
 import torch
+from helpers.cli import one_error_line, run_main
 from transformers import Wav2Vec2Processor
 
 from adaptspeech import AdaptSpeechForCTC
@@ -22,7 +24,6 @@ from adaptspeech.inference.speech_finders import SPEECH_FINDERS, SpeechFinderSet
 from adaptspeech.inference.streaming import StreamingRecognizer
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.testing.tiny_models import save_tiny_model
-from tests.helpers.cli import one_error_line, run_main
 
 SENTENCES = (("Bună ziua ce mai faci astăzi", "ro+m3"), ("Mulțumesc foarte bine", "ro+f2"),
              ("Ne vedem mâine la școală", "ro+m1"))
@@ -121,12 +122,7 @@ def test_the_finder_reaches_transcribes_splitter(sentences, tmp_path) -> None:
 def test_the_finder_reaches_the_streaming_endpointer(sentences, tmp_path) -> None:
     """The CTC head is forced to one label on every frame, so the best path never has a blank and WeNet's rule never
     ends an utterance; with ``speech_finder="silero"`` the utterances end where silero hears the pauses."""
-    folder = save_tiny_model(tmp_path / "stream", streaming=True)
-    model, processor = AdaptSpeechForCTC.from_pretrained(folder).eval(), Wav2Vec2Processor.from_pretrained(folder)
-    with torch.no_grad():
-        model.ctc_head.lm_head.weight.zero_()
-        model.ctc_head.lm_head.bias.fill_(0.0)
-        model.ctc_head.lm_head.bias[model.config.pad_token_id + 5] = 10.0
+    model, processor = forced_label_model(tmp_path / "stream")
     recording, truth = noisy_recording(sentences, -60)
     ended = {}
     for finder in (None, "silero"):
@@ -140,6 +136,47 @@ def test_the_finder_reaches_the_streaming_endpointer(sentences, tmp_path) -> Non
     assert len(ended["silero"]) == len(truth)  # the last one too: 0.6 s of noise follow it
     for segment, (_, true_end) in zip(ended["silero"], truth, strict=True):
         assert true_end - ONSET_TOLERANCE_S <= segment["end"] <= true_end + OFFSET_TOLERANCE_S + 0.04  # + a frame
+
+
+def forced_label_model(folder) -> tuple[AdaptSpeechForCTC, Wav2Vec2Processor]:
+    """A streaming tiny model whose CTC head emits one label on every frame (never the blank), saved in ``folder``."""
+    save_tiny_model(folder, streaming=True)
+    model, processor = AdaptSpeechForCTC.from_pretrained(folder).eval(), Wav2Vec2Processor.from_pretrained(folder)
+    with torch.no_grad():
+        model.ctc_head.lm_head.weight.zero_()
+        model.ctc_head.lm_head.bias.fill_(0.0)
+        model.ctc_head.lm_head.bias[model.config.pad_token_id + 5] = 10.0
+    model.save_pretrained(folder)
+    return model, processor
+
+
+def test_the_command_line_passes_the_finder_on(sentences, tmp_path, capsys) -> None:
+    """``transcribe --speech-finder`` gives the API's text for that finder (at -35 dBFS the energy rule finds one region
+    and silero three, so the texts differ); ``--stream --speech-finder silero`` prints one segment per sentence where
+    the blanks end none."""
+    folder = save_tiny_model(tmp_path / "model")
+    model, processor = AdaptSpeechForCTC.from_pretrained(folder), Wav2Vec2Processor.from_pretrained(folder)
+    loud, _ = noisy_recording(sentences, -35)
+    sf.write(tmp_path / "loud.wav", loud, 16000)
+    texts = {}
+    for finder in ("energy", "silero"):
+        code, out, _ = run_main(["transcribe", "--model", folder, "--chunk-length", "2", "--stride-length", "0.5",
+                                 "--speech-finder", finder, tmp_path / "loud.wav"], capsys)
+        texts[finder] = out.rstrip("\n").split("\t")[1]
+        api = transcribe(model, processor, [sf.read(tmp_path / "loud.wav", dtype="float32")[0]], chunk_length_s=2.0,
+                         stride_length_s=0.5, speech_finder=finder)[0].text
+        assert code == 0 and texts[finder] == api
+    assert texts["energy"] != texts["silero"]
+    forced_label_model(tmp_path / "stream")
+    quiet, _ = noisy_recording(sentences, -60)
+    sf.write(tmp_path / "quiet.wav", quiet, 16000)
+    segments = {}
+    for extra in ([], ["--speech-finder", "silero"]):
+        code, out, _ = run_main(["transcribe", "--stream", "--chunk-ms", "160", "--endpoint-silence", "0.25", *extra,
+                                 "--model", tmp_path / "stream", tmp_path / "quiet.wav"], capsys)
+        assert code == 0
+        segments[bool(extra)] = [line for line in out.splitlines() if '"segment"' in line]
+    assert segments == {False: [], True: segments[True]} and len(segments[True]) == len(SENTENCES)
 
 
 def test_bad_settings_are_one_line(monkeypatch) -> None:
