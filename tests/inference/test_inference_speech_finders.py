@@ -21,7 +21,7 @@ from adaptspeech.inference.recording import FrameGrid
 from adaptspeech.inference.regions import find_speech
 from adaptspeech.inference.silero import MissingSileroError
 from adaptspeech.inference.speech_finders import SPEECH_FINDERS, SpeechFinderSettings, samples_to_frames
-from adaptspeech.inference.streaming import StreamingRecognizer
+from adaptspeech.inference.streaming import StreamingRecognizer, check_stream_finder
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.testing.tiny_models import save_tiny_model
 
@@ -190,9 +190,14 @@ def test_bad_settings_are_one_line(monkeypatch) -> None:
     defaults = SpeechFinderSettings("auto")
     assert (defaults.min_pause("energy"), defaults.min_pause("silero")) == (0.25, 0.1)
     assert SpeechFinderSettings("auto", min_pause_s=0.3).min_pause("silero") == 0.3
+    with pytest.raises(ValueError, match=r"speech_finder 'auto' cannot endpoint a stream .*; finders that can: silero"):
+        check_stream_finder("auto", 0.5, 0.5)
+    with pytest.raises(ValueError, match=r"speech_finder 'silero' endpoints a stream: set endpoint_silence_s"):
+        check_stream_finder("silero", 0.5, None)
     monkeypatch.setitem(sys.modules, "silero_vad", None)  # the package is not importable
-    with pytest.raises(MissingSileroError, match=r"needs the silero-vad package, which is not installed: pip install "):
-        SpeechFinderSettings("silero")
+    for refused in (lambda: SpeechFinderSettings("silero"), lambda: check_stream_finder("silero", 0.5, 0.5)):
+        with pytest.raises(MissingSileroError, match=r"needs the silero-vad package, which is not installed: pip "):
+            refused()
     SpeechFinderSettings("energy")  # the energy rule needs nothing, auto falls back to it
     SpeechFinderSettings("auto")
 
