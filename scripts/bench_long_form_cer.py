@@ -185,6 +185,9 @@ def main() -> None:
     parser.add_argument("--speech-pad", type=float, nargs="+", default=[None], metavar="SECONDS",
                         help="--split-by pauses: seconds of pause kept around each speech region (default: "
                         "transcribe's; several values compare them)")
+    parser.add_argument("--speech-finder", nargs="+", default=[None], metavar="NAME",
+                        help="--split-by pauses: the speech-region finders to compare (energy, silero; default: "
+                        "transcribe's)")
     parser.add_argument("--split-by", nargs="+", default=["pauses", "chunks"], choices=("pauses", "chunks"),
                         help="CTC decoders: the long-form splits to compare (default both)")
     parser.add_argument("--chunking", type=_chunking, nargs="+", default=[(30.0, 5.0), (6.0, 1.5)],
@@ -242,14 +245,16 @@ def main() -> None:
     print(f"{'separate, locally normalised input':<40} {100 * cer:>7.2f} {100 * (cer - joined):>+11.2f}")
     known = per_utterance_normalised(processor, waves, recording, spans) if oracle else None
     splits = args.split_by if DECODING_METHODS.get(method).ctc_only else ["segments"]
-    runs = [(split, pad) for split in splits for pad in (args.speech_pad if split == "pauses" else [None])]
-    for split, pad in runs:
+    runs = [(split, pad, finder) for split in splits for pad in (args.speech_pad if split == "pauses" else [None])
+            for finder in (args.speech_finder if split != "chunks" else [None])]
+    for split, pad, finder in runs:
         for chunk, stride in args.chunking:
             search_s = args.search_length or min(5.0, chunk / 4)
             result = transcribe(model, processor, [recording], method=method, chunk_length_s=chunk,
                                 stride_length_s=stride, lang_ids=lang_ids, search_length_s=search_s,
                                 norm_window_s=window_s, split_by="pauses" if split == "segments" else split,
-                                **({} if pad is None else {"speech_pad_s": pad}), **options)[0]
+                                **({} if pad is None else {"speech_pad_s": pad}),
+                                **({} if finder is None else {"speech_finder": finder}), **options)[0]
             cer = compute_error_rates([result.text], [reference])["overall"]["cer"]
             if split == "pauses":
                 regions = result.extra.get("speech", [])
@@ -258,7 +263,8 @@ def main() -> None:
                 cuts = boundaries_s(model, processor, recording, method, chunk, stride, search_s)
             inside = sum(any(a < t < b for a, b in spans) for t in cuts)
             diff = 100 * (cer - joined)
-            label = (f"{split}{'' if pad is None else f' (pad {pad:g} s)'}, chunk {chunk:g} s" if split != "chunks"
+            named = ", ".join(([] if pad is None else [f"pad {pad:g} s"]) + ([] if finder is None else [finder]))
+            label = (f"{split}{f' ({named})' if named else ''}, chunk {chunk:g} s" if split != "chunks"
                      else f"chunks, chunk {chunk:g} s stride {stride:g} s")
             floor = ""
             if known is not None and split == "chunks":

@@ -74,7 +74,8 @@ def _rss_mb() -> float:
     return float("nan")
 
 
-def _measure(size: str, minutes: float, chunk_ms: float, left: int, threads: int, out: Any) -> None:
+def _measure(size: str, minutes: float, chunk_ms: float, left: int, threads: int, out: Any,
+             speech_finder: str | None = None) -> None:
     import numpy as np
     import torch
 
@@ -90,7 +91,8 @@ def _measure(size: str, minutes: float, chunk_ms: float, left: int, threads: int
         model(input_features=features)
         offline_rtf = (time.perf_counter() - start) / 60
     del minute, features
-    recognizer = StreamingRecognizer(model, processor, chunk_ms=chunk_ms, num_left_chunks=left)
+    endpointing = {} if speech_finder is None else {"speech_finder": speech_finder, "endpoint_silence_s": 0.5}
+    recognizer = StreamingRecognizer(model, processor, chunk_ms=chunk_ms, num_left_chunks=left, **endpointing)
     recognizer.accept_waveform(_block(0))  # warm-up of the first chunk's code paths, then a fresh stream
     recognizer.reset()
     blocks = round(minutes * 60 / BLOCK_S)
@@ -114,6 +116,7 @@ def _measure(size: str, minutes: float, chunk_ms: float, left: int, threads: int
             median_ms=float(np.median(chunks)),
             p95_ms=float(np.percentile(chunks, 95)),
             rtf=float(sum(recognizer.chunk_seconds) / seconds),
+            vad_rtf=recognizer.vad_seconds / seconds,
             final_ms=final_ms,
             rss_first_minute_mb=rss_first_minute if rss_first_minute is not None else _rss_mb(),
             rss_end_mb=_rss_mb(),
@@ -130,18 +133,22 @@ def main() -> None:
     parser.add_argument("--chunk-ms", type=float, default=640.0, help="chunk length (default 640)")
     parser.add_argument("--num-left-chunks", type=int, default=-1, help="left chunks attended (default -1: all)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--speech-finder", default=None, choices=("silero",),
+                        help="endpoint on this speech finder (0.5 s of silence); its own compute is the VAD RTF column "
+                        "(default: the blanks, no VAD)")
     args = parser.parse_args()
     context = mp.get_context("spawn")
     header = (
         "| size | params | chunk | left | minutes | chunk median ms | p95 ms | RTF | final ms | RSS 1 min MB "
-        "| RSS end MB | offline RTF | ratio |"
+        "| RSS end MB | offline RTF | ratio | VAD RTF |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for size in args.sizes.split(","):
         queue = context.Queue()
         process = context.Process(
-            target=_measure, args=(size, args.minutes, args.chunk_ms, args.num_left_chunks, args.threads, queue)
+            target=_measure,
+            args=(size, args.minutes, args.chunk_ms, args.num_left_chunks, args.threads, queue, args.speech_finder),
         )
         process.start()
         r = queue.get()
@@ -150,7 +157,7 @@ def main() -> None:
             f"| {r['size']} | {r['parameters'] / 1e6:.1f}M | {r['chunk_ms']:g} ms | {r['num_left_chunks']} | "
             f"{r['minutes']:g} | {r['median_ms']:.1f} | {r['p95_ms']:.1f} | {r['rtf']:.4f} | {r['final_ms']:.1f} | "
             f"{r['rss_first_minute_mb']:.0f} | {r['rss_end_mb']:.0f} | {r['offline_rtf']:.4f} | "
-            f"{r['rtf'] / r['offline_rtf']:.2f} |",
+            f"{r['rtf'] / r['offline_rtf']:.2f} | {r['vad_rtf']:.4f} |",
             flush=True,
         )
 

@@ -20,6 +20,8 @@ from ..inference import (
 )
 from ..inference.local_norm import DEFAULT_NORM_WINDOW_S
 from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
+from ..inference.silero import DEFAULT_THRESHOLD
+from ..inference.speech_finders import DEFAULT_SPEECH_FINDER, SILERO_MIN_PAUSE_S, SPEECH_FINDERS, SpeechFinderSettings
 from ..runtime.command import add_onnx_options, escape_field, transcribe_files
 from .common import (
     PROG,
@@ -82,8 +84,21 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "--stride-length / attention segments cut at the quietest frame (chunks)",
     )
     transcribe.add_argument(
-        "--min-pause", type=_positive_float, default=DEFAULT_MIN_PAUSE_S, metavar="SECONDS",
-        help=f"--split-by pauses: shortest pause between two speech regions (default {DEFAULT_MIN_PAUSE_S:g})",
+        "--min-pause", type=_positive_float, default=None, metavar="SECONDS",
+        help=f"--split-by pauses: shortest pause between two speech regions (default {DEFAULT_MIN_PAUSE_S:g} for the "
+        f"energy rule, {SILERO_MIN_PAUSE_S:g} for silero)",
+    )
+    transcribe.add_argument(
+        "--speech-finder", choices=SPEECH_FINDERS.names(), default=None,
+        help=f"where the speech is: the energy rule (energy), silero-vad (silero; pip install 'adaptspeech[vad]') or "
+        "the energy rule unless it finds no pause and silero does (auto); for --split-by pauses (default "
+        f"{DEFAULT_SPEECH_FINDER}) and, with --stream --endpoint-silence, for endpointing (silero; default: the best "
+        "path's blanks)",
+    )
+    transcribe.add_argument(
+        "--vad-threshold", type=float, default=None, metavar="P",
+        help=f"--speech-finder silero: the speech probability that starts speech (default {DEFAULT_THRESHOLD:g}; "
+        f"speech ends below P - 0.15)",
     )
     transcribe.add_argument(
         "--speech-pad", type=_non_negative_float, default=DEFAULT_SPEECH_PAD_S, metavar="SECONDS",
@@ -145,6 +160,21 @@ def _stream_bytes(path: str) -> bytes | None:
     return None
 
 
+def speech_finder_settings(args: argparse.Namespace) -> SpeechFinderSettings:
+    """``--speech-finder`` and its settings, checked once: a setting the finder does not read, a threshold outside
+    (0.15, 1) or silero without the silero-vad package is one line (CommandError)."""
+    name = args.speech_finder or DEFAULT_SPEECH_FINDER
+    if args.vad_threshold is not None and "vad_threshold" not in SPEECH_FINDERS.get(name).options:
+        readers = [finder for finder in SPEECH_FINDERS if "vad_threshold" in SPEECH_FINDERS.get(finder).options]
+        raise CommandError(f"--vad-threshold: read by --speech-finder {', '.join(readers)} only, not {name}")
+    try:
+        return SpeechFinderSettings(name, args.min_pause, args.speech_pad,
+                                    vad_threshold=DEFAULT_THRESHOLD if args.vad_threshold is None else
+                                    args.vad_threshold)
+    except (ValueError, ImportError) as error:
+        raise CommandError(f"--speech-finder {name}: {error}") from None
+
+
 def _non_negative_float(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0.0") else _positive_float(text)
 
@@ -196,6 +226,7 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     if (args.model is None) == (args.onnx is None):
         raise CommandError("pass --model DIR (a trained model) or --onnx DIR (an export), one of them")
     _check_path_options(args)
+    finder = speech_finder_settings(args)
     if args.onnx is not None:
         return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
                                 prog=PROG)
@@ -248,8 +279,9 @@ def _run_transcribe(args: argparse.Namespace) -> int:
             model, processor, [waveform], **routing, method=method, chunk_length_s=args.chunk_length,
             stride_length_s=args.stride_length, timestamps=args.timestamps, lm_decoder=lm_decoder,
             lang_ids=lang_ids, cut_by=args.cut_by, search_length_s=args.search_length,
-            norm_window_s=args.norm_window, split_by=args.split_by, min_pause_s=args.min_pause,
-            speech_pad_s=args.speech_pad, confidence=args.confidence, **options,
+            norm_window_s=args.norm_window, split_by=args.split_by, min_pause_s=finder.min_pause_s,
+            speech_pad_s=args.speech_pad, confidence=args.confidence, speech_finder=finder.finder,
+            vad_threshold=finder.vad_threshold, **options,
         )[0]
         if "skipped" in result.extra:
             print(f"{PROG}: error: {escape_field(path)}: no text: {result.extra['skipped']}", file=sys.stderr)

@@ -123,6 +123,7 @@ def run_stream(args: argparse.Namespace) -> int:
         raise CommandError(f"--method {method} cannot stream; --stream decodes with {', '.join(STREAMING_METHODS)}")
     if args.sample_rate is not None and not any(path in STDIN_NAMES for path in args.audio):
         raise CommandError("--sample-rate applies to raw PCM on standard input ('-'); files give their own rate")
+    vad_threshold = stream_finder_threshold(args)
     model, processor = _load_model(args.model)
     if processor is None:
         raise CommandError(f"--model {args.model}: no processor saved beside the model")
@@ -135,7 +136,8 @@ def run_stream(args: argparse.Namespace) -> int:
             recognizer = StreamingRecognizer(
                 model, processor, chunk_ms=args.chunk_ms, num_left_chunks=args.num_left_chunks, method=method,
                 beam_size=args.beam_size or 8, lang_ids=lang_ids, norm_window_s=args.norm_window,
-                endpoint_silence_s=args.endpoint_silence,
+                endpoint_silence_s=args.endpoint_silence, speech_finder=args.speech_finder,
+                vad_threshold=vad_threshold,
             )
     except ValueError as error:
         raise CommandError(f"--model {args.model}: {error}") from None
@@ -172,7 +174,7 @@ def run_stream(args: argparse.Namespace) -> int:
         text = recognizer.text()
         final_ms = (time.perf_counter() - started) * 1000
         seconds = recognizer.seconds
-        compute = sum(recognizer.chunk_seconds)
+        compute = sum(recognizer.chunk_seconds) + recognizer.vad_seconds
         _print({"path": str(path), "text": text, "seconds": round(seconds, 3), "final": True,
                 "compute_rtf": round(compute / seconds, 4) if seconds else 0.0, "final_ms": round(final_ms, 1)})
         for problem in problems:
@@ -180,6 +182,29 @@ def run_stream(args: argparse.Namespace) -> int:
             failures += 1
         recognizer.reset()
     return 1 if failures else 0
+
+
+def stream_finder_threshold(args: argparse.Namespace) -> float:
+    """Check ``--speech-finder`` / ``--vad-threshold`` for streaming once (a finder that cannot stream, one without
+    ``--endpoint-silence``, silero without its package, a threshold out of range or without silero: one line) ->
+    the threshold."""
+    from ..inference.silero import DEFAULT_THRESHOLD
+    from ..inference.streaming import check_stream_finder
+
+    threshold = DEFAULT_THRESHOLD if args.vad_threshold is None else args.vad_threshold
+    if args.speech_finder is None:
+        if args.vad_threshold is not None:
+            raise CommandError("--vad-threshold: read by --speech-finder silero only; --stream endpoints on the best "
+                               "path's blanks without --speech-finder")
+        return threshold
+    if args.endpoint_silence is None:
+        raise CommandError(f"--speech-finder {args.speech_finder} with --stream: it endpoints utterances, so it needs "
+                           "--endpoint-silence SECONDS")
+    try:
+        check_stream_finder(args.speech_finder, threshold, args.endpoint_silence)
+    except (ValueError, ImportError) as error:
+        raise CommandError(f"--speech-finder {args.speech_finder}: {error}") from None
+    return threshold
 
 
 def _print(line: dict[str, Any]) -> None:

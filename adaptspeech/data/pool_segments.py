@@ -21,6 +21,7 @@ from ..inference.pauses import DEFAULT_MIN_PAUSE_S, energy_cost
 from ..inference.recording import FrameGrid
 from ..inference.regions import find_speech
 from ..inference.segmenting import DEFAULT_SMOOTHING_S, plan_cuts
+from ..inference.speech_finders import SpeechFinderSettings
 from .feature_types.fbank import FbankFeatures
 
 SEGMENT_SAMPLES_PER_FRAME = 640
@@ -76,7 +77,7 @@ def utterance_segments(waveform: np.ndarray, settings: SegmentSettings = Segment
     samples_per_frame -= samples_per_frame % features.unit_hop
     grid = FrameGrid.of_features(features, samples_per_frame)
     num_units = features.num_units(total)
-    regions = find_speech(grid, num_units, waveform, settings.min_pause_s)
+    regions = find_speech(grid, num_units, waveform, SpeechFinderSettings("energy", settings.min_pause_s))
     energy = energy_cost(waveform, samples_per_frame, grid.frames_of(num_units))
     max_frames = int(settings.max_segment_s * sampling_rate // samples_per_frame)
     search = max(1, min(max_frames, round(_SEARCH_S * sampling_rate / samples_per_frame)))

@@ -146,6 +146,14 @@ class Endpointer:
             has_text = True
         else:
             self.trailing += len(labels)
+        return self.decide(has_text)
+
+    def restart(self) -> None:
+        """After an event: the next utterance's silence counts from here."""
+        self.trailing = 0
+
+    def decide(self, has_text: bool) -> str | None:
+        """The rule on ``self.trailing`` silent frames: ``"end"``, ``"silence"`` or None (see :meth:`update`)."""
         if has_text and self.trailing >= self.silence_frames:
             return "end"
         if not has_text and self.trailing >= self.leading_frames:

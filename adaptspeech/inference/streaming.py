@@ -19,6 +19,7 @@ masks streams with a warning (it was not trained for it).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,11 @@ import torch
 from ..data.feature_types import FeatureType
 from ..decoding.streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
 from .local_norm import DEFAULT_NORM_WINDOW_S
+from .silero import DEFAULT_THRESHOLD, check_threshold
+from .speech_finders import SPEECH_FINDERS
 from .stitching import label_text
 from .stream_features import StreamFeatures
+from .vad_endpointing import StreamVAD, VADEndpointer
 
 #: seconds of blank before any text after which the silence so far is dropped (WeNet's endpoint rule 1)
 LEADING_SILENCE_S = 5.0
@@ -49,6 +53,27 @@ def chunk_frames(model: Any, chunk_ms: float) -> int:
     return round(frames)
 
 
+def check_stream_finder(speech_finder: str, vad_threshold: float,
+                        endpoint_silence_s: float | None) -> Callable[[float], StreamVAD]:
+    """``(vad_threshold) -> detector``: what endpoints a stream for ``speech_finder``, settings checked; ValueError
+    (one line) for a finder that is not registered or cannot stream, a threshold outside ``(0.15, 1)`` or no
+    ``endpoint_silence_s``, ImportError (:class:`~adaptspeech.inference.silero.MissingSileroError`) when silero-vad
+    is not installed."""
+    SPEECH_FINDERS.check(speech_finder, "speech_finder")
+    entry = SPEECH_FINDERS.get(speech_finder)
+    factory = entry.stream
+    if factory is None:
+        streaming = ", ".join(name for name in SPEECH_FINDERS if SPEECH_FINDERS.get(name).stream is not None)
+        raise ValueError(f"speech_finder {speech_finder!r} cannot endpoint a stream (it needs the whole recording); "
+                         f"finders that can: {streaming}; without one the best path's blanks endpoint")
+    if endpoint_silence_s is None:
+        raise ValueError(f"speech_finder {speech_finder!r} endpoints a stream: set endpoint_silence_s (seconds of "
+                         "silence that end an utterance)")
+    check_threshold(vad_threshold)
+    entry.require()
+    return factory
+
+
 class StreamingRecognizer:
     """Streaming recognition of one stream at a time (:meth:`reset` starts the next).
 
@@ -64,6 +89,10 @@ class StreamingRecognizer:
         norm_window_s: seconds of past audio the features are normalised over.
         endpoint_silence_s: end an utterance after this many seconds of blank following some text (None: never; the
             stream is then one utterance): its text moves to :meth:`pop_segments` and the search starts afresh.
+        speech_finder: what measures that silence: None (the best path's blanks, WeNet's rule) or a speech finder
+            that can stream (``"silero"``: silero-vad on the audio, :mod:`.vad_endpointing`); needs
+            ``endpoint_silence_s``.
+        vad_threshold: ``speech_finder="silero"``: the speech probability that starts speech.
     """
 
     def __init__(
@@ -77,6 +106,8 @@ class StreamingRecognizer:
         lang_ids: torch.Tensor | None = None,
         norm_window_s: float = DEFAULT_NORM_WINDOW_S,
         endpoint_silence_s: float | None = None,
+        speech_finder: str | None = None,
+        vad_threshold: float = DEFAULT_THRESHOLD,
     ) -> None:
         if getattr(model, "ctc_head", None) is None:
             raise ValueError(f"streaming decodes with a CTC head; this model has head={model.config.head!r}")
@@ -97,6 +128,8 @@ class StreamingRecognizer:
             None if endpoint_silence_s is None else (max(1, round(endpoint_silence_s * 1000 / frame_ms)),
                                                      max(1, round(LEADING_SILENCE_S * 1000 / frame_ms)))
         )
+        self.vad = None if speech_finder is None else \
+            check_stream_finder(speech_finder, vad_threshold, endpoint_silence_s)(vad_threshold)
         self.reset()
 
     def reset(self) -> None:
@@ -107,12 +140,17 @@ class StreamingRecognizer:
         self.cache = self.model.start_stream(self.chunk_size, self.num_left_chunks, rows, warn=False)
         self.search = self._new_search()
         blank = self.model.config.pad_token_id
-        self.endpointer = None if self.endpoint_frames is None else Endpointer(blank, *self.endpoint_frames)
+        self.endpointer: Endpointer | VADEndpointer | None = None
+        if self.vad is not None:
+            self.endpointer = VADEndpointer(self.vad, self.model.config.inputs_to_logits_ratio, *self.endpoint_frames)
+        elif self.endpoint_frames is not None:
+            self.endpointer = Endpointer(blank, *self.endpoint_frames)
         self.segments: list[dict[str, Any]] = []  # utterances ended by the endpointer: text, start, end (seconds)
         self.popped = 0
         self.frames = 0  # encoder frames decoded
         self.segment_start = 0  # encoder frame where the current utterance's search started
         self.chunk_seconds: list[float] = []  # compute time of every encoder chunk (latency figures)
+        self.vad_seconds = 0.0  # compute time of the speech finder that endpoints (silero), all blocks together
         self.finished = False
 
     def _new_search(self) -> StreamingCTCGreedy | StreamingCTCPrefixBeam:
@@ -134,6 +172,10 @@ class StreamingRecognizer:
         samples = np.asarray(samples.cpu() if isinstance(samples, torch.Tensor) else samples, dtype=np.float32)
         if samples.ndim != 1:
             raise ValueError(f"accept_waveform takes mono samples [n], got shape {samples.shape}")
+        if isinstance(self.endpointer, VADEndpointer):
+            start = time.perf_counter()
+            self.endpointer.accept_waveform(samples)
+            self.vad_seconds += time.perf_counter() - start
         raw = self.stream_features.push(samples)
         self.pending = np.concatenate([self.pending, raw]) if len(raw) else self.pending
         while len(self.pending) >= self.step_units:
@@ -167,7 +209,7 @@ class StreamingRecognizer:
             self.segments.append({"text": self.partial(), "start": round(self.segment_start * frame_s, 3),
                                   "end": round(end * frame_s, 3)})
         self.search = self._new_search()
-        self.endpointer.trailing = 0
+        self.endpointer.restart()
         self.segment_start = self.frames
 
     def pop_segments(self) -> list[dict[str, Any]]:

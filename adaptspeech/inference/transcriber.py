@@ -4,7 +4,8 @@ Each recording makes one pass through the stages, in order, each with one input 
 
 0. the recording: the reason it has nothing to decode, or its unnormalised model input, computed once, on the model's
    frame grid (:mod:`.recording`, :func:`~.local_norm.recording_input`);
-1. speech regions: where it holds speech, cut at pauses (:mod:`.regions`, from :mod:`.pauses`);
+1. speech regions: where it holds speech, cut at pauses (:mod:`.regions`, from a finder of :mod:`.speech_finders`:
+   the energy rule of :mod:`.pauses`, silero-vad, or ``auto``);
 2. segments: the pieces decoded on their own (:mod:`.segmenting`);
 3. features: each segment's model input, normalised over its own audio (:mod:`.local_norm`; a view that normalises
    each encoder call's input as the encoder reads it);
@@ -37,8 +38,9 @@ transcribed as usual.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,17 +57,20 @@ from . import (
 from .encoding import chunked_ctc_log_probs, encode_segment, stitch_ctc
 from .local_norm import DEFAULT_NORM_WINDOW_S, ModelInput, check_norm_window, recording_input, segment_input
 from .model_mixin import MODEL_SAMPLING_RATE
-from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost
+from .pauses import DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost
 from .recording import FrameGrid, nothing_to_decode
-from .regions import check_pause_settings, find_speech
+from .regions import find_speech
 from .segmenting import (
     DEFAULT_SMOOTHING_S,
     Segment,
     blank_cost,
+    fits_ctc_call,
     fits_segment,
     plan_ctc_segments,
     plan_segments,
 )
+from .silero import DEFAULT_THRESHOLD
+from .speech_finders import DEFAULT_SPEECH_FINDER, SpeechFinderSettings
 from .stitching import Transcription, frame_spans, join_segments, label_text
 from .timestamps import ctc_timestamps
 
@@ -82,8 +87,14 @@ class LongFormSettings:
         cut_by: the cut cost of attention / joint segments: ``"energy"`` or ``"ctc_blank"``.
         search_length_s: seconds before a segment's longest end searched for its cut.
         norm_window_s: seconds of the sliding normalisation window (:mod:`.local_norm`).
-        min_pause_s: shortest pause between two speech regions.
+        min_pause_s: shortest pause between two speech regions (None: the speech finder's default).
         speech_pad_s: seconds of pause kept on each side of a speech region.
+        speech_finder: where the speech regions are (``split_by="pauses"``): a name of
+            :data:`~adaptspeech.inference.speech_finders.SPEECH_FINDERS` (``"energy"``, ``"silero"``).
+        vad_threshold: ``"silero"``: the speech probability that starts speech.
+
+    Attributes:
+        finder: the speech-region finder with its settings, checked once here.
     """
 
     chunk_length_s: float = DEFAULT_CHUNK_LENGTH_S
@@ -93,8 +104,11 @@ class LongFormSettings:
     cut_by: str = "energy"
     search_length_s: float = DEFAULT_SEARCH_LENGTH_S
     norm_window_s: float = DEFAULT_NORM_WINDOW_S
-    min_pause_s: float = DEFAULT_MIN_PAUSE_S
+    min_pause_s: float | None = None
     speech_pad_s: float = DEFAULT_SPEECH_PAD_S
+    speech_finder: str = DEFAULT_SPEECH_FINDER
+    vad_threshold: float = DEFAULT_THRESHOLD
+    finder: SpeechFinderSettings = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.split_by not in LONG_FORM_SPLITS:
@@ -104,7 +118,8 @@ class LongFormSettings:
         if self.search_length_s <= 0:
             raise ValueError(f"search_length_s must be positive, got {self.search_length_s}")
         check_norm_window(self.norm_window_s)
-        check_pause_settings(self.min_pause_s, self.speech_pad_s)
+        object.__setattr__(self, "finder", SpeechFinderSettings(self.speech_finder, self.min_pause_s,
+                                                               self.speech_pad_s, vad_threshold=self.vad_threshold))
 
 
 @torch.no_grad()
@@ -123,9 +138,11 @@ def transcribe(
     search_length_s: float = DEFAULT_SEARCH_LENGTH_S,
     norm_window_s: float = DEFAULT_NORM_WINDOW_S,
     split_by: str = "pauses",
-    min_pause_s: float = DEFAULT_MIN_PAUSE_S,
+    min_pause_s: float | None = None,
     speech_pad_s: float = DEFAULT_SPEECH_PAD_S,
     confidence: bool = False,
+    speech_finder: str = DEFAULT_SPEECH_FINDER,
+    vad_threshold: float = DEFAULT_THRESHOLD,
     **options: Any,
 ) -> list[Transcription]:
     """Transcribe 16 kHz mono waveforms one by one.
@@ -148,11 +165,15 @@ def transcribe(
             without a pause longer than ``chunk_length_s``).
         split_by: how a recording longer than ``chunk_length_s`` is split: ``"pauses"`` or ``"chunks"`` (see the
             module docstring, and :mod:`~adaptspeech.inference.segmenting` for attention / joint decoding).
-        min_pause_s: shortest pause between two speech regions (``split_by="pauses"``).
+        min_pause_s: shortest pause between two speech regions (``split_by="pauses"``; None: the speech finder's
+            default, 0.25 s for ``"energy"``, 0.1 s for ``"silero"``).
         speech_pad_s: seconds of pause kept on each side of a speech region (``split_by="pauses"``).
         confidence: also score each word and the recording (:mod:`adaptspeech.decoding.confidence`; a best-path CTC
             method or the LM decoder): ``extra["confidence"]`` (the recording's) and ``extra["words"]`` (``[{"text",
             "start", "end", "confidence"}, ...]``, seconds).
+        speech_finder: where the speech regions are (``split_by="pauses"``): ``"energy"`` (the pause rule) or
+            ``"silero"`` (silero-vad; :mod:`~adaptspeech.inference.speech_finders`).
+        vad_threshold: ``speech_finder="silero"``: the speech probability that starts speech.
         **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
     """
     DECODING_METHODS.check(method, "method")
@@ -164,7 +185,7 @@ def transcribe(
     if confidence and not decoder.best_path and lm_decoder is None:
         raise ValueError(f"confidence needs the best CTC path (method ctc_greedy) or an LM, not method {method!r}")
     settings = LongFormSettings(chunk_length_s, stride_length_s, chunk_batch_size, split_by, cut_by, search_length_s,
-                                norm_window_s, min_pause_s, speech_pad_s)
+                                norm_window_s, min_pause_s, speech_pad_s, speech_finder, vad_threshold)
     grid = FrameGrid.of(model)
     results = []
     with evaluating(model):
@@ -261,9 +282,10 @@ def recording_ctc_log_probs(
     grid = FrameGrid.of(model)
     num_units = len(features)
     regions = None
-    if settings.split_by == "pauses":
-        regions = find_speech(grid, num_units, waveform, settings.min_pause_s, settings.speech_pad_s,
-                              pause_db)  # stage 1
+    if settings.split_by == "pauses" and not fits_ctc_call(grid, num_units, settings.chunk_length_s):
+        finder = settings.finder if pause_db == settings.finder.pause_db else \
+            dataclasses.replace(settings.finder, pause_db=pause_db)
+        regions = find_speech(grid, num_units, waveform, finder)  # stage 1
     segments = plan_ctc_segments(grid, num_units, settings.chunk_length_s, regions)  # stage 2
     pieces = [chunked_ctc_log_probs(model, segment_input(features, segment), settings.chunk_length_s,  # stages 3, 4
                                     settings.stride_length_s, settings.chunk_batch_size, lang_ids)
@@ -312,8 +334,8 @@ def attention_segments(
     grid = FrameGrid.of(model)
     num_units = len(features)
     regions = None
-    if settings.split_by == "pauses":
-        regions = find_speech(grid, num_units, waveform, settings.min_pause_s, settings.speech_pad_s)  # stage 1
+    if settings.split_by == "pauses" and not fits_segment(grid, num_units, settings.chunk_length_s):
+        regions = find_speech(grid, num_units, waveform, settings.finder)  # stage 1 (one segment needs none)
     cost = None
     if not fits_segment(grid, num_units, settings.chunk_length_s):  # where to cut (a CTC pass for "ctc_blank")
         cost = cut_cost(model, features, waveform, settings.cut_by, settings.chunk_length_s, lang_ids)
