@@ -12,16 +12,17 @@ commands, exports it, and transcribes the test split three ways:
 Every path reads the same 16 kHz waveform decoded from the corpus' clip. It prints the count of transcripts identical
 to PyTorch's (runs of spaces collapsed: sherpa-onnx keeps them) and the CER / WER of each path against the references.
 
-The steps, each skipped when its output is already there (``--overwrite`` retrains)::
+The steps, each skipped when its output is already there (training too when it ran ``--max-steps`` steps;
+``--overwrite`` retrains)::
 
     adaptspeech prepare common-voice --root CORPUS --languages es --out WORK/prepared --feature-type waveform ...
-    adaptspeech train --config WORK/stage.yaml --threads 1 training.max_steps=STEPS
+    adaptspeech train --config WORK/stage.yaml --threads 1 --no-progress    # stage_spec() with --max-steps
     adaptspeech export --model WORK/model/model --out WORK/onnx --quantize int8
 
 Usage (one CPU thread; ``--max-steps 10`` first to measure the step time)::
 
-    OMP_NUM_THREADS=1 python scripts/bench_sherpa.py --corpus runs/demo/corpus --work runs/sherpa --max-steps 10
-    OMP_NUM_THREADS=1 python scripts/bench_sherpa.py --corpus runs/demo/corpus --work runs/sherpa --max-steps 1600
+    OMP_NUM_THREADS=1 python scripts/bench_sherpa.py --corpus runs/synthetic_demo/corpus --max-steps 10
+    OMP_NUM_THREADS=1 python scripts/bench_sherpa.py --corpus runs/synthetic_demo/corpus --max-steps 1600
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ def adaptspeech(*args: str) -> None:
     subprocess.run(command, check=True)
 
 
+def trained_steps(work: Path) -> int | None:
+    """The step budget of the model trained in ``work`` (None: no finished model there)."""
+    spec = work / "model" / "stage_spec.json"
+    if not (work / "model" / "model" / "config.json").is_file() or not spec.is_file():
+        return None
+    return json.loads(spec.read_text())["training"].get("max_steps")
+
+
 def build(args: argparse.Namespace) -> dict:
     """Prepare, train and export (each step skipped when done); the seconds each step took."""
     work: Path = args.work
@@ -87,7 +96,7 @@ def build(args: argparse.Namespace) -> dict:
                     "--out", str(work / "prepared"), "--splits", "train,dev,test", "--feature-type", "waveform",
                     "--max-seconds", "12", "--num-proc", "1")
         seconds["prepare"] = time.perf_counter() - start
-    if args.overwrite or not (work / "model" / "model" / "config.json").is_file():
+    if args.overwrite or trained_steps(work) != args.max_steps:
         (work / "stage.yaml").write_text(yaml.safe_dump(stage_spec(work, args.language, args.max_steps),
                                                         sort_keys=False))
         start = time.perf_counter()
@@ -165,9 +174,7 @@ def main() -> None:
                     or platform.machine(), "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
                     "sherpa_onnx": sherpa_onnx.__version__, "threads": 1, "language": args.language}
     result["seconds"] = build(args)
-    trained = json.loads((args.work / "model" / "stage_spec.json").read_text()) \
-        if (args.work / "model" / "stage_spec.json").is_file() else {}
-    result["max_steps"] = trained.get("training", {}).get("max_steps", args.max_steps)
+    result["max_steps"] = trained_steps(args.work)
     clips, references = test_clips(args.corpus, args.work, args.split, args.language)
     result["utterances"] = len(clips)
     result["audio_seconds"] = round(sum(len(c) for c in clips) / 16000, 1)
