@@ -21,10 +21,11 @@ from helpers.model_folders import audio, model_folder
 from adaptspeech.export import export_model
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.runtime import OnnxRecognizer
+from adaptspeech.runtime.sherpa import sherpa_transcribe
 from adaptspeech.saved_model import load_saved_model
 from adaptspeech.testing.tiny_models import FRONT_END_320X
 
-sherpa_onnx = pytest.importorskip("sherpa_onnx")
+pytest.importorskip("sherpa_onnx")
 
 UTTERANCES = 100
 
@@ -51,23 +52,11 @@ def _clips() -> list[np.ndarray]:
     return [audio(float(rng.uniform(0.4, 1.6)), seed=i) for i in range(UTTERANCES)]
 
 
-def _sherpa_texts(folder, clips) -> list[str]:
-    recognizer = sherpa_onnx.OfflineRecognizer.from_omnilingual_asr_ctc(
-        model=str(folder / "model.onnx"), tokens=str(folder / "tokens.txt"), num_threads=1)
-    texts = []
-    for clip in clips:
-        stream = recognizer.create_stream()
-        stream.accept_waveform(16000, clip)
-        recognizer.decode_stream(stream)
-        texts.append(" ".join(stream.result.text.split()))
-    return texts
-
-
 def test_sherpa_onnx_transcribes_as_adaptspeech(folders):
     from adaptspeech.cli.common import _load_model
 
     clips = _clips()
-    sherpa = _sherpa_texts(folders / "onnx", clips)
+    sherpa = sherpa_transcribe(folders / "onnx", clips)
     onnx = [r.text for r in OnnxRecognizer(folders / "onnx", precision="fp32").transcribe(clips)]
     model, processor = _load_model(str(folders / "model"))
     model.set_target_language("ro")
