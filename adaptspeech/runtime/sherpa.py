@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .folder import TOKENS_FILE, read_export
+from .folder import TOKENS_FILE, ExportFolderError, read_export
 
 
 def sherpa_transcribe(folder: str | os.PathLike, waveforms: Sequence[np.ndarray], precision: str = "fp32",
@@ -29,10 +29,17 @@ def sherpa_transcribe(folder: str | os.PathLike, waveforms: Sequence[np.ndarray]
 
     Returns:
         One text per waveform, runs of spaces collapsed.
+
+    Raises:
+        ExportFolderError: a folder of a framed (fbank) model: sherpa-onnx would feed it the waveform and decode
+            nonsense without an error.
     """
     import sherpa_onnx
 
     exported = read_export(folder)
+    if exported.framed:
+        raise ExportFolderError(f"{exported.path}: a {exported.feature['type']} model; sherpa-onnx's wav2vec2-family "
+                                "entry point runs waveform models only (docs/export.md)")
     recognizer = sherpa_onnx.OfflineRecognizer.from_omnilingual_asr_ctc(
         model=str(exported.graph(precision)), tokens=str(exported.path / TOKENS_FILE), num_threads=num_threads)
     texts = []

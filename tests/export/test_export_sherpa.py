@@ -21,6 +21,7 @@ from helpers.model_folders import audio, model_folder
 from adaptspeech.export import export_model
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.runtime import OnnxRecognizer
+from adaptspeech.runtime.folder import ExportFolderError
 from adaptspeech.runtime.sherpa import sherpa_transcribe
 from adaptspeech.saved_model import load_saved_model
 from adaptspeech.testing.tiny_models import FRONT_END_320X
@@ -64,3 +65,12 @@ def test_sherpa_onnx_transcribes_as_adaptspeech(folders):
     assert len(set(pytorch)) >= 5, "the random model's transcripts vary with the clip"
     assert onnx == pytorch
     assert sherpa == pytorch
+
+
+def test_an_fbank_folder_is_refused(tmp_path):
+    """sherpa-onnx would feed an fbank graph the waveform and decode nonsense without an error."""
+    model_folder(tmp_path / "model", languages=("ro",))
+    export_model(tmp_path / "model", tmp_path / "onnx", language="ro")
+    with pytest.raises(ExportFolderError, match=r"a fbank model; sherpa-onnx's wav2vec2-family entry point runs "
+                                                r"waveform models only"):
+        sherpa_transcribe(tmp_path / "onnx", [audio(1.0)])
