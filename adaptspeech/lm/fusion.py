@@ -59,6 +59,12 @@ class NGramFusion:
         """pyctcdecode's partial-word term (0 while ``part`` begins a word of the unigram list)."""
         return float(self.language_model.score_partial_token(part))
 
+    def max_word_gain(self) -> float | None:
+        """An upper bound of :meth:`word`: beta when alpha >= 0 and the unknown-word offset <= 0 (a word's log
+        probability is at most 0), else None (no bound)."""
+        model = self.language_model
+        return self.beta if self.alpha >= 0 and model.unk_score_offset <= 0 else None
+
     def end(self, state: Any) -> float:
         """``alpha ln p(</s> | state)`` (0 when the LM does not score sentence boundaries)."""
         import kenlm

@@ -15,25 +15,30 @@ do). A word is scored when the delimiter after it is added (KenLM's state after 
 partial word at the end of the utterance (:func:`finish_beams`), with the end-of-sentence probability. The fusion
 term is a function of the prefix alone, so prefixes that merge keep one term and the CTC sums are unchanged.
 
-The search is the plain one: each beam prefix is extended by every candidate label of the frame (the frame's
-``token_min_logp`` / ``token_prune`` candidates, as without the LM); all the prefixes are ranked and the best
-``beam_size`` within ``beam_prune_logp`` of the best kept. (The bound that lets the search without the LM skip
-extensions does not hold here: a word's ``beta`` can raise a child above its parent.) The fusion states live in a
-dictionary ``key -> (complete-word score, KenLM state, partial word)`` trimmed to the beam after every frame, so the
+The search keeps what the plain one keeps: each beam prefix extended by every candidate label of the frame (the frame's
+``token_min_logp`` / ``token_prune`` candidates, as without the LM), all the prefixes ranked and the best ``beam_size``
+within ``beam_prune_logp`` of the best kept (the reference in the tests). As without the LM, the beam's own prefixes
+are updated first and new prefixes are tried best first, skipped once a bound of their rank cannot beat the
+``beam_size``-th best so far; the bound is the parent's rank plus the label's log-probability plus what the fusion term
+can gain: nothing for a letter (the partial-word term only falls), at most ``beta`` less the partial-word term for the
+word delimiter (alpha >= 0: a word's LM log-probability is at most 0). The fusion states live in a
+dictionary ``key -> (fusion term, complete-word score, KenLM state, partial word)`` trimmed to the beam after every frame, so the
 state after frame ``t`` (beam + dictionary) is all frame ``t + 1`` needs: fed in any pieces, the search gives the same
 beams as on all the frames at once.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from typing import Any, Protocol
 
 from .prefix_beam import NEG_INF, FrameCandidates, log_add
 
 # A fused beam entry: (rank, log p_ctc, p_b, p_nb, last label or -1, prefix key); rank = log p_ctc + fusion(key).
 FusedBeam = tuple[float, float, float, float, int, str]
-# The fusion state of a prefix: (score of its complete words, LM state after them, its partial word).
-PrefixLM = tuple[float, Any, str]
+# The fusion state of a prefix: (fusion term, score of its complete words, LM state after them, its partial word).
+PrefixLM = tuple[float, float, Any, str]
 
 
 class WordScorer(Protocol):
@@ -53,6 +58,9 @@ class WordScorer(Protocol):
     def end(self, state: Any) -> float:
         """``alpha ln p(</s> | state)``: the end of an utterance whose text ends with a word delimiter."""
 
+    def max_word_gain(self) -> float | None:
+        """An upper bound of :meth:`word` (beta when alpha >= 0 and the offsets are <= 0; None: no bound)."""
+
 
 class FusedSearch:
     """The state of one utterance's fused search: the beam and the fusion state of its prefixes.
@@ -65,73 +73,116 @@ class FusedSearch:
 
     def __init__(self, scorer: WordScorer, beam_size: int, beam_prune_logp: float = NEG_INF) -> None:
         self.scorer, self.beam_size, self.beam_prune_logp = scorer, beam_size, beam_prune_logp
-        self.prefix_lm: dict[str, PrefixLM] = {"": (0.0, scorer.start_state(), "")}
+        self.prefix_lm: dict[str, PrefixLM] = {"": (0.0, 0.0, scorer.start_state(), "")}
         self.partial_scores: dict[str, float] = {}
         self.beams: list[FusedBeam] = [(0.0, 0.0, 0.0, NEG_INF, -1, "")]
+        self.delimiters = {label for label, text in enumerate(scorer.labels) if text == " "}
 
     def _fusion(self, key: str) -> float:
         """``fusion(key)`` (see the module docstring); ``key``'s parent must be known (it was in the beam)."""
         known = self.prefix_lm.get(key)
-        if known is None:
-            words, state, part = self.prefix_lm[key[:-1]]
-            text = self.scorer.labels[ord(key[-1])]
-            if text == " ":
-                if part:
-                    score, state = self.scorer.word(state, part, False)
-                    words, part = words + score, ""
-            else:
-                part += text
-            known = self.prefix_lm[key] = (words, state, part)
-        words, _, part = known
-        if not part:
-            return words
-        score = self.partial_scores.get(part)
-        if score is None:
-            score = self.partial_scores[part] = self.scorer.partial(part)
-        return words + score
+        if known is not None:
+            return known[0]
+        _, words, state, part = self.prefix_lm[key[:-1]]
+        text = self.scorer.labels[ord(key[-1])]
+        if text == " ":
+            if part:
+                score, state = self.scorer.word(state, part, False)
+                words, part = words + score, ""
+        else:
+            part += text
+        fusion = words
+        if part:
+            score = self.partial_scores.get(part)
+            if score is None:
+                score = self.partial_scores[part] = self.scorer.partial(part)
+            fusion += score
+        self.prefix_lm[key] = (fusion, words, state, part)
+        return fusion
 
     def advance(self, frames: FrameCandidates) -> list[FusedBeam]:
         """Run the search over ``frames`` (continuing from the beam so far) -> the beam, best first."""
         beams = self.beams
+        gain = self.scorer.max_word_gain()
+        delimiters = self.delimiters
+        heappush, heapreplace = heapq.heappush, heapq.heapreplace
         for blank, labels, probs in zip(frames.blank, frames.labels, frames.log_probs):
-            merged: dict[str, list] = {}  # key -> [p_b, p_nb, last]; the beam's own prefixes first (stable ties)
-            for _, ctc, _, _, last, key in beams:
-                merged[key] = [ctc + blank, NEG_INF, last]
-            for _, ctc, p_b, p_nb, last, key in beams:
-                for label, p in zip(labels, probs):
-                    if label == last:  # the repeat collapses; a new label needs a blank in between
-                        entry = merged[key]
-                        entry[1] = log_add(entry[1], p_nb + p)
-                        score = p_b + p
-                    else:
-                        score = ctc + p
-                    if score == NEG_INF:
-                        continue
+            updated = self._update_beam(beams, blank, dict(zip(labels, probs)))
+            index = {beam[5] for beam in beams}
+            heap = [beam[0] for beam in updated]  # the best beam_size ranks so far (min-heap)
+            heapq.heapify(heap)
+            while len(heap) > self.beam_size:
+                heapq.heappop(heap)
+            best = max(heap, default=NEG_INF)
+            floor = best + self.beam_prune_logp
+            kth = heap[0] if len(heap) >= self.beam_size else NEG_INF
+            threshold = kth if kth > floor else floor
+            for rank, ctc, p_b, _, last, key in beams if labels else ():
+                slack = self._slack(key, gain)
+                fusion = rank - ctc
+                for label, p in zip(labels, probs):  # most likely first: the bound only falls
+                    if rank + p + slack <= threshold:
+                        break
+                    score = p_b + p if label == last else ctc + p  # a repeat needs a blank in between
+                    if score + fusion + (slack if label in delimiters else 0.0) <= threshold:
+                        continue  # the bound with the exact CTC score: a letter's fusion term never rises
                     child = key + chr(label)
-                    entry = merged.get(child)
-                    if entry is None:
-                        merged[child] = [NEG_INF, score, label]
+                    if child in index:  # a beam prefix: already updated
+                        continue
+                    child_rank = score + self._fusion(child)
+                    if child_rank <= threshold:
+                        continue
+                    updated.append((child_rank, score, NEG_INF, score, label, child))
+                    if len(heap) < self.beam_size:
+                        heappush(heap, child_rank)
+                        kth = heap[0] if len(heap) == self.beam_size else NEG_INF
                     else:
-                        entry[1] = log_add(entry[1], score)
-            ranked = []
-            for key, (p_b, p_nb, last) in merged.items():
-                ctc = log_add(p_b, p_nb)
-                if ctc != NEG_INF:
-                    ranked.append((ctc + self._fusion(key), ctc, p_b, p_nb, last, key))
-            ranked.sort(key=_rank, reverse=True)
-            beams = ranked[: self.beam_size]
-            if self.beam_prune_logp > NEG_INF:
-                floor = beams[0][0] + self.beam_prune_logp
+                        heapreplace(heap, child_rank)
+                        kth = heap[0]
+                    if child_rank > best:
+                        best = child_rank
+                        floor = best + self.beam_prune_logp
+                    threshold = kth if kth > floor else floor
+            updated.sort(key=_rank, reverse=True)
+            beams = updated[: self.beam_size]
+            if floor > NEG_INF:
                 beams = [beam for beam in beams if beam[0] >= floor]
             self._trim(beams)
         self.beams = beams
         return beams
 
+    def _update_beam(self, beams: list[FusedBeam], blank: float, label_log_prob: dict[int, float]) -> list[FusedBeam]:
+        """The beam's own prefixes after one more frame: blank, the repeated last label, and the extension of their
+        parent when it is in the beam (every way a beam prefix gains probability), ranked."""
+        parents = {beam[5]: beam for beam in beams}
+        updated = []
+        for _, ctc, _, p_nb, last, key in beams:
+            new_b, new_nb = ctc + blank, NEG_INF
+            p = label_log_prob.get(last)
+            if p is not None:
+                new_nb = p_nb + p
+                parent = parents.get(key[:-1]) if key else None
+                if parent is not None:
+                    new_nb = log_add(new_nb, (parent[2] if parent[4] == last else parent[1]) + p)
+            total = log_add(new_b, new_nb)
+            if total != NEG_INF:
+                updated.append((total + self._fusion(key), total, new_b, new_nb, last, key))
+        return updated
+
+    def _slack(self, key: str, gain: float | None) -> float:
+        """How much higher than ``key``'s own fusion term a child's can be: a word completed by a delimiter gains at
+        most ``gain`` (its beta) and drops the partial-word term; another letter never raises it (the partial-word
+        term only falls as a word that begins no vocabulary word grows). ``gain`` None: no bound (inf)."""
+        if gain is None:
+            return math.inf
+        fusion, words, _, part = self.prefix_lm[key]
+        return max(0.0, gain - (fusion - words)) if part else 0.0
+
     def _trim(self, beams: list[FusedBeam]) -> None:
         """Keep the fusion states of the beam's prefixes only (their children are scored from them)."""
         if len(self.prefix_lm) > 4 * max(len(beams), 1):
             self.prefix_lm = {beam[5]: self.prefix_lm[beam[5]] for beam in beams}
-        if len(self.partial_scores) > 4096:
+        if len(self.partial_scores) > 65536:
             self.partial_scores.clear()
 
     def finish(self) -> list[FusedBeam]:
@@ -144,7 +195,7 @@ def finish_beams(beams: list[FusedBeam], prefix_lm: dict[str, PrefixLM], scorer:
     included), or, after a final delimiter, the end of sentence alone. Best first (stable on ties)."""
     final = []
     for _, ctc, p_b, p_nb, last, key in beams:
-        words, state, part = prefix_lm[key]
+        _, words, state, part = prefix_lm[key]
         words += scorer.word(state, part, True)[0] if part else scorer.end(state)
         final.append((ctc + words, ctc, p_b, p_nb, last, key))
     final.sort(key=_rank, reverse=True)

@@ -75,6 +75,54 @@ def test_fused_search_chunk_by_chunk_equals_one_pass(setup: tuple) -> None:
         assert chunked.finish(1)[0].scores["lm"] != 0.0  # the LM did score
 
 
+def plain_fused_search(search, frames) -> list:
+    """The reference: every beam prefix extended by every candidate label, all prefixes merged, ranked by CTC +
+    fusion (``search._fusion``), the best ``beam_size`` within ``beam_prune_logp`` of the best kept."""
+    from adaptspeech.runtime.prefix_beam import NEG_INF, log_add
+
+    beams = search.beams
+    for blank, labels, probs in zip(frames.blank, frames.labels, frames.log_probs):
+        merged = {}
+        for _, ctc, _, _, last, key in beams:
+            merged[key] = [ctc + blank, NEG_INF, last]
+        for _, ctc, p_b, p_nb, last, key in beams:
+            for label, p in zip(labels, probs):
+                if label == last:
+                    merged[key][1] = log_add(merged[key][1], p_nb + p)
+                    score = p_b + p
+                else:
+                    score = ctc + p
+                if score != NEG_INF:
+                    entry = merged.setdefault(key + chr(label), [NEG_INF, NEG_INF, label])
+                    entry[1] = log_add(entry[1], score)
+        ranked = [(log_add(b, nb) + search._fusion(key), log_add(b, nb), b, nb, last, key)
+                  for key, (b, nb, last) in merged.items() if log_add(b, nb) != NEG_INF]
+        ranked.sort(key=lambda beam: beam[0], reverse=True)
+        beams = [beam for beam in ranked[: search.beam_size] if beam[0] >= ranked[0][0] + search.beam_prune_logp]
+    return beams
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(0.5, 1.0), (2.0, 4.0), (1.0, -2.0), (-0.5, 1.0)])
+def test_fused_search_keeps_what_the_plain_search_keeps(setup: tuple, alpha: float, beta: float) -> None:
+    """The bound that skips extensions loses nothing: the beam after every frame equals the plain search's (the same
+    sums in the same order: compared exactly); alpha < 0 has no bound and tries every extension."""
+    from adaptspeech.decoding.ctc_prefix_beam import frame_candidates
+    from adaptspeech.lm.fusion import NGramFusion
+    from adaptspeech.runtime.lm_prefix_beam import FusedSearch
+
+    tokenizer, lm = setup
+    fusion = NGramFusion.from_lm_dir(tokenizer, lm, alpha=alpha, beta=beta)
+    for seed, (beam_size, prune) in enumerate([(4, float("-inf")), (8, -6.0), (16, -10.0)]):
+        gen = torch.Generator().manual_seed(seed)
+        log_probs = (torch.randn(1, 30, len(tokenizer), generator=gen) * 2.5).log_softmax(-1).double()
+        frames = frame_candidates(log_probs, [30], 0, len(tokenizer), float("-inf"))[0]
+        search = FusedSearch(fusion, beam_size, prune)
+        for t in range(30):
+            one = type(frames)(frames.blank[t : t + 1], frames.labels[t : t + 1], frames.log_probs[t : t + 1])
+            expected = plain_fused_search(search, one)
+            assert search.advance(one) == expected
+
+
 def test_fused_search_at_zero_weights_is_the_search_without_lm(setup: tuple) -> None:
     """alpha = beta = 0 (and so no unknown-word offset): the same prefixes as the prefix beam search without an LM;
     the CTC scores to 1e-9 (the sums are added in another order)."""
