@@ -25,7 +25,9 @@ pruning; the LM is built by ``lm build`` from 3,000 random sentences over a 2,00
 (prefix beam search, width 8, and attention rescoring of its 8-best with the LAS decoder; the model is then
 ``ctc_las`` with the LAS head's default sizes). Printed: compute per chunk (median / p95) and the time from the end of
 the audio to the final text, both with the ratio to greedy's. Random weights give flat posteriors on which every label
-is a candidate of the beam at every frame: the searches' worst case (a trained model's posteriors are peaky).
+is a candidate of the beam at every frame: the searches' worst case (posteriors ``flat``). Rows ``peaky`` sharpen the
+random CTC head as training does (its weights x25, the blank's bias +12): about 70% of the frames then have the blank
+as their best label and 2.7 labels (blank included) lie above the LM search's log-probability floor of -5, on average.
 """
 
 from __future__ import annotations
@@ -162,12 +164,18 @@ def _stream_once(recognizer: Any, seconds: float) -> tuple[list[float], float]:
     return recognizer.chunk_seconds[:-1], (time.perf_counter() - start) * 1000
 
 
-def _measure_decoder(size: str, decoder: str, seconds: float, chunk_ms: float, threads: int, out: Any) -> None:
+def _measure_decoder(size: str, decoder: str, posteriors: str, seconds: float, chunk_ms: float, threads: int,
+                     out: Any) -> None:
     import numpy as np
+    import torch
 
     from adaptspeech.inference.streaming import StreamingRecognizer
 
     model, processor = _build(size, threads, head="ctc_las" if decoder == "rescore" else "ctc")
+    if posteriors == "peaky":
+        with torch.no_grad():
+            model.ctc_head.lm_head.weight.mul_(25.0)
+            model.ctc_head.lm_head.bias[model.config.pad_token_id] += 12.0
     settings: dict[str, Any] = dict(method="ctc_beam")
     if decoder == "lm":
         settings["lm"] = _lm_dir(tempfile.mkdtemp())
@@ -182,8 +190,8 @@ def _measure_decoder(size: str, decoder: str, seconds: float, chunk_ms: float, t
         chunks, final_ms = _stream_once(recognizer, seconds)
         chunks = np.array(chunks) * 1000
         figures[name] = (float(np.median(chunks)), float(np.percentile(chunks, 95)), final_ms)
-    out.put(dict(size=size, decoder=decoder, seconds=seconds, chunk_ms=chunk_ms, greedy=figures["greedy"],
-                 measured=figures[decoder]))
+    out.put(dict(size=size, decoder=decoder, posteriors=posteriors, seconds=seconds, chunk_ms=chunk_ms,
+                 greedy=figures["greedy"], measured=figures[decoder]))
 
 
 def main() -> None:
@@ -195,6 +203,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--decoders", default="", help="comma-separated: beam, lm, rescore (a second table; these "
                         "only, without the first table's rows)")
+    parser.add_argument("--posteriors", default="flat,peaky", help="--decoders: flat (random weights), peaky")
     parser.add_argument("--utterance-seconds", type=float, default=10.0, help="--decoders: stream length (default 10)")
     args = parser.parse_args()
     context = mp.get_context("spawn")
@@ -225,20 +234,22 @@ def main() -> None:
 
 
 def _decoder_table(context: Any, args: argparse.Namespace) -> None:
-    print("| size | decoder | seconds | chunk median ms (x greedy) | p95 ms (x greedy) | final ms (x greedy) | greedy "
-          "final ms |")
-    print("|---|---|---|---|---|---|---|")
+    print("| size | decoder | posteriors | seconds | chunk median ms (x greedy) | p95 ms (x greedy) | final ms "
+          "(x greedy) | greedy final ms |")
+    print("|---|---|---|---|---|---|---|---|")
     for size in args.sizes.split(","):
         for decoder in args.decoders.split(","):
-            queue = context.Queue()
-            process = context.Process(target=_measure_decoder, args=(size, decoder, args.utterance_seconds,
-                                                                     args.chunk_ms, args.threads, queue))
-            process.start()
-            r = queue.get()
-            process.join()
-            (g_med, g_p95, g_final), (med, p95, final) = r["greedy"], r["measured"]
-            print(f"| {size} | {decoder} | {r['seconds']:g} | {med:.1f} ({med / g_med:.2f}) | {p95:.1f} "
-                  f"({p95 / g_p95:.2f}) | {final:.1f} ({final / g_final:.2f}) | {g_final:.1f} |", flush=True)
+            for posteriors in args.posteriors.split(","):
+                queue = context.Queue()
+                process = context.Process(target=_measure_decoder, args=(
+                    size, decoder, posteriors, args.utterance_seconds, args.chunk_ms, args.threads, queue))
+                process.start()
+                r = queue.get()
+                process.join()
+                (g_med, g_p95, g_final), (med, p95, final) = r["greedy"], r["measured"]
+                print(f"| {size} | {decoder} | {posteriors} | {r['seconds']:g} | {med:.1f} ({med / g_med:.2f}) | "
+                      f"{p95:.1f} ({p95 / g_p95:.2f}) | {final:.1f} ({final / g_final:.2f}) | {g_final:.1f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":
