@@ -14,6 +14,12 @@ test_inference_stream_encoding.py``); ``--stream-corpus`` also decodes the test 
 ``StreamingRecognizer``, whose features are normalised over past audio only (training normalises each utterance over
 itself): the end-to-end streaming figure. ``--reference-run``: the same systems trained without chunks (today's
 settings) at full context, for the "within +0.5 points" comparison (every system found in both runs).
+
+``--lm DIR`` (an ``adaptspeech lm build`` folder or a model folder with a tuned LM; ``--alpha`` / ``--beta``) adds, for
+every system and chunk size, the CER with the word n-gram LM two ways on the same posteriors: the offline LM decoder of
+``transcribe --lm`` (pyctcdecode) and the streaming prefix beam search with the LM fused
+(:func:`~adaptspeech.inference.streaming.lm_prefix_beam`), fed the posteriors one decoding chunk at a time (640 ms
+for full context), as a stream gives them. ``--sets sources`` / ``target`` limits the test sets.
 """
 
 from __future__ import annotations
@@ -41,6 +47,47 @@ def _cer(model: Any, data: Any, processor: Any, chunk: int, languages: list[str]
         present = [lang for lang in languages if lang in metrics["per_language"]]  # --max-rows may cut some
         return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
     return 100 * float(metrics["overall"]["cer"])
+
+
+class _StreamedLM:
+    """The streaming fused LM search as the ``lm_decoder`` of :func:`evaluate_dataset`: each utterance's CTC
+    log-probabilities ``[T, V]`` fed ``chunk`` frames at a time, the text of the best hypothesis at its end."""
+
+    def __init__(self, fusion: Any, tokenizer: Any, vocab_size: int, blank_id: int, chunk: int) -> None:
+        self.fusion, self.tokenizer, self.vocab_size, self.blank_id, self.chunk = (fusion, tokenizer, vocab_size,
+                                                                                  blank_id, chunk)
+
+    def decode(self, log_probs: torch.Tensor, **_: Any) -> tuple[str, list]:
+        from adaptspeech.inference.stitching import label_text
+        from adaptspeech.inference.streaming import lm_prefix_beam
+
+        search = lm_prefix_beam(self.vocab_size, self.blank_id, self.fusion)
+        for start in range(0, len(log_probs), self.chunk):
+            search.accept(log_probs[start : start + self.chunk].float().log_softmax(-1))
+        return label_text(self.tokenizer, search.finish(1)[0].tokens), []
+
+
+def _lm_cers(model: Any, data: Any, processor: Any, chunk: int, languages: list[str], batch_size: int,
+             lm: Path, alpha: float | None, beta: float | None) -> tuple[float, float]:
+    """``(CER % with the offline LM decoder, CER % with the streaming fused search)`` at ``chunk`` frames."""
+    from adaptspeech.lm.decoder import LMDecoder, build_decoder
+    from adaptspeech.lm.fusion import NGramFusion
+
+    offline = LMDecoder(build_decoder(processor.tokenizer, lm, alpha=alpha, beta=beta))
+    fusion = NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=alpha, beta=beta)
+    streamed = _StreamedLM(fusion, processor.tokenizer, model.config.vocab_size, model.config.pad_token_id,
+                           chunk or round(640 / model.frame_milliseconds()))
+    cers = []
+    for decoder in (offline, streamed):
+        with chunk_attention(chunk):
+            metrics = evaluate_dataset(model, data, processor, batch_size=batch_size, progress=False,
+                                       lm_decoder=decoder)
+        if len(languages) > 1:
+            present = [lang for lang in languages if lang in metrics["per_language"]]
+            cers.append(100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present])))
+        else:
+            cers.append(100 * float(metrics["overall"]["cer"]))
+    return cers[0], cers[1]
 
 
 def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms: float, languages: list[str]) -> float:
@@ -78,6 +125,11 @@ def main() -> None:
     parser.add_argument("--skip-base", action="store_true", help="evaluate the target systems only")
     parser.add_argument("--stream-every", type=int, default=1, help="stream every Nth test clip only (default 1: all)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    parser.add_argument("--lm", type=Path, default=None, help="also decode with this word n-gram LM, offline and "
+                        "with the streaming fused search")
+    parser.add_argument("--alpha", type=float, default=None, help="--lm: LM weight (default: the saved or 0.5)")
+    parser.add_argument("--beta", type=float, default=None, help="--lm: word bonus (default: the saved or 1.0)")
+    parser.add_argument("--sets", default="sources,target", help="test sets to evaluate: sources, target")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dataset, processor = load_prepared(args.prepared or args.run / "prepared")
@@ -96,6 +148,7 @@ def main() -> None:
     results: dict[str, Any] = {"chunks_ms": chunks_ms, "systems": {}}
     if args.skip_base:
         systems = systems[1:]
+    systems = [system for system in systems if system[2] in args.sets.split(",")]
     for label, stage, which in systems:
         folder = args.run / stage / "model"
         if not folder.is_dir():
@@ -106,6 +159,12 @@ def main() -> None:
         row = [_cer(model, data, processor, round(c / frame_ms), languages, args.batch_size) for c in chunks_ms]
         results["systems"][label] = row
         print(label, row, flush=True)
+        if args.lm is not None:
+            pairs = [_lm_cers(model, data, processor, round(c / frame_ms), languages, args.batch_size, args.lm,
+                              args.alpha, args.beta) for c in chunks_ms]
+            results.setdefault("lm_offline", {})[label] = [offline for offline, _ in pairs]
+            results.setdefault("lm_streamed_search", {})[label] = [streamed for _, streamed in pairs]
+            print(label, "LM offline / streaming search", pairs, flush=True)
         if args.stream_corpus is not None:
             clips = data.select(range(0, len(data), args.stream_every))
             corpus = args.stream_corpus
@@ -130,6 +189,9 @@ def main() -> None:
         full = results["systems"][label][0]
         cells = [f"{cer:.2f} ({(cer / full - 1) * 100:+.0f}%)" for cer in row]
         print(f"| {label}, streamed audio | - | " + " | ".join(cells) + " |")
+    for name, title in (("lm_offline", "LM, offline decoder"), ("lm_streamed_search", "LM, streaming search")):
+        for label, row in results.get(name, {}).items():
+            print(f"| {label}, {title} | " + " | ".join(f"{cer:.2f}" for cer in row) + " |")
     for label, cer in results.get("reference_full_context", {}).items():
         mine = results["systems"].get(label, [float("nan")])[0]
         print(f"{label}: full context {mine:.2f}, trained without chunks {cer:.2f}: {mine - cer:+.2f} points")

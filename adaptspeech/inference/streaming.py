@@ -50,6 +50,16 @@ LM_BEAM_SIZE = 32
 LM_TOKEN_MIN_LOGP, LM_BEAM_PRUNE_LOGP = -5.0, -10.0
 
 
+def lm_prefix_beam(
+    vocab_size: int, blank_id: int, fusion: Any, beam_size: int = LM_BEAM_SIZE
+) -> StreamingCTCPrefixBeam:
+    """The streaming prefix beam search with a word n-gram LM fused (:class:`~adaptspeech.lm.fusion.NGramFusion`),
+    with the offline LM decoder's settings: every label with log-probability >= -5 tried, prefixes more than 10 below
+    the best dropped."""
+    return StreamingCTCPrefixBeam(vocab_size, beam_size, blank_id, token_prune=vocab_size,
+                                  token_min_logp=LM_TOKEN_MIN_LOGP, beam_prune_logp=LM_BEAM_PRUNE_LOGP, fusion=fusion)
+
+
 def chunk_frames(model: Any, chunk_ms: float) -> int:
     """Encoder frames per chunk of ``chunk_ms`` milliseconds; ValueError unless it is a whole number of frames."""
     frame_ms = model.frame_milliseconds()
@@ -180,9 +190,7 @@ class StreamingRecognizer:
         if self.method == "ctc_greedy":
             return StreamingCTCGreedy(blank)
         if self.fusion is not None:
-            return StreamingCTCPrefixBeam(self.model.config.vocab_size, self.beam_size, blank,
-                                          token_prune=self.model.config.vocab_size, token_min_logp=LM_TOKEN_MIN_LOGP,
-                                          beam_prune_logp=LM_BEAM_PRUNE_LOGP, fusion=self.fusion)
+            return lm_prefix_beam(self.model.config.vocab_size, blank, self.fusion, self.beam_size)
         return StreamingCTCPrefixBeam(self.model.config.vocab_size, self.beam_size, blank)
 
     @property

@@ -21,8 +21,8 @@ within ``beam_prune_logp`` of the best kept (the reference in the tests). As wit
 are updated first and new prefixes are tried best first, skipped once a bound of their rank cannot beat the
 ``beam_size``-th best so far; the bound is the parent's rank plus the label's log-probability plus what the fusion term
 can gain: nothing for a letter (the partial-word term only falls), at most ``beta`` less the partial-word term for the
-word delimiter (alpha >= 0: a word's LM log-probability is at most 0). The fusion states live in a
-dictionary ``key -> (fusion term, complete-word score, KenLM state, partial word)`` trimmed to the beam after every frame, so the
+word delimiter (alpha >= 0: a word's LM log-probability is at most 0). The fusion states live in a dictionary
+``key -> (fusion term, complete-word score, KenLM state, partial word)`` trimmed to the beam after every frame, so the
 state after frame ``t`` (beam + dictionary) is all frame ``t + 1`` needs: fed in any pieces, the search gives the same
 beams as on all the frames at once.
 """
