@@ -138,3 +138,39 @@ def test_what_cannot_be_done_is_refused(folders) -> None:
     with pytest.raises(ValueError, match=r"ctc_weight=1.5; allowed values: numbers in \[0, 1\]"):
         attention_rescore(joint.las_head, torch.zeros(1, 3, joint.las_head.config.encoder_hidden_size),
                           [Hypothesis([5], 0.0, 0.0, {"ctc": 0.0})], 1.5)
+
+
+def test_an_endpoint_rescores_the_ended_utterance_alone(folders, monkeypatch) -> None:
+    """With endpointing, each utterance's n-best is rescored on that utterance's encoder output only: the kept output
+    starts afresh after an endpoint."""
+    _, las_dir, _ = folders
+    model = AdaptSpeechForJointCTCAttention.from_pretrained(las_dir).eval()
+    head = model.ctc_head.lm_head
+    with torch.no_grad():
+        head.weight.zero_()
+    recognizer = StreamingRecognizer(model, Wav2Vec2Processor.from_pretrained(las_dir), chunk_ms=200,
+                                     method="ctc_beam", beam_size=3, rescore=True, endpoint_silence_s=0.6)
+    rescored: list[int] = []
+    real = attention_rescore
+
+    def spy(decoder, hidden, nbest, ctc_weight):
+        rescored.append(hidden.shape[1])
+        return real(decoder, hidden, nbest, ctc_weight)
+
+    monkeypatch.setattr("adaptspeech.decoding.attention_rescoring.attention_rescore", spy)
+
+    def say(label: int, seconds: float) -> None:
+        with torch.no_grad():
+            head.bias.fill_(0.0)
+            head.bias[label] = 10.0
+        recognizer.accept_waveform(audio(seconds))
+
+    blank = model.config.pad_token_id
+    say(blank + 5, 0.8)
+    say(blank, 1.0)
+    (segment,) = recognizer.pop_segments()
+    assert segment["text"] and rescored and rescored[0] <= recognizer.frames
+    say(blank + 6, 0.6)
+    recognizer.finalize()
+    assert len(rescored) == 2 and rescored[1] < recognizer.frames - rescored[0] + 1
+    assert sum(h.shape[1] for h in recognizer.hidden) == rescored[1]
