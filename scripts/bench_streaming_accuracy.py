@@ -19,7 +19,11 @@ settings) at full context, for the "within +0.5 points" comparison (every system
 every system and chunk size, the CER with the word n-gram LM two ways on the same posteriors: the offline LM decoder of
 ``transcribe --lm`` (pyctcdecode) and the streaming prefix beam search with the LM fused
 (:func:`~adaptspeech.inference.streaming.lm_prefix_beam`), fed the posteriors one decoding chunk at a time (640 ms
-for full context), as a stream gives them. ``--sets sources`` / ``target`` limits the test sets.
+for full context), as a stream gives them. ``--sets sources`` / ``target`` limits the test sets. The demo's test
+sentences are made of held-out words that no training or dev sentence holds, so an LM of the training transcripts knows
+almost none of them: ``--lm-word-lists N --corpus DIR`` builds instead a word 3-gram LM (``lm build``) of N sentences
+per source language drawn from the corpus's own word lists (``DIR/synthetic_config.json``: wordfreq's lists as the
+corpus cleaned them, frequency-weighted, 3-10 words, no test sentence), as an LM from text in the language would be.
 """
 
 from __future__ import annotations
@@ -65,6 +69,29 @@ class _StreamedLM:
         for start in range(0, len(log_probs), self.chunk):
             search.accept(log_probs[start : start + self.chunk].float().log_softmax(-1))
         return label_text(self.tokenizer, search.finish(1)[0].tokens), []
+
+
+def _word_list_lm(corpus: Path, languages: list[str], sentences: int, exclude: set[str], out: Path) -> Path:
+    """A word 3-gram LM of ``sentences`` random sentences per language from the synthetic corpus's word lists."""
+    from adaptspeech.data.synthetic import CONFIG_FILE, SyntheticConfig, load_word_list
+    from adaptspeech.lm.build import build_arpa
+
+    config = SyntheticConfig(**json.loads((corpus / CONFIG_FILE).read_text())["config"])
+    rng = np.random.default_rng(12345)
+    lines = []
+    for language in languages:
+        words, freqs = load_word_list(language, config)
+        probs = freqs / freqs.sum()
+        lo, hi = config.words_per_sentence
+        count = 0
+        while count < sentences:
+            sentence = " ".join(words[i] for i in rng.choice(len(words), size=int(rng.integers(lo, hi + 1)), p=probs))
+            if sentence not in exclude:
+                lines.append(sentence)
+                count += 1
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return build_arpa(out / "text.txt", out / "lm", order=3, progress=False).parent
 
 
 def _lm_cers(model: Any, data: Any, processor: Any, chunk: int, languages: list[str], batch_size: int,
@@ -130,6 +157,10 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=None, help="--lm: LM weight (default: the saved or 0.5)")
     parser.add_argument("--beta", type=float, default=None, help="--lm: word bonus (default: the saved or 1.0)")
     parser.add_argument("--sets", default="sources,target", help="test sets to evaluate: sources, target")
+    parser.add_argument("--lm-word-lists", type=int, default=0, metavar="N",
+                        help="--lm is built here (into the --lm folder) from N sentences per source language of the "
+                        "corpus's word lists (--corpus)")
+    parser.add_argument("--corpus", type=Path, default=None, help="the synthetic corpus folder (its config)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dataset, processor = load_prepared(args.prepared or args.run / "prepared")
@@ -144,6 +175,10 @@ def main() -> None:
                 for name, (data, langs) in sets.items()}
     systems = [("base (sources)", "base", "sources"), (f"{args.target} adapter", "target_adapter", "target"),
                (f"{args.target} SimAdapter fusion", "fusion", "target")]
+    if args.lm_word_lists:
+        exclude = set(test["text"])
+        args.lm = _word_list_lm(args.corpus, sources, args.lm_word_lists, exclude, args.lm)
+        print("LM of the word lists:", args.lm, flush=True)
     chunks_ms = [float(c) for c in args.chunks_ms.split(",")]
     results: dict[str, Any] = {"chunks_ms": chunks_ms, "systems": {}}
     if args.skip_base:
