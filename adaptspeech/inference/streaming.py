@@ -276,12 +276,6 @@ class StreamingRecognizer:
             nbest = attention_rescore(self.model.las_head, torch.cat(self.hidden, dim=1), nbest, self.ctc_weight)
         return nbest[0]
 
-    def nbest(self) -> list[Hypothesis]:
-        """The current utterance's n-best so far (the prefix beam's, best first; greedy: the one path)."""
-        if isinstance(self.search, StreamingCTCGreedy):
-            return [Hypothesis(self.search.partial(), 0.0, 0.0)]
-        return self.search.nbest(self.beam_size)
-
     def partial(self) -> str:
         """The text of the current utterance so far (decoded again only after new frames: a live source asks after
         every block)."""
