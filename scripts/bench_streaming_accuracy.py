@@ -95,8 +95,9 @@ def _word_list_lm(corpus: Path, languages: list[str], sentences: int, exclude: s
 
 
 def _lm_cers(model: Any, data: Any, processor: Any, chunk: int, languages: list[str], batch_size: int,
-             lm: Path, alpha: float | None, beta: float | None) -> tuple[float, float]:
-    """``(CER % with the offline LM decoder, CER % with the streaming fused search)`` at ``chunk`` frames."""
+             lm: Path, alpha: float | None, beta: float | None) -> dict[str, float]:
+    """CER % with the offline LM decoder and with the streaming fused search at ``chunk`` frames, the share of clips
+    on which their texts are the same, and each one's decoding seconds (the encoder included)."""
     from adaptspeech.lm.decoder import LMDecoder, build_decoder
     from adaptspeech.lm.fusion import NGramFusion
 
@@ -104,17 +105,21 @@ def _lm_cers(model: Any, data: Any, processor: Any, chunk: int, languages: list[
     fusion = NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=alpha, beta=beta)
     streamed = _StreamedLM(fusion, processor.tokenizer, model.config.vocab_size, model.config.pad_token_id,
                            chunk or round(640 / model.frame_milliseconds()))
-    cers = []
-    for decoder in (offline, streamed):
+    figures: dict[str, Any] = {}
+    for name, decoder in (("offline", offline), ("streaming_search", streamed)):
         with chunk_attention(chunk):
             metrics = evaluate_dataset(model, data, processor, batch_size=batch_size, progress=False,
-                                       lm_decoder=decoder)
+                                       lm_decoder=decoder, return_hypotheses=True)
         if len(languages) > 1:
             present = [lang for lang in languages if lang in metrics["per_language"]]
-            cers.append(100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present])))
+            figures[name] = 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
         else:
-            cers.append(100 * float(metrics["overall"]["cer"]))
-    return cers[0], cers[1]
+            figures[name] = 100 * float(metrics["overall"]["cer"])
+        figures[f"{name}_seconds"] = metrics["decode_seconds"]
+        figures[f"{name}_texts"] = [" ".join(text.split()) for text in metrics["hypotheses"]]
+    same = sum(a == b for a, b in zip(figures.pop("offline_texts"), figures.pop("streaming_search_texts"), strict=True))
+    figures["same_text"] = same / len(data)
+    return figures
 
 
 def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms: float, languages: list[str]) -> float:
@@ -195,11 +200,12 @@ def main() -> None:
         results["systems"][label] = row
         print(label, row, flush=True)
         if args.lm is not None:
-            pairs = [_lm_cers(model, data, processor, round(c / frame_ms), languages, args.batch_size, args.lm,
-                              args.alpha, args.beta) for c in chunks_ms]
-            results.setdefault("lm_offline", {})[label] = [offline for offline, _ in pairs]
-            results.setdefault("lm_streamed_search", {})[label] = [streamed for _, streamed in pairs]
-            print(label, "LM offline / streaming search", pairs, flush=True)
+            figures = [_lm_cers(model, data, processor, round(c / frame_ms), languages, args.batch_size, args.lm,
+                                args.alpha, args.beta) for c in chunks_ms]
+            results.setdefault("lm_offline", {})[label] = [f["offline"] for f in figures]
+            results.setdefault("lm_streamed_search", {})[label] = [f["streaming_search"] for f in figures]
+            results.setdefault("lm_details", {})[label] = figures
+            print(label, "LM offline / streaming search", figures, flush=True)
         if args.stream_corpus is not None:
             clips = data.select(range(0, len(data), args.stream_every))
             corpus = args.stream_corpus
