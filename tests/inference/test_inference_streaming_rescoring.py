@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.streaming import forced_speaker
 from transformers import Wav2Vec2Processor
 
 from adaptspeech import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
@@ -159,11 +160,7 @@ def test_an_endpoint_rescores_the_ended_utterance_alone(folders, monkeypatch) ->
 
     monkeypatch.setattr("adaptspeech.decoding.attention_rescoring.attention_rescore", spy)
 
-    def say(label: int, seconds: float) -> None:
-        with torch.no_grad():
-            head.bias.fill_(0.0)
-            head.bias[label] = 10.0
-        recognizer.accept_waveform(audio(seconds))
+    say = forced_speaker(recognizer, head, audio)
 
     blank = model.config.pad_token_id
     say(blank + 5, 0.8)
