@@ -4,6 +4,7 @@ Usage::
 
     OMP_NUM_THREADS=1 python scripts/bench_streaming.py                       # demo + deployment sizes, 1 minute
     OMP_NUM_THREADS=1 python scripts/bench_streaming.py --sizes demo --minutes 60 --num-left-chunks 4
+    OMP_NUM_THREADS=1 python scripts/bench_streaming.py --decoders beam,lm,rescore --sizes demo  # utterance ends
 
 Models are built from config with random weights (time and memory do not depend on the weights), with streaming
 settings: ``rel_pos`` attention with dynamic chunks and causal depthwise convolution (kernel 15). *demo*: the demo's
@@ -16,6 +17,17 @@ Printed per size: compute per chunk (median and p95, ms), real-time factor (comp
 the audio to the final text (``finalize``: the last partial chunk), resident memory after the first minute and at the
 end, and, measured in the same process as the baseline, the real-time factor of one offline forward over the first
 minute (full context, one encoder call): ``ratio`` = streaming RTF / offline RTF.
+
+``--decoders`` measures the end of an utterance with the other searches, in a second table: each row streams the same
+``--utterance-seconds`` (10) of audio once with greedy CTC (the baseline, same process) and once with the decoder:
+``beam`` (CTC prefix beam search, width 8), ``lm`` (with a word 3-gram LM fused, width 32 and the offline LM decoder's
+pruning; the LM is built by ``lm build`` from 3,000 random sentences over a 2,000-word vocabulary), ``rescore``
+(prefix beam search, width 8, and attention rescoring of its 8-best with the LAS decoder; the model is then
+``ctc_las`` with the LAS head's default sizes). Printed: compute per chunk (median / p95) and the time from the end of
+the audio to the final text, both with the ratio to greedy's. Random weights give flat posteriors on which every label
+is a candidate of the beam at every frame: the searches' worst case (posteriors ``flat``). Rows ``peaky`` sharpen the
+random CTC head as training does (its weights x25, the blank's bias +12): about 70% of the frames then have the blank
+as their best label and 2.7 labels (blank included) lie above the LM search's log-probability floor of -5, on average.
 """
 
 from __future__ import annotations
@@ -34,11 +46,11 @@ BLOCK_S = 0.1
 RATE = 16000
 
 
-def _build(size: str, threads: int) -> tuple[Any, Any]:
+def _build(size: str, threads: int, head: str = "ctc") -> tuple[Any, Any]:
     import torch
     from transformers import Wav2Vec2Processor
 
-    from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
+    from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
     from adaptspeech.data.processor import build_processor
     from adaptspeech.data.text import build_vocab
 
@@ -52,8 +64,10 @@ def _build(size: str, threads: int) -> tuple[Any, Any]:
         vocab_size=len(vocab),
         backbone_config=dict(SIZES[size], conv_depthwise_kernel_size=15, conv_lookahead=0),
         attention={"kind": "rel_pos", "dynamic_chunks": True},
+        head=head,
     )
-    return AdaptSpeechForCTC(config).eval(), Wav2Vec2Processor.from_pretrained(folder)
+    model_class = AdaptSpeechForCTC if head == "ctc" else AdaptSpeechForJointCTCAttention
+    return model_class(config).eval(), Wav2Vec2Processor.from_pretrained(folder)
 
 
 def _block(index: int) -> Any:
@@ -126,6 +140,63 @@ def _measure(size: str, minutes: float, chunk_ms: float, left: int, threads: int
     )
 
 
+def _lm_dir(folder: str) -> str:
+    """A word 3-gram LM (``lm build``) of 3,000 random sentences of 3-12 words over 2,000 random words."""
+    import numpy as np
+
+    from adaptspeech.lm.build import build_arpa
+
+    rng = np.random.default_rng(0)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    words = ["".join(rng.choice(letters, size=rng.integers(2, 9))) for _ in range(2000)]
+    lines = [" ".join(rng.choice(words, size=rng.integers(3, 13))) for _ in range(3000)]
+    text = f"{folder}/corpus.txt"
+    with open(text, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    build_arpa(text, f"{folder}/lm", order=3, progress=False)
+    return f"{folder}/lm"
+
+
+def _stream_once(recognizer: Any, seconds: float) -> tuple[list[float], float]:
+    """``(compute seconds of every whole chunk, ms from the end of the audio to the final text)`` of one stream."""
+    recognizer.reset()
+    for index in range(round(seconds / BLOCK_S)):
+        recognizer.accept_waveform(_block(index))
+    start = time.perf_counter()
+    recognizer.finalize()
+    return recognizer.chunk_seconds[:-1], (time.perf_counter() - start) * 1000
+
+
+def _measure_decoder(size: str, decoder: str, posteriors: str, seconds: float, chunk_ms: float, threads: int,
+                     out: Any) -> None:
+    import numpy as np
+    import torch
+
+    from adaptspeech.inference.streaming import StreamingRecognizer
+
+    model, processor = _build(size, threads, head="ctc_las" if decoder == "rescore" else "ctc")
+    if posteriors == "peaky":
+        with torch.no_grad():
+            model.ctc_head.lm_head.weight.mul_(25.0)
+            model.ctc_head.lm_head.bias[model.config.pad_token_id] += 12.0
+    settings: dict[str, Any] = dict(method="ctc_beam")
+    if decoder == "lm":
+        settings["lm"] = _lm_dir(tempfile.mkdtemp())
+    elif decoder == "rescore":
+        settings.update(beam_size=8, rescore=True)
+    else:
+        settings["beam_size"] = 8
+    figures = {}
+    for name, options in (("greedy", {}), (decoder, settings)):
+        recognizer = StreamingRecognizer(model, processor, chunk_ms=chunk_ms, **options)
+        _stream_once(recognizer, 1.0)  # warm-up
+        chunks, final_ms = _stream_once(recognizer, seconds)
+        chunks = np.array(chunks) * 1000
+        figures[name] = (float(np.median(chunks)), float(np.percentile(chunks, 95)), final_ms)
+    out.put(dict(size=size, decoder=decoder, posteriors=posteriors, seconds=seconds, chunk_ms=chunk_ms,
+                 greedy=figures["greedy"], measured=figures[decoder]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="demo,deployment", help="comma-separated: demo, deployment")
@@ -136,8 +207,15 @@ def main() -> None:
     parser.add_argument("--speech-finder", default=None, choices=("silero",),
                         help="endpoint on this speech finder (0.5 s of silence); its own compute is the VAD RTF column "
                         "(default: the blanks, no VAD)")
+    parser.add_argument("--decoders", default="", help="comma-separated: beam, lm, rescore (a second table; these "
+                        "only, without the first table's rows)")
+    parser.add_argument("--posteriors", default="flat,peaky", help="--decoders: flat (random weights), peaky")
+    parser.add_argument("--utterance-seconds", type=float, default=10.0, help="--decoders: stream length (default 10)")
     args = parser.parse_args()
     context = mp.get_context("spawn")
+    if args.decoders:
+        _decoder_table(context, args)
+        return
     header = (
         "| size | params | chunk | left | minutes | chunk median ms | p95 ms | RTF | final ms | RSS 1 min MB "
         "| RSS end MB | offline RTF | ratio | VAD RTF |"
@@ -160,6 +238,25 @@ def main() -> None:
             f"{r['rtf'] / r['offline_rtf']:.2f} | {r['vad_rtf']:.4f} |",
             flush=True,
         )
+
+
+def _decoder_table(context: Any, args: argparse.Namespace) -> None:
+    print("| size | decoder | posteriors | seconds | chunk median ms (x greedy) | p95 ms (x greedy) | final ms "
+          "(x greedy) | greedy final ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size in args.sizes.split(","):
+        for decoder in args.decoders.split(","):
+            for posteriors in args.posteriors.split(","):
+                queue = context.Queue()
+                process = context.Process(target=_measure_decoder, args=(
+                    size, decoder, posteriors, args.utterance_seconds, args.chunk_ms, args.threads, queue))
+                process.start()
+                r = queue.get()
+                process.join()
+                (g_med, g_p95, g_final), (med, p95, final) = r["greedy"], r["measured"]
+                print(f"| {size} | {decoder} | {posteriors} | {r['seconds']:g} | {med:.1f} ({med / g_med:.2f}) | "
+                      f"{p95:.1f} ({p95 / g_p95:.2f}) | {final:.1f} ({final / g_final:.2f}) | {g_final:.1f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

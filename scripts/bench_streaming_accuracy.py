@@ -14,6 +14,16 @@ test_inference_stream_encoding.py``); ``--stream-corpus`` also decodes the test 
 ``StreamingRecognizer``, whose features are normalised over past audio only (training normalises each utterance over
 itself): the end-to-end streaming figure. ``--reference-run``: the same systems trained without chunks (today's
 settings) at full context, for the "within +0.5 points" comparison (every system found in both runs).
+
+``--lm DIR`` (an ``adaptspeech lm build`` folder or a model folder with a tuned LM; ``--alpha`` / ``--beta``) adds, for
+every system and chunk size, the CER with the word n-gram LM two ways on the same posteriors: the offline LM decoder of
+``transcribe --lm`` (pyctcdecode) and the streaming prefix beam search with the LM fused
+(:func:`~adaptspeech.inference.streaming.lm_prefix_beam`), fed the posteriors one decoding chunk at a time (640 ms
+for full context), as a stream gives them. ``--sets sources`` / ``target`` limits the test sets. The demo's test
+sentences are made of held-out words that no training or dev sentence holds, so an LM of the training transcripts knows
+almost none of them: ``--lm-word-lists N --corpus DIR`` builds instead a word 3-gram LM (``lm build``) of N sentences
+per source language drawn from the corpus's own word lists (``DIR/synthetic_config.json``: wordfreq's lists as the
+corpus cleaned them, frequency-weighted, 3-10 words, no test sentence), as an LM from text in the language would be.
 """
 
 from __future__ import annotations
@@ -41,6 +51,75 @@ def _cer(model: Any, data: Any, processor: Any, chunk: int, languages: list[str]
         present = [lang for lang in languages if lang in metrics["per_language"]]  # --max-rows may cut some
         return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
     return 100 * float(metrics["overall"]["cer"])
+
+
+class _StreamedLM:
+    """The streaming fused LM search as the ``lm_decoder`` of :func:`evaluate_dataset`: each utterance's CTC
+    log-probabilities ``[T, V]`` fed ``chunk`` frames at a time, the text of the best hypothesis at its end."""
+
+    def __init__(self, fusion: Any, tokenizer: Any, vocab_size: int, blank_id: int, chunk: int) -> None:
+        self.fusion, self.tokenizer, self.vocab_size, self.blank_id, self.chunk = (fusion, tokenizer, vocab_size,
+                                                                                  blank_id, chunk)
+
+    def decode(self, log_probs: torch.Tensor, **_: Any) -> tuple[str, list]:
+        from adaptspeech.inference.stitching import label_text
+        from adaptspeech.inference.streaming import lm_prefix_beam
+
+        search = lm_prefix_beam(self.vocab_size, self.blank_id, self.fusion)
+        for start in range(0, len(log_probs), self.chunk):
+            search.accept(log_probs[start : start + self.chunk].float().log_softmax(-1))
+        return label_text(self.tokenizer, search.finish(1)[0].tokens), []
+
+
+def _word_list_lm(corpus: Path, languages: list[str], sentences: int, exclude: set[str], out: Path) -> Path:
+    """A word 3-gram LM of ``sentences`` random sentences per language from the synthetic corpus's word lists."""
+    from adaptspeech.data.synthetic import CONFIG_FILE, SyntheticConfig, load_word_list
+    from adaptspeech.lm.build import build_arpa
+
+    config = SyntheticConfig(**json.loads((corpus / CONFIG_FILE).read_text())["config"])
+    rng = np.random.default_rng(12345)
+    lines = []
+    for language in languages:
+        words, freqs = load_word_list(language, config)
+        probs = freqs / freqs.sum()
+        lo, hi = config.words_per_sentence
+        count = 0
+        while count < sentences:
+            sentence = " ".join(words[i] for i in rng.choice(len(words), size=int(rng.integers(lo, hi + 1)), p=probs))
+            if sentence not in exclude:
+                lines.append(sentence)
+                count += 1
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return build_arpa(out / "text.txt", out / "lm", order=3, progress=False).parent
+
+
+def _lm_cers(model: Any, data: Any, processor: Any, chunk: int, languages: list[str], batch_size: int,
+             lm: Path, alpha: float | None, beta: float | None) -> dict[str, float]:
+    """CER % with the offline LM decoder and with the streaming fused search at ``chunk`` frames, the share of clips
+    on which their texts are the same, and each one's decoding seconds (the encoder included)."""
+    from adaptspeech.lm.decoder import LMDecoder, build_decoder
+    from adaptspeech.lm.fusion import NGramFusion
+
+    offline = LMDecoder(build_decoder(processor.tokenizer, lm, alpha=alpha, beta=beta))
+    fusion = NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=alpha, beta=beta)
+    streamed = _StreamedLM(fusion, processor.tokenizer, model.config.vocab_size, model.config.pad_token_id,
+                           chunk or round(640 / model.frame_milliseconds()))
+    figures: dict[str, Any] = {}
+    for name, decoder in (("offline", offline), ("streaming_search", streamed)):
+        with chunk_attention(chunk):
+            metrics = evaluate_dataset(model, data, processor, batch_size=batch_size, progress=False,
+                                       lm_decoder=decoder, return_hypotheses=True)
+        if len(languages) > 1:
+            present = [lang for lang in languages if lang in metrics["per_language"]]
+            figures[name] = 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
+        else:
+            figures[name] = 100 * float(metrics["overall"]["cer"])
+        figures[f"{name}_seconds"] = metrics["decode_seconds"]
+        figures[f"{name}_texts"] = [" ".join(text.split()) for text in metrics["hypotheses"]]
+    same = sum(a == b for a, b in zip(figures.pop("offline_texts"), figures.pop("streaming_search_texts"), strict=True))
+    figures["same_text"] = same / len(data)
+    return figures
 
 
 def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms: float, languages: list[str]) -> float:
@@ -78,6 +157,15 @@ def main() -> None:
     parser.add_argument("--skip-base", action="store_true", help="evaluate the target systems only")
     parser.add_argument("--stream-every", type=int, default=1, help="stream every Nth test clip only (default 1: all)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    parser.add_argument("--lm", type=Path, default=None, help="also decode with this word n-gram LM, offline and "
+                        "with the streaming fused search")
+    parser.add_argument("--alpha", type=float, default=None, help="--lm: LM weight (default: the saved or 0.5)")
+    parser.add_argument("--beta", type=float, default=None, help="--lm: word bonus (default: the saved or 1.0)")
+    parser.add_argument("--sets", default="sources,target", help="test sets to evaluate: sources, target")
+    parser.add_argument("--lm-word-lists", type=int, default=0, metavar="N",
+                        help="--lm is built here (into the --lm folder) from N sentences per source language of the "
+                        "corpus's word lists (--corpus)")
+    parser.add_argument("--corpus", type=Path, default=None, help="the synthetic corpus folder (its config)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dataset, processor = load_prepared(args.prepared or args.run / "prepared")
@@ -92,10 +180,15 @@ def main() -> None:
                 for name, (data, langs) in sets.items()}
     systems = [("base (sources)", "base", "sources"), (f"{args.target} adapter", "target_adapter", "target"),
                (f"{args.target} SimAdapter fusion", "fusion", "target")]
+    if args.lm_word_lists:
+        exclude = set(test["text"])
+        args.lm = _word_list_lm(args.corpus, sources, args.lm_word_lists, exclude, args.lm)
+        print("LM of the word lists:", args.lm, flush=True)
     chunks_ms = [float(c) for c in args.chunks_ms.split(",")]
     results: dict[str, Any] = {"chunks_ms": chunks_ms, "systems": {}}
     if args.skip_base:
         systems = systems[1:]
+    systems = [system for system in systems if system[2] in args.sets.split(",")]
     for label, stage, which in systems:
         folder = args.run / stage / "model"
         if not folder.is_dir():
@@ -106,6 +199,13 @@ def main() -> None:
         row = [_cer(model, data, processor, round(c / frame_ms), languages, args.batch_size) for c in chunks_ms]
         results["systems"][label] = row
         print(label, row, flush=True)
+        if args.lm is not None:
+            figures = [_lm_cers(model, data, processor, round(c / frame_ms), languages, args.batch_size, args.lm,
+                                args.alpha, args.beta) for c in chunks_ms]
+            results.setdefault("lm_offline", {})[label] = [f["offline"] for f in figures]
+            results.setdefault("lm_streamed_search", {})[label] = [f["streaming_search"] for f in figures]
+            results.setdefault("lm_details", {})[label] = figures
+            print(label, "LM offline / streaming search", figures, flush=True)
         if args.stream_corpus is not None:
             clips = data.select(range(0, len(data), args.stream_every))
             corpus = args.stream_corpus
@@ -130,6 +230,9 @@ def main() -> None:
         full = results["systems"][label][0]
         cells = [f"{cer:.2f} ({(cer / full - 1) * 100:+.0f}%)" for cer in row]
         print(f"| {label}, streamed audio | - | " + " | ".join(cells) + " |")
+    for name, title in (("lm_offline", "LM, offline decoder"), ("lm_streamed_search", "LM, streaming search")):
+        for label, row in results.get(name, {}).items():
+            print(f"| {label}, {title} | " + " | ".join(f"{cer:.2f}" for cer in row) + " |")
     for label, cer in results.get("reference_full_context", {}).items():
         mine = results["systems"].get(label, [float("nan")])[0]
         print(f"{label}: full context {mine:.2f}, trained without chunks {cer:.2f}: {mine - cer:+.2f} points")

@@ -2,7 +2,9 @@
 
 Output: one JSON object per line, ``{"path", "partial", "seconds"}`` each time the partial text changes, ``{"path",
 "segment", "start", "end"}`` for each utterance the endpointer ends (``--endpoint-silence``) and ``{"path", "text",
-"seconds", "final": true, "compute_rtf", "final_ms"}`` at the end of each AUDIO. ``-`` reads raw 16-bit PCM
+"seconds", "final": true, "compute_rtf", "final_ms"}`` at the end of each AUDIO. ``--lm DIR`` fuses a word n-gram LM
+into the prefix beam search (the folders and tuned weights of ``transcribe --lm``); ``--rescore`` rescores each
+utterance's final n-best with the attention (LAS) decoder of a ``ctc_las`` model. ``-`` reads raw 16-bit PCM
 (``--sample-rate``, default 16000) or a WAV stream from standard input as it arrives, so a microphone can be piped in
 (``arecord -f S16_LE -r 16000 -t raw | adaptspeech transcribe --stream --model DIR -``).
 """
@@ -80,6 +82,11 @@ def add_stream_options(parser: argparse.ArgumentParser) -> Any:
         "({\"segment\", \"start\", \"end\"}) and start the next (default: the whole stream is one utterance)",
     )
     group.add_argument(
+        "--rescore", action="store_true",
+        help="--stream: at the end of each utterance, rescore the prefix beam's n-best with the attention (LAS) "
+        "decoder on the whole utterance (a ctc_las model; --ctc-weight, default 0.5, weighs the CTC score)",
+    )
+    group.add_argument(
         "--sample-rate", type=_positive_int, default=None, metavar="HZ",
         help="--stream: the rate of raw PCM on standard input (default 16000; resampled to 16000); a WAV stream gives "
         "its own",
@@ -113,12 +120,24 @@ def run_stream(args: argparse.Namespace) -> int:
     from ..inference.pcm_stream import PCMStreamError, pcm_blocks
     from ..inference.streaming import STREAMING_METHODS, StreamingRecognizer
 
-    unsupported = [flag for flag, on in (("--lm", getattr(args, "lm", None)), ("--timestamps", args.timestamps),
-                                         ("--confidence", args.confidence)) if on]
+    unsupported = [flag for flag, on in (("--timestamps", args.timestamps), ("--confidence", args.confidence),
+                                         ("--hotwords", getattr(args, "hotwords", None))) if on]
     if unsupported:
-        raise CommandError(f"{', '.join(unsupported)} cannot be combined with --stream (live decoding is CTC greedy or "
-                           "prefix beam search without an LM)")
-    method = args.method or "ctc_greedy"
+        raise CommandError(f"{', '.join(unsupported)} cannot be combined with --stream (live decoding gives the text: "
+                           "CTC greedy, or prefix beam search with --lm and --rescore)")
+    lm = getattr(args, "lm", None)
+    for name in ("alpha", "beta"):
+        if getattr(args, name, None) is not None and lm is None:
+            raise CommandError(f"--{name} applies with --lm")
+    if args.ctc_weight is not None and not args.rescore:
+        raise CommandError("--ctc-weight applies to --stream with --rescore")
+    if args.ctc_weight is not None and not 0.0 <= args.ctc_weight <= 1.0:
+        raise CommandError(f"--ctc-weight must be between 0 and 1, got {args.ctc_weight}")
+    beam = lm is not None or args.rescore
+    method = args.method or ("ctc_beam" if beam else "ctc_greedy")
+    if beam and method != "ctc_beam":
+        raise CommandError(f"--method {method}: {'--lm' if lm is not None else '--rescore'} needs the prefix beam "
+                           "search (--method ctc_beam, the default with it)")
     if method not in STREAMING_METHODS:
         raise CommandError(f"--method {method} cannot stream; --stream decodes with {', '.join(STREAMING_METHODS)}")
     if args.sample_rate is not None and not any(path in STDIN_NAMES for path in args.audio):
@@ -130,14 +149,25 @@ def run_stream(args: argparse.Namespace) -> int:
     _check_vocabulary(model, processor, args.model)
     lang_ids = _model_language(model, args.language, args.model)
     model.to(_resolve_device(args.device))
+    fusion = None
+    if lm is not None:
+        from ..lm.fusion import NGramFusion
+
+        try:  # weights left out: the tuned ones of an LM saved by `lm tune --save`, else the defaults
+            fusion = NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=args.alpha, beta=args.beta)
+        except ImportError as error:
+            raise CommandError(f"--lm needs pyctcdecode and kenlm ({error}); install them as run.sh does") from None
+        except (ValueError, FileNotFoundError) as error:
+            raise CommandError(str(error)) from None
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
             recognizer = StreamingRecognizer(
                 model, processor, chunk_ms=args.chunk_ms, num_left_chunks=args.num_left_chunks, method=method,
-                beam_size=args.beam_size or 8, lang_ids=lang_ids, norm_window_s=args.norm_window,
+                beam_size=args.beam_size, lang_ids=lang_ids, norm_window_s=args.norm_window,
                 endpoint_silence_s=args.endpoint_silence, speech_finder=args.speech_finder,
-                vad_threshold=vad_threshold,
+                vad_threshold=vad_threshold, lm=fusion,
+                rescore=args.rescore, ctc_weight=0.5 if args.ctc_weight is None else args.ctc_weight,
             )
     except ValueError as error:
         raise CommandError(f"--model {args.model}: {error}") from None

@@ -8,12 +8,18 @@ blank / non-blank log-probabilities (prefix beam search, :func:`~adaptspeech.run
 continued from the previous beam). Feeding the frames in any pieces therefore gives the labels (and scores) of
 :func:`~adaptspeech.decoding.ctc_greedy_decode` and :func:`~adaptspeech.decoding.ctc_prefix_beam_search` on the
 concatenated frames (tested: the same computation, compared exactly).
+
+With a word n-gram LM (``fusion``, :class:`~adaptspeech.lm.fusion.NGramFusion`) the prefix beam search is the fused one
+of :mod:`adaptspeech.runtime.lm_prefix_beam` (shallow fusion, the offline LM decoder's alpha and beta), carried across
+chunks the same way; :meth:`StreamingCTCPrefixBeam.finish` ranks its beam at the end of the utterance (the last,
+partial word scored as a word, with the end of sentence).
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..runtime.lm_prefix_beam import FusedSearch, WordScorer
 from ..runtime.prefix_beam import NEG_INF, Beam, check_search_options, search_one
 from .ctc_prefix_beam import frame_candidates
 from .hypothesis import Hypothesis
@@ -74,11 +80,13 @@ class StreamingCTCGreedy:
 
 class StreamingCTCPrefixBeam:
     """CTC prefix beam search of one stream, chunk by chunk (settings as
-    :func:`~adaptspeech.decoding.ctc_prefix_beam_search`).
+    :func:`~adaptspeech.decoding.ctc_prefix_beam_search`), optionally fused with a word n-gram LM.
 
     Args:
         vocab_size: labels per frame (checked against every piece).
-        beam_size, blank_id, token_prune, token_min_logp, beam_prune_logp: as in the offline search.
+        beam_size, blank_id, token_prune, token_min_logp, beam_prune_logp: as in the offline search (with an LM,
+            ``beam_prune_logp`` compares the fused ranks, as pyctcdecode does).
+        fusion: a word LM (:class:`~adaptspeech.lm.fusion.NGramFusion`) for shallow fusion, or None.
     """
 
     def __init__(
@@ -89,12 +97,17 @@ class StreamingCTCPrefixBeam:
         token_prune: int | None = None,
         token_min_logp: float = NEG_INF,
         beam_prune_logp: float = NEG_INF,
+        fusion: WordScorer | None = None,
     ) -> None:
         check_id("blank_id", blank_id, vocab_size)
         self.prune = check_search_options(vocab_size, beam_size, 1, token_prune, token_min_logp, beam_prune_logp)
+        if fusion is not None and len(fusion.labels) != vocab_size:
+            raise ValueError(f"the LM's alphabet has {len(fusion.labels)} labels; this search has {vocab_size}")
         self.vocab_size, self.beam_size, self.blank_id = vocab_size, beam_size, blank_id
         self.token_min_logp, self.beam_prune_logp = token_min_logp, beam_prune_logp
+        self.fusion = fusion
         self.beams: list[Beam] | None = None
+        self.fused = None if fusion is None else FusedSearch(fusion, beam_size, beam_prune_logp)
         self.frames = 0
 
     def accept(self, log_probs: torch.Tensor) -> Hypothesis:
@@ -105,18 +118,38 @@ class StreamingCTCPrefixBeam:
         if log_probs.shape[0]:
             rows = log_probs.detach().cpu().double()[None]
             candidates = frame_candidates(rows, [rows.shape[1]], self.blank_id, self.prune, self.token_min_logp)[0]
-            self.beams = search_one(candidates, self.beam_size, self.beam_prune_logp, self.beams)
+            if self.fused is not None:
+                self.fused.advance(candidates)
+            else:
+                self.beams = search_one(candidates, self.beam_size, self.beam_prune_logp, self.beams)
             self.frames += log_probs.shape[0]
         return self.partial()
 
     def nbest(self, n: int = 1) -> list[Hypothesis]:
-        """Up to ``n`` hypotheses so far, best first (the offline search's ``nbest``)."""
+        """Up to ``n`` hypotheses so far, best first (the offline search's ``nbest``). With an LM, ``score`` and
+        ``log_prob`` are the fused rank (the partial word not yet scored as a word), ``scores["ctc"]`` the CTC
+        log-probability and ``scores["lm"]`` the fusion term."""
+        if self.fused is not None:
+            return _fused_hypotheses(self.fused.beams[:n])
         beams = self.beams if self.beams is not None else [(0.0, 0.0, NEG_INF, -1, "", None)]
         return [Hypothesis([ord(c) for c in key], s, s, {"ctc": s}) for s, *_, key, _ in beams[:n]]
+
+    def finish(self, n: int = 1) -> list[Hypothesis]:
+        """Up to ``n`` hypotheses at the end of the utterance, best first: with an LM the beam re-ranked with the last
+        word and the end of sentence scored (the search can still continue: this changes nothing); without, as
+        :meth:`nbest`."""
+        if self.fused is not None:
+            return _fused_hypotheses(self.fused.finish()[:n])
+        return self.nbest(n)
 
     def partial(self) -> Hypothesis:
         """The best hypothesis so far."""
         return self.nbest(1)[0]
+
+
+def _fused_hypotheses(beams: list) -> list[Hypothesis]:
+    return [Hypothesis([ord(c) for c in key], rank, rank, {"ctc": ctc, "lm": rank - ctc})
+            for rank, ctc, *_, key in beams]
 
 
 class Endpointer:

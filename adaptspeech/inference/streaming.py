@@ -11,6 +11,12 @@ last, partial chunk. Example::
         print(recognizer.accept_waveform(block))  # the partial text
     print(recognizer.finalize())
 
+With ``method="ctc_beam"`` a word n-gram LM can be fused into the search (``lm=``: the folders ``transcribe --lm``
+takes, with their tuned alpha / beta; :mod:`adaptspeech.runtime.lm_prefix_beam`), and the final n-best of an utterance
+can be rescored with the model's attention (LAS) decoder on the whole streamed encoder output (``rescore=True``, U2's
+attention rescoring; :mod:`adaptspeech.decoding.attention_rescoring`): the encoder output of the current utterance is
+then kept until its end.
+
 The model must be able to stream (a streaming attention kind in every layer, causal convolution, a streaming front end;
 see :meth:`~adaptspeech.inference.stream_encoding.StreamingMixin.streaming_refusal`); a model trained without chunk
 masks streams with a warning (it was not trained for it).
@@ -18,6 +24,7 @@ masks streams with a warning (it was not trained for it).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +33,7 @@ import numpy as np
 import torch
 
 from ..data.feature_types import FeatureType
+from ..decoding.hypothesis import Hypothesis
 from ..decoding.streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
 from .local_norm import DEFAULT_NORM_WINDOW_S
 from .silero import DEFAULT_THRESHOLD, check_threshold
@@ -39,6 +47,21 @@ LEADING_SILENCE_S = 5.0
 
 #: the incremental searches :class:`StreamingRecognizer` runs (``method=``)
 STREAMING_METHODS = ("ctc_greedy", "ctc_beam")
+
+#: the prefix beam width with an n-gram LM when none is given (the offline LM decoder's)
+LM_BEAM_SIZE = 32
+#: the offline LM decoder's pruning (pyctcdecode's defaults), used by the fused search too
+LM_TOKEN_MIN_LOGP, LM_BEAM_PRUNE_LOGP = -5.0, -10.0
+
+
+def lm_prefix_beam(
+    vocab_size: int, blank_id: int, fusion: Any, beam_size: int = LM_BEAM_SIZE
+) -> StreamingCTCPrefixBeam:
+    """The streaming prefix beam search with a word n-gram LM fused (:class:`~adaptspeech.lm.fusion.NGramFusion`),
+    with the offline LM decoder's settings: every label with log-probability >= -5 tried, prefixes more than 10 below
+    the best dropped."""
+    return StreamingCTCPrefixBeam(vocab_size, beam_size, blank_id, token_prune=vocab_size,
+                                  token_min_logp=LM_TOKEN_MIN_LOGP, beam_prune_logp=LM_BEAM_PRUNE_LOGP, fusion=fusion)
 
 
 def chunk_frames(model: Any, chunk_ms: float) -> int:
@@ -84,7 +107,7 @@ class StreamingRecognizer:
             Conformer): the latency / accuracy trade-off.
         num_left_chunks: previous chunks each chunk attends to (-1: all; a bound keeps memory flat on long streams).
         method: ``ctc_greedy`` or ``ctc_beam`` (prefix beam search).
-        beam_size: prefix beam width.
+        beam_size: prefix beam width (None: 8, or 32 with an LM as the offline LM decoder).
         lang_ids: ``[1]`` the stream's language index, for a model routing several languages.
         norm_window_s: seconds of past audio the features are normalised over.
         endpoint_silence_s: end an utterance after this many seconds of blank following some text (None: never; the
@@ -93,6 +116,13 @@ class StreamingRecognizer:
             that can stream (``"silero"``: silero-vad on the audio, :mod:`.vad_endpointing`); needs
             ``endpoint_silence_s``.
         vad_threshold: ``speech_finder="silero"``: the speech probability that starts speech.
+        lm: a word n-gram LM fused into the prefix beam search (``ctc_beam``): a folder as ``transcribe --lm`` takes
+            (an ``lm build`` folder, or a model folder with the LM of ``lm tune --save``) or an
+            :class:`~adaptspeech.lm.fusion.NGramFusion`.
+        alpha, beta: the LM weight and word bonus (None: the tuned ones saved with the LM, else 0.5 and 1.0).
+        rescore: at the end of each utterance, rescore the search's n-best (``beam_size``) with the attention (LAS)
+            decoder (``ctc_beam``, a ``ctc_las`` model).
+        ctc_weight: the CTC score's weight in the rescoring, ``ctc_weight * ctc + (1 - ctc_weight) * attention``.
     """
 
     def __init__(
@@ -102,23 +132,31 @@ class StreamingRecognizer:
         chunk_ms: float = 640,
         num_left_chunks: int = -1,
         method: str = "ctc_greedy",
-        beam_size: int = 8,
+        beam_size: int | None = None,
         lang_ids: torch.Tensor | None = None,
         norm_window_s: float = DEFAULT_NORM_WINDOW_S,
         endpoint_silence_s: float | None = None,
         speech_finder: str | None = None,
         vad_threshold: float = DEFAULT_THRESHOLD,
+        lm: str | os.PathLike | Any | None = None,
+        alpha: float | None = None,
+        beta: float | None = None,
+        rescore: bool = False,
+        ctc_weight: float = 0.5,
     ) -> None:
         if getattr(model, "ctc_head", None) is None:
             raise ValueError(f"streaming decodes with a CTC head; this model has head={model.config.head!r}")
         if method not in STREAMING_METHODS:
             raise ValueError(f"method {method!r}: streaming methods are {', '.join(STREAMING_METHODS)}")
+        self.fusion = self._fusion(processor, method, lm, alpha, beta)
+        self.rescore, self.ctc_weight = self._check_rescore(model, method, rescore, ctc_weight), float(ctc_weight)
         self.model, self.processor = model.eval(), processor
         self.chunk_size = chunk_frames(model, chunk_ms)
         self.chunk_ms = float(chunk_ms)
         self.num_left_chunks = num_left_chunks
         model.check_stream_chunks(self.chunk_size)  # refuse / warn now, not at the first chunk
-        self.method, self.beam_size, self.lang_ids = method, beam_size, lang_ids
+        default_beam = LM_BEAM_SIZE if self.fusion is not None else 8
+        self.method, self.beam_size, self.lang_ids = method, beam_size or default_beam, lang_ids
         self.features = FeatureType.of(processor.feature_extractor)
         self.units_per_frame = model.config.inputs_to_logits_ratio // self.features.unit_hop
         self.step_units = self.chunk_size * self.units_per_frame
@@ -131,6 +169,36 @@ class StreamingRecognizer:
         self.vad = None if speech_finder is None else \
             check_stream_finder(speech_finder, vad_threshold, endpoint_silence_s)(vad_threshold)
         self.reset()
+
+    @staticmethod
+    def _fusion(processor: Any, method: str, lm: Any, alpha: float | None, beta: float | None) -> Any:
+        """The :class:`~adaptspeech.lm.fusion.NGramFusion` of ``lm`` (None without); ValueError for greedy search."""
+        if lm is None:
+            if alpha is not None or beta is not None:
+                raise ValueError("alpha / beta weigh an n-gram LM: give lm= too")
+            return None
+        if method != "ctc_beam":
+            raise ValueError(f"an n-gram LM is fused into the prefix beam search: method='ctc_beam', not {method!r}")
+        if not isinstance(lm, (str, os.PathLike)):
+            return lm
+        from ..lm.fusion import NGramFusion
+
+        return NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=alpha, beta=beta)
+
+    @staticmethod
+    def _check_rescore(model: Any, method: str, rescore: bool, ctc_weight: float) -> bool:
+        """``rescore``, refused (ValueError, one line) without an attention decoder, an n-best or a weight in [0, 1]."""
+        if not rescore:
+            return False
+        if getattr(model, "las_head", None) is None:
+            raise ValueError(f"attention rescoring needs an attention (LAS) decoder; this model has "
+                             f"head={model.config.head!r} (train one with head: ctc_las)")
+        if method != "ctc_beam":
+            raise ValueError(f"attention rescoring rescores the prefix beam's n-best: method='ctc_beam', "
+                             f"not {method!r}")
+        if not 0.0 <= ctc_weight <= 1.0:
+            raise ValueError(f"ctc_weight={ctc_weight}; allowed values: numbers in [0, 1]")
+        return True
 
     def reset(self) -> None:
         """Forget the stream: the next sample starts a new one."""
@@ -151,12 +219,16 @@ class StreamingRecognizer:
         self.segment_start = 0  # encoder frame where the current utterance's search started
         self.chunk_seconds: list[float] = []  # compute time of every encoder chunk (latency figures)
         self.vad_seconds = 0.0  # compute time of the speech finder that endpoints (silero), all blocks together
+        self.hidden: list[torch.Tensor] = []  # the current utterance's encoder output, kept for rescoring
+        self.final: Hypothesis | None = None  # the current utterance's final hypothesis, once finalised
         self.finished = False
 
     def _new_search(self) -> StreamingCTCGreedy | StreamingCTCPrefixBeam:
         blank = self.model.config.pad_token_id
         if self.method == "ctc_greedy":
             return StreamingCTCGreedy(blank)
+        if self.fusion is not None:
+            return lm_prefix_beam(self.model.config.vocab_size, blank, self.fusion, self.beam_size)
         return StreamingCTCPrefixBeam(self.model.config.vocab_size, self.beam_size, blank)
 
     @property
@@ -190,6 +262,8 @@ class StreamingRecognizer:
         units = units.to(model.device, dtype=model.dtype)
         hidden, self.cache = model.encode_chunk(units, self.cache, final=final)
         if hidden.shape[1]:
+            if self.rescore:
+                self.hidden.append(hidden)
             with torch.no_grad():
                 logits = model.ctc_head(hidden, row_languages=self.cache.row_languages)
             log_probs = logits.float().log_softmax(dim=-1)[0].cpu()
@@ -206,9 +280,11 @@ class StreamingRecognizer:
         frame_s = self.model.frame_milliseconds() / 1000
         if event == "end":
             end = self.frames - self.endpointer.trailing
-            self.segments.append({"text": self.partial(), "start": round(self.segment_start * frame_s, 3),
+            text = label_text(self.processor.tokenizer, self._final_hypothesis().tokens)
+            self.segments.append({"text": text, "start": round(self.segment_start * frame_s, 3),
                                   "end": round(end * frame_s, 3)})
         self.search = self._new_search()
+        self.hidden = []
         self.endpointer.restart()
         self.segment_start = self.frames
 
@@ -223,14 +299,29 @@ class StreamingRecognizer:
         return " ".join(part for part in [*(s["text"] for s in self.segments), self.partial()] if part)
 
     def tokens(self) -> list[int]:
-        """The label ids decoded so far."""
+        """The label ids decoded so far (after :meth:`finalize`, the final hypothesis's)."""
+        if self.final is not None:
+            return self.final.tokens
         best = self.search.partial()
         return best if isinstance(best, list) else best.tokens
+
+    def _final_hypothesis(self) -> Hypothesis:
+        """The current utterance's result at its end: greedy's labels; the prefix beam's best at the end of the
+        utterance (with an LM, the last word and the end of sentence scored), rescored by the attention decoder with
+        ``rescore``."""
+        if isinstance(self.search, StreamingCTCGreedy):
+            return Hypothesis(self.search.partial(), 0.0, 0.0)
+        nbest = self.search.finish(self.beam_size)
+        if self.rescore and self.hidden:
+            from ..decoding.attention_rescoring import attention_rescore
+
+            nbest = attention_rescore(self.model.las_head, torch.cat(self.hidden, dim=1), nbest, self.ctc_weight)
+        return nbest[0]
 
     def partial(self) -> str:
         """The text of the current utterance so far (decoded again only after new frames: a live source asks after
         every block)."""
-        key = (id(self.search), self.search.frames, len(self.segments))
+        key = (id(self.search), self.search.frames, len(self.segments), self.final is not None)
         if getattr(self, "_partial", (None, ""))[0] != key:
             self._partial = (key, label_text(self.processor.tokenizer, self.tokens()))
         return self._partial[1]
@@ -243,5 +334,6 @@ class StreamingRecognizer:
             raw = np.concatenate([self.pending, tail]) if len(tail) else self.pending
             self.pending = self.features.empty()
             self._encode(raw, final=True)
+            self.final = self._final_hypothesis()
             self.finished = True
         return self.partial()

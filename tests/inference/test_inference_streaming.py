@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from helpers.streaming import forced_speaker
 from transformers import Wav2Vec2Processor
 
 from adaptspeech import AdaptSpeechForCTC
@@ -123,11 +124,7 @@ def test_endpointing_ends_an_utterance_after_silence(streaming_folder) -> None:
         head.weight.zero_()
     recognizer = StreamingRecognizer(model, processor, chunk_ms=200, endpoint_silence_s=1.0)
 
-    def say(label: int, seconds: float) -> None:
-        with torch.no_grad():
-            head.bias.fill_(0.0)
-            head.bias[label] = 10.0
-        recognizer.accept_waveform(audio(seconds))
+    say = forced_speaker(recognizer, head, audio)
 
     blank = model.config.pad_token_id
     word = blank + 5
