@@ -9,16 +9,14 @@ import stat
 import sys
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..inference import (
     CUT_COSTS,
     DEFAULT_CHUNK_LENGTH_S,
+    DEFAULT_NORM_WINDOW_S,
     DEFAULT_SEARCH_LENGTH_S,
     DEFAULT_STRIDE_LENGTH_S,
     LONG_FORM_SPLITS,
 )
-from ..inference.local_norm import DEFAULT_NORM_WINDOW_S
 from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from ..runtime.command import add_onnx_options, escape_field, transcribe_files
 from .common import (
@@ -188,17 +186,19 @@ def _check_path_options(args: argparse.Namespace) -> None:
 
 
 def _run_transcribe(args: argparse.Namespace) -> int:
+    if (args.model is None) == (args.onnx is None):
+        raise CommandError("pass --model DIR (a trained model) or --onnx DIR (an export), one of them")
+    _check_path_options(args)
+    if args.onnx is not None:  # onnxruntime and numpy alone: nothing below this line is imported
+        return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
+                                prog=PROG)
+    from tqdm.auto import tqdm
+
     from ..data import BadClipError, feature_type_of, feature_type_of_model, load_audio
     from ..decoding.registry import DECODING_METHODS
     from ..inference.language_routing import transcribe_auto
     from ..inference.transcriber import transcribe
 
-    if (args.model is None) == (args.onnx is None):
-        raise CommandError("pass --model DIR (a trained model) or --onnx DIR (an export), one of them")
-    _check_path_options(args)
-    if args.onnx is not None:
-        return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
-                                prog=PROG)
     device = _resolve_device(args.device)
     model, processor = _load_model(args.model)
     if processor is None:

@@ -34,11 +34,10 @@ import torch
 
 from ..data.audio import digital_silence
 from ..data.feature_types import FeatureType, normalize_utterance
+from . import DEFAULT_NORM_WINDOW_S
 from .model_mixin import MODEL_SAMPLING_RATE
 from .segmenting import Segment, SegmentInput
 
-DEFAULT_NORM_WINDOW_S = 4.0
-"""Width of the sliding normalisation window, in seconds (chosen on the long-form CER check, docs/inference.md)."""
 _NORMALIZE_EPS = inspect.signature(normalize_utterance).parameters["eps"].default
 
 

@@ -5,15 +5,14 @@ huggingface_hub, and the runtime transcribes in a subprocess where torch cannot 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from helpers.cli import one_error_line, run_main, subprocess_env
+from helpers.cli import one_error_line, run_main
 from helpers.model_folders import audio, model_folder
+from helpers.without_torch import outside_the_runtime_extra, run_without
 
 from adaptspeech.cli import main
 from adaptspeech.cli.common import _load_model
@@ -91,26 +90,10 @@ def test_transcribe_needs_model_or_onnx(exported, capsys):
     assert "--model DIR" in one_error_line(err) and "--onnx DIR" in one_error_line(err)
 
 
-BLOCK_TORCH = """
-import sys
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError(name + " is not installed")
-sys.meta_path.insert(0, _Block())
-"""
-
-
 def test_the_runtime_runs_where_torch_cannot_be_imported(exported):
     root, wavs = exported
-    script = BLOCK_TORCH + (
-        "from adaptspeech.runtime.command import main\n"
-        "code = main(sys.argv[1:])\n"
-        "assert not any(m == 'torch' or m.startswith('torch.') for m in sys.modules), 'torch was imported'\n"
-        "sys.exit(code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script, "--onnx", str(root / "onnx"), "--precision", "fp32", *wavs],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    body = "from adaptspeech.runtime.command import main\ncode = main(sys.argv[1:])\n"
+    done = run_without(outside_the_runtime_extra(), body, ["--onnx", root / "onnx", "--precision", "fp32", *wavs])
     assert done.returncode == 0, done.stderr
     texts = [r.text for r in OnnxRecognizer(root / "onnx", precision="fp32").transcribe(wavs)]
     assert [unescape_field(line.split("\t")[1]) for line in done.stdout.splitlines()] == texts

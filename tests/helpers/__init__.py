@@ -16,6 +16,8 @@
   folder's vocabulary, and test audio for the inference tests;
 - :mod:`helpers.recipes`: the repository's recipe folders and the overrides that make a toy recipe run a few steps;
 - :mod:`helpers.training`: prepared-style rows, ``TrainingArguments`` for a few CPU steps, a callback stopping a run.
+- :mod:`helpers.without_torch`: Python in a subprocess where PyTorch and the other dependencies outside the
+  ``runtime`` extra cannot be imported.
 
 The library's own tiny models, which users, docs and scripts use too, are :mod:`adaptspeech.testing`.
 """
