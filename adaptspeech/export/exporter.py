@@ -112,7 +112,16 @@ def _feature_settings(processor: Any, model: Any) -> dict[str, Any]:
         "n_mels": features.n_mels,
         "do_normalize": features.do_normalize,
         "samples_per_frame": features.inputs_to_logits_ratio(model),
+        "first_frame_units": _first_frame_units(model),
     }
+
+
+def _first_frame_units(model: Any) -> int:
+    """The fewest input units for which the front end gives one output frame. The front ends are chains of
+    convolutions (wav2vec2's feature encoder, the fbank Conformer's subsampling), whose output length is then
+    ``(units - first_frame_units) // units_per_frame + 1`` (:class:`~adaptspeech.runtime.long_form.FrameGeometry`):
+    the runtime places a long recording's pieces on the model's frame grid with it."""
+    return next(n for n in range(1, 1 << 20) if int(model._get_feat_extract_output_lengths(n)) >= 1)
 
 
 def _max_frames(model: Any) -> int | None:

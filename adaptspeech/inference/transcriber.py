@@ -264,7 +264,7 @@ def recording_ctc_log_probs(
     if settings.split_by == "pauses":
         regions = find_speech(grid, num_units, waveform, settings.min_pause_s, settings.speech_pad_s,
                               pause_db)  # stage 1
-    segments = plan_ctc_segments(grid, num_units, settings.chunk_length_s, regions)  # stage 2
+    segments = plan_ctc_segments(grid.geometry, num_units, settings.chunk_length_s, regions)  # stage 2
     pieces = [chunked_ctc_log_probs(model, segment_input(features, segment), settings.chunk_length_s,  # stages 3, 4
                                     settings.stride_length_s, settings.chunk_batch_size, lang_ids)
               for segment in segments]

@@ -11,13 +11,14 @@ import pytest
 import soundfile as sf
 import torch
 from helpers.cli import one_error_line, run_main
-from helpers.model_folders import audio, model_folder
+from helpers.model_folders import audio, model_folder, onnx_splits_as_pytorch, synthetic_recording
 from helpers.without_torch import outside_the_runtime_extra, run_without
 
 from adaptspeech.cli import main
 from adaptspeech.cli.common import _load_model
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.runtime import OnnxRecognizer
+from adaptspeech.runtime.audio import load_audio
 from adaptspeech.runtime.command import unescape_field
 
 SECONDS = (1.3, 0.7, 2.1)
@@ -63,6 +64,15 @@ def test_onnx_transcripts_are_pytorchs(exported):
     recognizer = OnnxRecognizer(root / "onnx", precision="fp32")
     assert [r.text for r in recognizer.transcribe(wavs)] == expected
     assert [r.text for r in recognizer.transcribe(waveforms, batch_size=3)] == expected  # padded batch
+
+
+def test_a_long_recording_is_split_at_pauses_as_pytorch_splits_it(exported, tmp_path):
+    """Seven synthetic clips joined by digital silence, longer than one call of 8 s: each speech region one graph
+    call, its fbank frames computed again from its own samples (as the PyTorch path reads an utterance next to
+    digital silence), the pauses blank with a word boundary: PyTorch's text (tests/runtime/test_runtime_long_form.py:
+    a recording longer than the graph covers)."""
+    root, _ = exported
+    onnx_splits_as_pytorch(root, load_audio(synthetic_recording(tmp_path), 16000), 8.0, 2.0)
 
 
 def test_int8_graph_is_close_to_fp32(exported):
