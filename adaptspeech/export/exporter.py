@@ -28,7 +28,7 @@ from ..runtime.folder import FORMAT_VERSION, FP32_GRAPH, INT8_GRAPH, SETTINGS_FI
 
 #: swappable attention kinds whose export is tested to match PyTorch (tests/export/test_export_attention.py)
 EXPORTABLE_ATTENTION: tuple[str, ...] = (
-    "mhsa", "shared_qk", "ldsa", "synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random",
+    "mhsa", "shared_qk", "ldsa", "synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random", "rel_pos",
 )
 #: kinds refused, with the reason
 UNEXPORTABLE_ATTENTION: dict[str, str] = {
@@ -36,7 +36,6 @@ UNEXPORTABLE_ATTENTION: dict[str, str] = {
        for kind in ("lsh_simple", "lsh_simple_alsh", "lsh_sign_alsh", "lsh_xbox", "lsh_xbox_qnf")},
     "sparse_fixed": "the sparse layouts are built in Python from the sequence length",
     "sparse_strided": "the sparse layouts are built in Python from the sequence length",
-    "rel_pos": "its relative-position table is built in numpy from the sequence length",
 }
 QUANTIZATIONS = ("int8",)
 
