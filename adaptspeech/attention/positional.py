@@ -51,6 +51,8 @@ class RelativePositionTable:
     def __call__(self, num_frames: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """``[2T-1, D]`` embeddings of positions ``T-1 .. -(T-1)``, sliced from the centre of the cached
         table."""
+        if torch.compiler.is_exporting():  # the table of this length, from torch ops of it: no cache to compare
+            return relative_sinusoids(num_frames, self.dim, dtype=dtype, device=device)
         table = self._table
         # built outside inference mode: a cached inference tensor would break every later pass that records
         # autograd (e.g. training after a ``torch.inference_mode()`` evaluation)

@@ -128,7 +128,7 @@ class RelPositionSelfAttention(EncoderAttention):
         projects each position once, not ``2L - 1`` positions per chunk and layer (at ``L`` = 1,500 keys and width
         256 that projection cost 30 times the chunk's attention). The cache is dropped when ``linear_pos`` changes
         (its version counter), the dtype or the device."""
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or torch.compiler.is_exporting():  # exporting: torch ops of num_keys, no cache
             return self.linear_pos(self.positions(num_keys, dtype, device))
         weight = self.linear_pos.weight
         key = (weight.data_ptr(), weight._version, dtype, device)
@@ -166,7 +166,11 @@ class RelPositionSelfAttention(EncoderAttention):
 
     def uses_blockwise(self, num_frames: int) -> bool:
         """Whether :meth:`forward` on ``num_frames`` frames takes the blockwise path (memory linear in ``T``):
-        ``attention.memory_efficient`` if set, else ``num_frames > attention.memory_efficient_threshold``."""
+        ``attention.memory_efficient`` if set, else ``num_frames > attention.memory_efficient_threshold``; never
+        while a graph is exported (its block loop runs in Python: the graph holds the full path, whose outputs equal
+        the blockwise ones to float rounding)."""
+        if torch.compiler.is_exporting():
+            return False
         forced = self.config.memory_efficient
         return num_frames > self.config.memory_efficient_threshold if forced is None else forced
 

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from .common import DECODING_CHOICES, PROG, CommandError
+from .common import DECODING_CHOICES, PROG, CommandError, torch_missing_line
 from .evaluate import _add_evaluate
 from .export import _add_export
 from .lm import _add_lm
@@ -138,5 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(err, _expected_errors()) or os.environ.get("ADAPTSPEECH_TRACEBACK"):
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        if isinstance(err, ImportError):  # PyTorch missing: an install of the `runtime` extra alone
+            message = torch_missing_line(args.command, err) or message
         print(f"{PROG}: error: {' '.join(str(message).split()) or type(err).__name__}", file=sys.stderr)
         return 1

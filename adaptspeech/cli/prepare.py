@@ -5,10 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..data.feature_types import DEFAULT_FEATURE_TYPE, FEATURE_TYPES
-from .common import _float_range, _positive_float, _positive_int
+from .common import LazyChoices, _float_range, _positive_float, _positive_int
 
 # ---- prepare -------------------------------------------------------------------------------------------
+
+
+def _feature_type_names() -> tuple[str, ...]:
+    from ..data.feature_types import FEATURE_TYPES
+
+    return tuple(FEATURE_TYPES.names())
+
+
+_FEATURE_TYPE_NAMES = LazyChoices(_feature_type_names)
+"""``--feature-type``'s values: the feature-type registry, read when the option is parsed or shown (it imports torch,
+which building the parser does not)."""
+_DEFAULT_HELP = "waveform, what a pretrained checkpoint's feature extractor computes"
 
 
 def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
@@ -68,8 +79,8 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
         "--splits", default="train,dev,test", help="comma-separated splits; the first builds the vocabulary"
     )
     cv.add_argument(
-        "--feature-type", choices=FEATURE_TYPES.names(), default=DEFAULT_FEATURE_TYPE,
-        help=f"model input (default {DEFAULT_FEATURE_TYPE})",
+        "--feature-type", choices=_FEATURE_TYPE_NAMES, default=None, metavar="TYPE",
+        help=f"model input: %(choices)s (default {_DEFAULT_HELP})",
     )
     cv.add_argument("--per-language-vocab", action="store_true", help="one vocabulary per language (nested, MMS-style)")
     cv.add_argument("--train-subset", default=None, help="low-resource budget per language, e.g. 30min, 1h, 200utt")
@@ -117,8 +128,8 @@ def _add_pool_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the pool folder (created; an earlier pool is replaced)")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument(
-        "--feature-type", choices=FEATURE_TYPES.names(), default=None,
-        help=f"model input (default {DEFAULT_FEATURE_TYPE}); it must be what the labelling model reads",
+        "--feature-type", choices=_FEATURE_TYPE_NAMES, default=None, metavar="TYPE",
+        help=f"model input: %(choices)s (default {_DEFAULT_HELP}); it must be what the labelling model reads",
     )
     kind.add_argument("--processor", default=None, metavar="DIR",
                       help="take the feature extractor of this model or prepared processor folder")
@@ -171,6 +182,7 @@ def _run_prepare_synthetic(args: argparse.Namespace) -> int:
 
 
 def _run_prepare_common_voice(args: argparse.Namespace) -> int:
+    from ..data.feature_types import DEFAULT_FEATURE_TYPE
     from ..data.prepared_corpus import prepare_corpus
 
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
@@ -179,7 +191,7 @@ def _run_prepare_common_voice(args: argparse.Namespace) -> int:
         args.languages,
         args.out,
         splits=splits,
-        feature_type=args.feature_type,
+        feature_type=args.feature_type or DEFAULT_FEATURE_TYPE,
         per_language_vocab=args.per_language_vocab,
         train_subset=args.train_subset,
         subset_exclude_splits=[x.strip() for x in args.subset_exclude_splits.split(",") if x.strip()],
@@ -195,6 +207,7 @@ def _run_prepare_common_voice(args: argparse.Namespace) -> int:
 
 
 def _run_prepare_pool(args: argparse.Namespace) -> int:
+    from ..data.feature_types import DEFAULT_FEATURE_TYPE
     from ..data.pool_overlap import held_out
     from ..data.pool_segments import SegmentSettings
     from ..data.pools import feature_extractor_for, prepare_audio_folder, prepare_common_voice_other

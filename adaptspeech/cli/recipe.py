@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import CommandError, _split_list
+from .common import CommandError, _split_list, torch_missing_line
 
 # ---- recipe / demo -------------------------------------------------------------------------------------------
 
@@ -47,9 +47,13 @@ class _TaskOptions:
             return
         folder = self._recipe_folder(args)
         if folder is not None:
-            from ..recipes.engine import add_task_arguments
+            try:
+                from ..recipes.engine import add_task_arguments
 
-            self._task_options_added = add_task_arguments(folder, self)  # type: ignore[arg-type]
+                self._task_options_added = add_task_arguments(folder, self)  # type: ignore[arg-type]
+            except ImportError as err:  # no PyTorch: the runner stops with the line saying what to install
+                if torch_missing_line(self.prog, err) is None:
+                    raise
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
         self.add_task_options(list(args or []))

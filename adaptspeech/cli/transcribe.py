@@ -9,20 +9,18 @@ import stat
 import sys
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..inference import (
     CUT_COSTS,
     DEFAULT_CHUNK_LENGTH_S,
+    DEFAULT_NORM_WINDOW_S,
     DEFAULT_SEARCH_LENGTH_S,
     DEFAULT_STRIDE_LENGTH_S,
     LONG_FORM_SPLITS,
 )
-from ..inference.local_norm import DEFAULT_NORM_WINDOW_S
 from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from ..inference.silero import DEFAULT_THRESHOLD
 from ..inference.speech_finders import DEFAULT_SPEECH_FINDER, SILERO_MIN_PAUSE_S, SPEECH_FINDERS, SpeechFinderSettings
-from ..runtime.command import add_onnx_options, escape_field, transcribe_files
+from ..runtime.command import add_onnx_options, escape_field, split_settings, transcribe_files
 from .common import (
     PROG,
     CommandError,
@@ -58,7 +56,9 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     transcribe.add_argument("--model", default=None, metavar="DIR", help="a model folder saved by `adaptspeech train`")
     transcribe.add_argument("--onnx", default=None, metavar="DIR",
                             help="instead of --model: a folder written by `adaptspeech export`, run on onnxruntime "
-                            "(whole files, CTC decoding: --decoder, --precision, --beam-size, --threads)")
+                            "without PyTorch (CTC decoding: --decoder, --precision, --beam-size, --threads; a long "
+                            "recording split as --split-by, --chunk-length, --stride-length, --min-pause, "
+                            "--speech-pad say)")
     transcribe.add_argument("audio", nargs="+", metavar="AUDIO",
                             help="audio files; '-' (or /dev/stdin) reads one from standard input")
     transcribe.add_argument(
@@ -205,12 +205,14 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
 
 _EITHER_PATH = ("help", "model", "onnx", "beam_size")
 _ONNX_ONLY = ("precision", "decoder", "threads")
+_BOTH_PATHS = ("chunk_length", "stride_length", "split_by", "min_pause", "speech_pad")
+"""How a long recording is split: the ONNX runtime splits it as the PyTorch path does (CTC decoding)."""
 
 
 def _check_path_options(args: argparse.Namespace) -> None:
     """Refuse an option that the chosen path (``--model`` or ``--onnx``) would ignore, naming it."""
     given = [dest for dest, default in args.option_defaults.items() if getattr(args, dest) != default]
-    chosen, wrong = ("--onnx", [d for d in given if d not in _ONNX_ONLY]) if args.onnx is not None else \
+    chosen, wrong = ("--onnx", [d for d in given if d not in _ONNX_ONLY + _BOTH_PATHS]) if args.onnx is not None else \
         ("--model", [d for d in given if d in _ONNX_ONLY])
     if wrong:
         names = ", ".join("--" + dest.replace("_", "-") for dest in wrong)
@@ -218,18 +220,20 @@ def _check_path_options(args: argparse.Namespace) -> None:
 
 
 def _run_transcribe(args: argparse.Namespace) -> int:
+    if (args.model is None) == (args.onnx is None):
+        raise CommandError("pass --model DIR (a trained model) or --onnx DIR (an export), one of them")
+    _check_path_options(args)
+    if args.onnx is not None:  # onnxruntime and numpy alone: nothing below this line is imported
+        return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
+                                prog=PROG, **split_settings(args))
+    from tqdm.auto import tqdm
+
     from ..data import BadClipError, feature_type_of, feature_type_of_model, load_audio
     from ..decoding.registry import DECODING_METHODS
     from ..inference.language_routing import transcribe_auto
     from ..inference.transcriber import transcribe
 
-    if (args.model is None) == (args.onnx is None):
-        raise CommandError("pass --model DIR (a trained model) or --onnx DIR (an export), one of them")
-    _check_path_options(args)
     finder = speech_finder_settings(args)
-    if args.onnx is not None:
-        return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
-                                prog=PROG)
     device = _resolve_device(args.device)
     model, processor = _load_model(args.model)
     if processor is None:

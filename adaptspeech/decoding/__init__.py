@@ -8,26 +8,44 @@ returns token ids; map them to text with the tokenizer.
 
 from __future__ import annotations
 
-from .attention_beam import AttentionScorer, attention_beam_search
-from .attention_greedy import attention_greedy_decode
-from .beam_search import Scorer, batch_beam_search, end_detected
-from .ctc_greedy import ctc_greedy_decode
-from .ctc_prefix_beam import ctc_prefix_beam_search
-from .ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
-from .hypothesis import Hypothesis
-from .joint import joint_beam_search
-from .lengths import max_output_lengths
-from .model_decoding import evaluating, model_decoding_inputs, transcribe_batch
-from .registry import (
-    DECODING_METHODS,
-    DecodingInputs,
-    DecodingMethod,
-    check_decoder,
-    decode,
-    decoders_for,
-    method_names,
-    register_decoding_method,
-)
+import importlib
+from typing import Any
+
+_HOMES = {
+    "AttentionScorer": "attention_beam",
+    "attention_beam_search": "attention_beam",
+    "attention_greedy_decode": "attention_greedy",
+    "Scorer": "beam_search",
+    "batch_beam_search": "beam_search",
+    "end_detected": "beam_search",
+    "ctc_greedy_decode": "ctc_greedy",
+    "ctc_prefix_beam_search": "ctc_prefix_beam",
+    "CTCPrefixScorer": "ctc_prefix_score",
+    "CTCPrefixState": "ctc_prefix_score",
+    "Hypothesis": "hypothesis",
+    "joint_beam_search": "joint",
+    "max_output_lengths": "lengths",
+    "evaluating": "model_decoding",
+    "model_decoding_inputs": "model_decoding",
+    "transcribe_batch": "model_decoding",
+    "DECODING_METHODS": "registry",
+    "DecodingInputs": "registry",
+    "DecodingMethod": "registry",
+    "check_decoder": "registry",
+    "decode": "registry",
+    "decoders_for": "registry",
+    "method_names": "registry",
+    "register_decoding_method": "registry",
+}
+"""The module each public name lives in: names load on first use, so that the registry (which imports no torch) is
+read without importing the decoders (the command line builds its parser from it)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DECODING_METHODS",

@@ -7,25 +7,25 @@ asks it: which methods a head supports (:func:`decoders_for`), what a method nee
 whether it takes a beam, whether it reads the CTC output alone (so that a long recording is decoded on one stitched
 frame grid), whether its result is the best CTC path (whose frame labels give timestamps). Adding a method is its
 module plus one :func:`register_decoding_method` call at the end of this file.
+
+The registry itself imports no torch (each method's module is imported when the method runs), so that the command
+line lists the methods without it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..heads import HEAD_OUTPUTS, HeadSpec
-from ..heads.las import LASDecoder
 from ..registry import Registry
-from .attention_beam import attention_beam_search
-from .attention_greedy import attention_greedy_decode
-from .ctc_greedy import ctc_greedy_decode
-from .ctc_prefix_beam import ctc_prefix_beam_search
-from .hypothesis import Hypothesis
-from .joint import joint_beam_search
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..heads.las import LASDecoder
+    from .hypothesis import Hypothesis
 
 
 @dataclass
@@ -158,28 +158,38 @@ def _best(nbest_lists: list[list[Hypothesis]]) -> list[list[int]]:
 
 
 def _decode_ctc_greedy(inputs: DecodingInputs, **options: Any) -> list[list[int]]:
+    from .ctc_greedy import ctc_greedy_decode
+
     inputs.need("ctc_greedy", "ctc_log_probs")
     return ctc_greedy_decode(inputs.ctc_log_probs, inputs.ctc_lengths, **options)
 
 
 def _decode_ctc_beam(inputs: DecodingInputs, **options: Any) -> list[list[int]]:
+    from .ctc_prefix_beam import ctc_prefix_beam_search
+
     inputs.need("ctc_beam", "ctc_log_probs")
     return _best(ctc_prefix_beam_search(inputs.ctc_log_probs, inputs.ctc_lengths, **options))
 
 
 def _decode_attention_greedy(inputs: DecodingInputs, **options: Any) -> list[list[int]]:
+    from .attention_greedy import attention_greedy_decode
+
     inputs.need("attention_greedy", "decoder", "encoder_hidden_states")
     return attention_greedy_decode(inputs.decoder, inputs.encoder_hidden_states, inputs.encoder_padding_mask,
                                    **options)
 
 
 def _decode_attention_beam(inputs: DecodingInputs, **options: Any) -> list[list[int]]:
+    from .attention_beam import attention_beam_search
+
     inputs.need("attention_beam", "decoder", "encoder_hidden_states")
     return _best(attention_beam_search(inputs.decoder, inputs.encoder_hidden_states,
                                        inputs.encoder_padding_mask, **options))
 
 
 def _decode_joint(inputs: DecodingInputs, **options: Any) -> list[list[int]]:
+    from .joint import joint_beam_search
+
     inputs.need("joint", "ctc_log_probs")
     return _best(joint_beam_search(inputs.decoder, inputs.encoder_hidden_states, inputs.encoder_padding_mask,
                                    inputs.ctc_log_probs, inputs.ctc_lengths, **options))

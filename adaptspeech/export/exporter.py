@@ -28,7 +28,7 @@ from ..runtime.folder import FORMAT_VERSION, FP32_GRAPH, INT8_GRAPH, SETTINGS_FI
 
 #: swappable attention kinds whose export is tested to match PyTorch (tests/export/test_export_attention.py)
 EXPORTABLE_ATTENTION: tuple[str, ...] = (
-    "mhsa", "shared_qk", "ldsa", "synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random",
+    "mhsa", "shared_qk", "ldsa", "synthesizer_dense", "synthesizer_dense_shared", "synthesizer_random", "rel_pos",
 )
 #: kinds refused, with the reason
 UNEXPORTABLE_ATTENTION: dict[str, str] = {
@@ -36,7 +36,6 @@ UNEXPORTABLE_ATTENTION: dict[str, str] = {
        for kind in ("lsh_simple", "lsh_simple_alsh", "lsh_sign_alsh", "lsh_xbox", "lsh_xbox_qnf")},
     "sparse_fixed": "the sparse layouts are built in Python from the sequence length",
     "sparse_strided": "the sparse layouts are built in Python from the sequence length",
-    "rel_pos": "its relative-position table is built in numpy from the sequence length",
 }
 QUANTIZATIONS = ("int8",)
 
@@ -112,7 +111,16 @@ def _feature_settings(processor: Any, model: Any) -> dict[str, Any]:
         "n_mels": features.n_mels,
         "do_normalize": features.do_normalize,
         "samples_per_frame": features.inputs_to_logits_ratio(model),
+        "first_frame_units": _first_frame_units(model),
     }
+
+
+def _first_frame_units(model: Any) -> int:
+    """The fewest input units for which the front end gives one output frame. The front ends are chains of
+    convolutions (wav2vec2's feature encoder, the fbank Conformer's subsampling), whose output length is then
+    ``(units - first_frame_units) // units_per_frame + 1`` (:class:`~adaptspeech.runtime.long_form.FrameGeometry`):
+    the runtime places a long recording's pieces on the model's frame grid with it."""
+    return next(n for n in range(1, 1 << 20) if int(model._get_feat_extract_output_lengths(n)) >= 1)
 
 
 def _max_frames(model: Any) -> int | None:

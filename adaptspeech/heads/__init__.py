@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..registry import Registry
-from .ctc import CTCHead
 
 HEAD_OUTPUTS: dict[str, str] = {"ctc": "a CTC head", "las": "an attention (LAS) head"}
 """The output layers a model may carry (as its attribute ``<name>_head``), in the order messages name them."""
@@ -107,6 +106,16 @@ register_head(HeadSpec(
     default_decoder="ctc_greedy",
     description="CTC and Listen-Attend-Spell, trained jointly",
 ))
+
+def __getattr__(name: str) -> Any:
+    """:class:`~.ctc.CTCHead` loads on first use: the registry above is read without importing torch (the command
+    line builds its parser from it)."""
+    if name == "CTCHead":
+        from .ctc import CTCHead
+
+        return CTCHead
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["HEADS", "HEAD_OUTPUTS", "CTCHead", "HeadSpec", "get_head", "head_with_outputs", "model_outputs",
            "register_head"]

@@ -23,3 +23,5 @@ CUT_COSTS = ("energy", "ctc_blank")
 """How attention / joint decoding scores a frame as a place to cut a long recording (lower: better)."""
 DEFAULT_SEARCH_LENGTH_S = 5.0
 """Seconds before a segment's longest end searched for its cut (attention / joint decoding)."""
+DEFAULT_NORM_WINDOW_S = 4.0
+"""Width of the sliding normalisation window, in seconds (chosen on the long-form CER check, docs/inference.md)."""

@@ -28,60 +28,20 @@ number of frames); frames outside every segment are blank (log-probability 0; ev
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..decoding import DecodingInputs, evaluating, model_decoding_inputs
+from ..runtime.long_form import IMPOSSIBLE_LOG_PROB, Chunk, blank_grid, plan_chunks, stitch_log_probs
 from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
 from .local_norm import ModelInput, input_span
 from .model_mixin import MODEL_SAMPLING_RATE
 from .recording import FrameGrid
 from .segmenting import Segment, SegmentInput
 
-IMPOSSIBLE_LOG_PROB = -1e4
-"""Log-probability of the labels a frame outside speech cannot emit (finite, so that beam searches stay finite)."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One encoder call: model input units ``[start, end)`` (samples or fbank frames); its output frames
-    ``[keep_from, keep_to)`` are kept and are frames ``first_frame + keep_from ..`` of the recording."""
-
-    start: int
-    end: int
-    first_frame: int
-    keep_from: int
-    keep_to: int | None  # None: up to the chunk's last frame
-
-
-def plan_chunks(num_units: int, units_per_frame: int, chunk_frames: int, stride_frames: int) -> list[Chunk]:
-    """Chunks covering ``num_units`` input units (see the module docstring's stitching rule).
-
-    Args:
-        num_units: length of the model input (samples, or fbank frames).
-        units_per_frame: input units per output frame (320 samples, or 4 fbank frames).
-        chunk_frames: output frames per chunk.
-        stride_frames: context frames on each side of a chunk's kept frames.
-    """
-    step = chunk_frames - 2 * stride_frames
-    if stride_frames < 0 or step < 1:
-        raise ValueError(
-            f"chunk of {chunk_frames} output frames with strides of {stride_frames}: the chunk must be longer than "
-            "twice the stride"
-        )
-    chunks: list[Chunk] = []
-    first = 0
-    while True:
-        start = first * units_per_frame
-        end = start + chunk_frames * units_per_frame
-        last = end >= num_units
-        chunks.append(Chunk(start, min(end, num_units), first, 0 if not chunks else stride_frames,
-                            None if last else chunk_frames - stride_frames))
-        if last:
-            return chunks
-        first += step
+__all__ = ["IMPOSSIBLE_LOG_PROB", "Chunk", "blank_log_probs", "chunked_ctc_log_probs", "encode_segment", "plan_chunks",
+           "stitch_ctc"]
 
 
 def _batches(chunks: list[Chunk], batch_size: int) -> Iterator[list[Chunk]]:
@@ -145,13 +105,7 @@ def blank_log_probs(model: Any, num_frames: int, lang_ids: torch.Tensor | None =
     the output size of the CTC head ``lang_ids`` selects (a language head may have a vocabulary of its own)."""
     head = model.ctc_head
     width = head.output_layer(head.select(model._row_languages(lang_ids))).out_features
-    return _blank_grid(model, num_frames, width)
-
-
-def _blank_grid(model: Any, num_frames: int, width: int) -> torch.Tensor:
-    out = torch.full((num_frames, width), IMPOSSIBLE_LOG_PROB)
-    out[:, model.config.pad_token_id] = 0.0
-    return out
+    return torch.from_numpy(blank_grid(num_frames, width, model.config.pad_token_id))
 
 
 def stitch_ctc(
@@ -183,18 +137,9 @@ def stitch_ctc(
     num_frames = FrameGrid.of(model).output_frames(num_units)  # the unchunked model's frames
     if not segments:  # no speech region (digital silence, clicks shorter than MIN_SPEECH_S): nothing to decode
         return blank_log_probs(model, num_frames, lang_ids), []
-    out = _blank_grid(model, num_frames, pieces[0].shape[-1])
-    filled: list[tuple[int, int]] = []
-    for segment, part in zip(segments, pieces, strict=True):
-        first = segment.first_frame
-        part = part[: num_frames - first]
-        out[first : first + len(part)] = part
-        filled.append((first, first + len(part)))
-    if word_delimiter_id is not None:
-        for frame in boundaries:
-            out[frame] = IMPOSSIBLE_LOG_PROB
-            out[frame, word_delimiter_id] = 0.0
-    return out, filled
+    out, filled = stitch_log_probs(num_frames, model.config.pad_token_id, [s.first_frame for s in segments],
+                                   [part.numpy() for part in pieces], boundaries, word_delimiter_id)
+    return torch.from_numpy(out), filled
 
 
 @torch.no_grad()

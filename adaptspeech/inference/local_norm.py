@@ -34,11 +34,11 @@ import torch
 
 from ..data.audio import digital_silence
 from ..data.feature_types import FeatureType, normalize_utterance
+from ..runtime.long_form import utterance_samples
+from . import DEFAULT_NORM_WINDOW_S
 from .model_mixin import MODEL_SAMPLING_RATE
 from .segmenting import Segment, SegmentInput
 
-DEFAULT_NORM_WINDOW_S = 4.0
-"""Width of the sliding normalisation window, in seconds (chosen on the long-form CER check, docs/inference.md)."""
 _NORMALIZE_EPS = inspect.signature(normalize_utterance).parameters["eps"].default
 
 
@@ -144,20 +144,7 @@ class RecordingInput:
         neither edge has such silence (or no ``waveform``): an edge without it keeps the grid's sample."""
         if self.waveform is None or self.waveform_silent is None or self.features is None:
             return None
-        win, hop = self.features.unit_window, self.features.unit_hop
-        total, reach = len(self.waveform), win + hop
-        first, last = start * hop, min(total, (end - 1) * hop + win)
-        low = max(0, first - reach)
-        left = np.flatnonzero(self.waveform_silent[low : min(total, first + reach)])
-        high = max(0, last - reach)
-        right = np.flatnonzero(self.waveform_silent[high : min(total, last + reach)])
-        if len(left) == 0 and len(right) == 0:
-            return None
-        if len(left):
-            first = low + int(left[-1]) + 1
-        if len(right):
-            last = high + int(right[0])
-        return (first, last) if last - first >= win else None
+        return utterance_samples(start, end, self.waveform_silent, self.features.unit_hop, self.features.unit_window)
 
     def local(self, start: int, end: int) -> torch.Tensor:
         """Units ``[start, end)`` normalised by the sliding-window rule inside the span, whatever its length."""

@@ -15,6 +15,7 @@ import numpy as np
 from ..data.audio import DEFAULT_SILENCE_THRESHOLD
 from ..data.feature_types import FeatureType
 from ..runtime.audio import undecodable
+from ..runtime.long_form import FrameGeometry
 from .model_mixin import MODEL_SAMPLING_RATE, inputs_to_logits_ratio
 
 
@@ -53,18 +54,25 @@ class FrameGrid:
         return cls(None, features, samples_per_frame, samples_per_frame // features.unit_hop)
 
     @property
+    def geometry(self) -> FrameGeometry:
+        """The grid without the model, as the numpy long-form functions read it
+        (:mod:`adaptspeech.runtime.long_form`)."""
+        return FrameGeometry(self.samples_per_frame, self.features.unit_hop, self.features.unit_window,
+                             self.output_frames, MODEL_SAMPLING_RATE)
+
+    @property
     def seconds_per_frame(self) -> float:
         """Seconds per output frame (0.04 for the fbank front end)."""
-        return self.samples_per_frame / MODEL_SAMPLING_RATE
+        return self.geometry.seconds_per_frame
 
     @property
     def seconds_per_unit(self) -> float:
         """Seconds from one input unit to the next."""
-        return self.features.unit_hop / MODEL_SAMPLING_RATE
+        return self.geometry.seconds_per_unit
 
     def frames_of(self, num_units: int) -> int:
         """Output frames on the grid that ``num_units`` input units touch: ``ceil(num_units / units_per_frame)``."""
-        return -(-num_units // self.units_per_frame)
+        return self.geometry.frames_of(num_units)
 
     def output_frames(self, num_units: int) -> int:
         """Output frames the model's front end gives for ``num_units`` input units (the unchunked model's count; without

@@ -8,7 +8,8 @@ calls normalised over their own audio), as one encoder call normalised by the sl
 utterance (:mod:`~adaptspeech.inference.local_norm`).
 
 **CTC decoders** read the log-probabilities of a whole recording on one frame grid (stage 4 stitches them), so their
-segments are the speech regions themselves (:func:`plan_ctc_segments`): a recording that fits one encoder call (its
+segments are the speech regions themselves (:func:`~adaptspeech.runtime.long_form.plan_ctc_segments`, numpy, shared
+with the ONNX runtime): a recording that fits one encoder call (its
 unchunked output frames span at most ``chunk_length_s``), or is split in chunks, or has no pause, is one segment read
 as a recording (chunked with strides when longer than ``chunk_length_s``); otherwise each speech region is one
 segment, read as one utterance when it spans at most ``chunk_length_s``, else as a recording of its own.
@@ -36,84 +37,31 @@ texts are joined.
 
 from __future__ import annotations
 
-import enum
 import itertools
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
+from ..runtime.long_form import (
+    EPS_S,
+    Segment,
+    SegmentInput,
+    SpeechRegions,
+    fits_ctc_call,
+    plan_ctc_segments,
+    whole_recording,
+)
 from . import DEFAULT_SEARCH_LENGTH_S
 from .recording import FrameGrid
-from .regions import SpeechRegions
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["DEFAULT_SMOOTHING_S", "Segment", "SegmentInput", "blank_cost", "fits_ctc_call", "fits_segment",
+           "max_segment_frames", "plan_ctc_segments", "plan_cuts", "plan_segments", "whole_recording"]
 
 DEFAULT_SMOOTHING_S = 0.2
 """Width of the moving average over the cut cost."""
-_EPS_S = 1e-9
-"""Seconds of slack when a length is compared with the chunk length (float rounding)."""
-
-
-class SegmentInput(enum.Enum):
-    """How a segment's model input is read from the recording's features (stage 3)."""
-
-    RECORDING = "recording"
-    """As a recording of its own: each encoder call over it (a CTC chunk) normalised over its own audio."""
-    WINDOW = "window"
-    """One encoder call, normalised by the sliding-window rule inside it (over all of it when it is the whole
-    recording)."""
-    UTTERANCE = "utterance"
-    """One utterance, normalised over all of it (re-read from its own samples next to digital silence)."""
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One piece of a recording decoded on its own: model input units ``[start, end)``, output frames
-    ``[first_frame, last_frame)``, read as ``read_as``."""
-
-    start: int
-    end: int
-    first_frame: int
-    last_frame: int
-    read_as: SegmentInput = SegmentInput.WINDOW
-
-
-def whole_recording(grid: FrameGrid, num_units: int, read_as: SegmentInput) -> Segment:
-    """The segment of a whole recording of ``num_units`` input units."""
-    return Segment(0, num_units, 0, grid.frames_of(num_units), read_as)
-
-
-# ---- CTC decoders ------------------------------------------------------------------------------------------------
-
-
-def fits_ctc_call(grid: FrameGrid, num_units: int, chunk_length_s: float) -> bool:
-    """A recording of ``num_units`` whose unchunked output frames span at most ``chunk_length_s``: one encoder call."""
-    return grid.output_frames(num_units) * grid.seconds_per_frame <= chunk_length_s + _EPS_S
-
-
-def plan_ctc_segments(grid: FrameGrid, num_units: int, chunk_length_s: float,
-                      regions: SpeechRegions | None = None) -> list[Segment]:
-    """The segments of a recording for a CTC decoder (see the module docstring).
-
-    Args:
-        grid: the model's frame grid.
-        num_units: length of the recording's model input.
-        chunk_length_s: seconds of audio per encoder call.
-        regions: the recording's speech regions, or ``None`` (split in chunks): one segment, the whole recording.
-
-    Returns:
-        The segments in order: ``[]`` when the recording is longer than one call and no region holds speech
-        (digital silence, clicks).
-    """
-    whole = regions is None or regions.spans == [(0, num_units)]
-    if whole or fits_ctc_call(grid, num_units, chunk_length_s):
-        return [whole_recording(grid, num_units, SegmentInput.RECORDING)]
-    per_frame = grid.units_per_frame
-    segments = []
-    for start, end in regions.spans:
-        short = (end - start) / per_frame * grid.seconds_per_frame <= chunk_length_s + _EPS_S
-        segments.append(Segment(start, end, start // per_frame, -(-end // per_frame),
-                                SegmentInput.UTTERANCE if short else SegmentInput.RECORDING))
-    return segments
 
 
 # ---- attention and joint decoders ----------------------------------------------------------------------------------
@@ -125,7 +73,7 @@ def max_segment_frames(grid: FrameGrid, chunk_length_s: float) -> int:
     Raises:
         ValueError: ``chunk_length_s`` is shorter than one output frame.
     """
-    max_frames = int(chunk_length_s / grid.seconds_per_frame + _EPS_S)
+    max_frames = int(chunk_length_s / grid.seconds_per_frame + EPS_S)
     if max_frames < 1:
         raise ValueError(f"chunk_length_s {chunk_length_s:g} is shorter than one output frame "
                          f"({grid.seconds_per_frame} s)")
@@ -212,7 +160,7 @@ def plan_segments(
     max_frames = max_segment_frames(grid, chunk_length_s)
     per_frame, num_frames = grid.units_per_frame, grid.frames_of(num_units)
     if num_frames <= max_frames:
-        return [whole_recording(grid, num_units, SegmentInput.WINDOW)]
+        return [whole_recording(grid.geometry, num_units, SegmentInput.WINDOW)]
     if cost is None:
         raise ValueError(f"a recording of {num_frames} output frames is longer than one segment: it needs a cut cost")
     search_frames = min(max_frames, max(1, round(search_length_s / grid.seconds_per_frame)))

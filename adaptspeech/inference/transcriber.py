@@ -282,11 +282,11 @@ def recording_ctc_log_probs(
     grid = FrameGrid.of(model)
     num_units = len(features)
     regions = None
-    if settings.split_by == "pauses" and not fits_ctc_call(grid, num_units, settings.chunk_length_s):
+    if settings.split_by == "pauses" and not fits_ctc_call(grid.geometry, num_units, settings.chunk_length_s):
         finder = settings.finder if pause_db == settings.finder.pause_db else \
             dataclasses.replace(settings.finder, pause_db=pause_db)
         regions = find_speech(grid, num_units, waveform, finder)  # stage 1
-    segments = plan_ctc_segments(grid, num_units, settings.chunk_length_s, regions)  # stage 2
+    segments = plan_ctc_segments(grid.geometry, num_units, settings.chunk_length_s, regions)  # stage 2
     pieces = [chunked_ctc_log_probs(model, segment_input(features, segment), settings.chunk_length_s,  # stages 3, 4
                                     settings.stride_length_s, settings.chunk_batch_size, lang_ids)
               for segment in segments]

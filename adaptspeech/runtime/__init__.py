@@ -1,6 +1,7 @@
 """The parts of adaptspeech that run without PyTorch: audio decoding (:mod:`.audio`), the numeric front end
-(:mod:`.features`), CTC decoding (:mod:`.ctc`, :mod:`.prefix_beam`), the exported model folder (:mod:`.folder`,
-:mod:`.tokens`) and :class:`OnnxRecognizer`, which transcribes with an exported ONNX graph on onnxruntime.
+(:mod:`.features`), CTC decoding (:mod:`.ctc`, :mod:`.prefix_beam`), long recordings on a frame grid (:mod:`.long_form`:
+speech regions cut at pauses, chunks, stitching), the exported model folder (:mod:`.folder`, :mod:`.tokens`) and
+:class:`OnnxRecognizer`, which transcribes with an exported ONNX graph on onnxruntime.
 
 Nothing in this package imports torch, and the torch code paths reuse it (the data preparation decodes audio with
 :func:`~.audio.load_audio`, the torch CTC decoders collapse paths and search prefixes with the functions here), so

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ..inference import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
+from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from .audio import BadClipError
 from .folder import PRECISIONS
 from .recognizer import DECODERS, OnnxRecognizer
@@ -41,15 +43,38 @@ def add_onnx_options(parser: Any, beam_size: bool = True) -> None:
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads (default 1)")
 
 
+def add_split_options(parser: Any) -> None:
+    """``--split-by``, ``--chunk-length``, ``--stride-length``, ``--min-pause``, ``--speech-pad``: how a recording
+    longer than one graph call is split (``adaptspeech transcribe`` declares its own, for both of its paths)."""
+    parser.add_argument("--split-by", choices=LONG_FORM_SPLITS, default="pauses",
+                        help="a recording longer than --chunk-length: at pauses (default) or in overlapping chunks")
+    parser.add_argument("--chunk-length", type=float, default=DEFAULT_CHUNK_LENGTH_S, metavar="SECONDS",
+                        help=f"seconds of audio per graph call (default {DEFAULT_CHUNK_LENGTH_S:g})")
+    parser.add_argument("--stride-length", type=float, default=DEFAULT_STRIDE_LENGTH_S, metavar="SECONDS",
+                        help=f"seconds of context on each side of a chunk (default {DEFAULT_STRIDE_LENGTH_S:g})")
+    parser.add_argument("--min-pause", type=float, default=DEFAULT_MIN_PAUSE_S, metavar="SECONDS",
+                        help=f"shortest pause between two speech regions (default {DEFAULT_MIN_PAUSE_S:g})")
+    parser.add_argument("--speech-pad", type=float, default=DEFAULT_SPEECH_PAD_S, metavar="SECONDS",
+                        help=f"seconds of pause kept on each side of a region (default {DEFAULT_SPEECH_PAD_S:g})")
+
+
+def split_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`OnnxRecognizer` settings of the options :func:`add_split_options` declares."""
+    return {"split_by": args.split_by, "chunk_length_s": args.chunk_length, "stride_length_s": args.stride_length,
+            "min_pause_s": DEFAULT_MIN_PAUSE_S if args.min_pause is None else args.min_pause,
+            "speech_pad_s": args.speech_pad}
+
+
 def transcribe_files(folder: str, paths: Sequence[str], precision: str | None = None, decoder: str = "greedy",
                      beam_size: int | None = None, threads: int = 1, out: TextIO | None = None,
-                     err: TextIO | None = None, prog: str = "adaptspeech") -> int:
+                     err: TextIO | None = None, prog: str = "adaptspeech", **split: Any) -> int:
     """Transcribe ``paths`` with the export in ``folder``: a ``PATH<TAB>TEXT`` line each on ``out``; a file that
-    cannot be read gets one line on ``err`` and the others are still transcribed. Returns the exit status (1 when
-    a file failed)."""
+    cannot be read gets one line on ``err`` and the others are still transcribed. ``split``: how a long recording
+    is split (:class:`OnnxRecognizer`'s ``split_by``, ``chunk_length_s`` ...). Returns the exit status (1 when a
+    file failed)."""
     out, err = out or sys.stdout, err or sys.stderr
     recognizer = OnnxRecognizer(folder, precision=precision, decoder=decoder, beam_size=beam_size,
-                                num_threads=threads)
+                                num_threads=threads, **split)
     failures = 0
     for path in paths:
         try:
@@ -70,10 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--onnx", required=True, metavar="DIR", help="the exported folder")
     parser.add_argument("audio", nargs="+", metavar="AUDIO", help="audio files")
     add_onnx_options(parser)
+    add_split_options(parser)
     args = parser.parse_args(argv)
     try:
         return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
-                                prog=parser.prog)
+                                prog=parser.prog, **split_settings(args))
     except (ValueError, OSError) as error:
         print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 1

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .features import frame_params
+from .long_form import FrameGeometry
 from .tokens import TokenTable, read_symbols, table_from_symbols
 
 SETTINGS_FILE = "adaptspeech_export.json"
@@ -40,8 +42,8 @@ class ExportedModel:
     Attributes:
         path: the folder.
         settings: the JSON settings (``feature`` holds ``type``, ``framed``, ``sampling_rate``, ``n_mels``,
-            ``do_normalize``, ``samples_per_frame``; ``graphs`` maps precision -> file; ``max_frames`` the longest
-            output the graph's position table covers, or null).
+            ``do_normalize``, ``samples_per_frame``, ``first_frame_units``; ``graphs`` maps precision -> file;
+            ``max_frames`` the longest output the graph's position table covers, or null).
         table: the token table of ``tokens.txt`` and the tokenizer settings.
     """
 
@@ -65,6 +67,31 @@ class ExportedModel:
     @property
     def seconds_per_frame(self) -> float:
         return float(self.feature["samples_per_frame"]) / self.sampling_rate
+
+    @property
+    def geometry(self) -> FrameGeometry | None:
+        """The graph's frame geometry (input units, output frames), or None for a folder exported before
+        ``first_frame_units`` was written (its recordings are then read whole)."""
+        first = self.feature.get("first_frame_units")
+        if first is None:
+            return None
+        if self.framed:
+            window, hop, _ = frame_params(self.sampling_rate)
+        else:
+            window, hop = 1, 1
+        samples = int(self.feature["samples_per_frame"])
+        per_frame = samples // hop
+
+        def output_frames(units: int) -> int:
+            return 0 if units < first else (units - first) // per_frame + 1
+
+        return FrameGeometry(samples, hop, window, output_frames, self.sampling_rate)
+
+    @property
+    def max_frames(self) -> int | None:
+        """The longest output the graph covers (the conformers' position table), or None: any length."""
+        value = self.settings.get("max_frames")
+        return None if value is None else int(value)
 
     def graph(self, precision: str | None = None) -> Path:
         """The graph file of ``precision`` (``fp32`` / ``int8``; None: int8 when exported, else fp32).

@@ -7,6 +7,13 @@ torch-free CTC decoders: best path (:func:`~.ctc.greedy_decode`), prefix beam se
 (:func:`~.prefix_beam.prefix_beam_search`) or pyctcdecode's beam search with the folder's n-gram LM
 (:class:`adaptspeech.lm.decoder.LMDecoder`, which imports no torch).
 
+A recording longer than one encoder call (``chunk_length_s``, and the graph's ``max_frames``) is split as the PyTorch
+path splits it (:mod:`.long_form`, the same functions): at pauses, one speech region per graph call, the pauses blank
+frames with a word boundary in each (``split_by="pauses"``), or in overlapping chunks (``split_by="chunks"``, and
+speech without a pause longer than one call); the pieces' log-probabilities are stitched on the recording's frame
+grid and decoded at once. Each graph call normalises its own input, so a chunk other than a whole recording is
+normalised over all of it, where PyTorch normalises it with a sliding window (``norm_window_s``).
+
 Example:
     ```python
     >>> from adaptspeech.runtime import OnnxRecognizer
@@ -25,10 +32,24 @@ from typing import Any
 
 import numpy as np
 
-from .audio import load_audio
+from ..inference import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
+from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S
+from .audio import digital_silence, load_audio
 from .ctc import greedy_decode, log_softmax
 from .features import log_mel_numpy
 from .folder import ExportedModel, ExportFolderError, check_vocabulary, read_export
+from .long_form import (
+    Segment,
+    SegmentInput,
+    blank_grid,
+    check_pause_settings,
+    fits_ctc_call,
+    plan_chunks,
+    plan_ctc_segments,
+    speech_spans,
+    stitch_log_probs,
+    utterance_samples,
+)
 from .prefix_beam import prefix_beam_search
 
 DECODERS = ("greedy", "beam", "lm")
@@ -55,6 +76,11 @@ class OnnxRecognizer:
         lm: an LM folder for ``decoder="lm"`` (default: the exported folder's own).
         num_threads: onnxruntime intra-op threads.
         providers: onnxruntime execution providers (default CPU).
+        chunk_length_s: seconds of audio per graph call (at most the graph's ``max_frames``): a longer recording is
+            split (``adaptspeech transcribe --chunk-length``).
+        stride_length_s: seconds of context on each side of a chunk.
+        split_by: ``"pauses"`` or ``"chunks"``: how a recording longer than one call is split.
+        min_pause_s, speech_pad_s: the pause rule's settings (:mod:`adaptspeech.inference.pauses`).
 
     Raises:
         ExportFolderError: the folder is not a usable export (see :func:`~.folder.read_export`), or its tokens or
@@ -63,11 +89,21 @@ class OnnxRecognizer:
 
     def __init__(self, folder: str | os.PathLike, precision: str | None = None, decoder: str = "greedy",
                  beam_size: int | None = None, lm: str | os.PathLike | None = None, num_threads: int = 1,
-                 providers: Sequence[str] | None = None) -> None:
+                 providers: Sequence[str] | None = None, chunk_length_s: float = DEFAULT_CHUNK_LENGTH_S,
+                 stride_length_s: float = DEFAULT_STRIDE_LENGTH_S, split_by: str = "pauses",
+                 min_pause_s: float = DEFAULT_MIN_PAUSE_S, speech_pad_s: float = DEFAULT_SPEECH_PAD_S) -> None:
         import onnxruntime as ort
 
         if decoder not in DECODERS:
             raise ValueError(f"decoder={decoder!r}; allowed values: {', '.join(DECODERS)}")
+        if split_by not in LONG_FORM_SPLITS:
+            raise ValueError(f"split_by={split_by!r}; allowed values: {', '.join(LONG_FORM_SPLITS)}")
+        check_pause_settings(min_pause_s, speech_pad_s)
+        if not chunk_length_s > 2 * stride_length_s >= 0:
+            raise ValueError(f"chunk_length_s {chunk_length_s:g} must be longer than twice stride_length_s "
+                             f"{stride_length_s:g}")
+        self.split_by, self.min_pause_s, self.speech_pad_s = split_by, min_pause_s, speech_pad_s
+        self.chunk_length_s, self.stride_length_s = chunk_length_s, stride_length_s
         self.model: ExportedModel = read_export(folder)
         self.graph_path = self.model.graph(precision)
         options = ort.SessionOptions()
@@ -129,9 +165,82 @@ class OnnxRecognizer:
 
     def transcribe(self, audio: Sequence[str | os.PathLike | np.ndarray], batch_size: int = 1) -> list[Recognition]:
         """Transcribe audio files (any format :func:`~.audio.load_audio` decodes) or waveforms at the model's rate,
-        ``batch_size`` at a time (padded; the result does not depend on the batch)."""
+        ``batch_size`` at a time (padded; the result does not depend on the batch); a recording longer than one
+        graph call alone, split (see the module docstring)."""
         waveforms = [a if isinstance(a, np.ndarray) else load_audio(a, self.model.sampling_rate) for a in audio]
-        results: list[Recognition] = []
-        for start in range(0, len(waveforms), batch_size):
-            results += self.decode(*self.logits(waveforms[start : start + batch_size]))
-        return results
+        results: list[Recognition | None] = [None] * len(waveforms)
+        whole = [i for i, w in enumerate(waveforms) if self.fits_one_call(w)]
+        for start in range(0, len(whole), batch_size):
+            rows = whole[start : start + batch_size]
+            for i, result in zip(rows, self.decode(*self.logits([waveforms[i] for i in rows])), strict=True):
+                results[i] = result
+        for i, waveform in enumerate(waveforms):
+            if results[i] is None:
+                log_probs = self.recording_log_probs(waveform)
+                results[i] = self.decode(log_probs[None], np.array([len(log_probs)], dtype=np.int64))[0]
+        return [r for r in results if r is not None]
+
+    # --- long recordings -----------------------------------------------------------------------------------------
+    @property
+    def call_seconds(self) -> float:
+        """Seconds of audio per graph call: ``chunk_length_s``, at most the graph's ``max_frames``."""
+        if self.model.max_frames is None:
+            return self.chunk_length_s
+        return min(self.chunk_length_s, self.model.max_frames * self.model.seconds_per_frame)
+
+    def fits_one_call(self, waveform: np.ndarray) -> bool:
+        """The recording is read in one graph call (always, for a folder exported without its frame geometry)."""
+        geometry = self.model.geometry
+        return geometry is None or fits_ctc_call(geometry, len(self.features(waveform)), self.call_seconds)
+
+    def recording_log_probs(self, waveform: np.ndarray) -> np.ndarray:
+        """CTC log-probabilities ``[T, V]`` of one recording on its frame grid (``T``: the graph's output frames for
+        the whole recording), split and stitched as the PyTorch path does
+        (:func:`adaptspeech.inference.transcriber.recording_ctc_log_probs`)."""
+        geometry = self.model.geometry
+        if geometry is None:
+            raise ExportFolderError(f"{self.model.path}: exported without first_frame_units; export it again to "
+                                    "split long recordings")
+        waveform = np.asarray(waveform, dtype=np.float32)
+        units = self.features(waveform)
+        regions = None
+        if self.split_by == "pauses":
+            regions = speech_spans(geometry, len(units), waveform, self.min_pause_s, self.speech_pad_s,
+                                   DEFAULT_PAUSE_DB)
+        segments = plan_ctc_segments(geometry, len(units), self.call_seconds, regions)
+        pieces = [self._segment_log_probs(units, waveform, segment) for segment in segments]
+        if len(segments) == 1 and segments[0].read_as is SegmentInput.RECORDING and (
+                segments[0].start, segments[0].end) == (0, len(units)):
+            return pieces[0]
+        num_frames = geometry.output_frames(len(units))
+        table = self.model.table
+        if not segments:
+            return blank_grid(num_frames, len(table), table.blank_id)
+        delimiter = table.tokens.index(table.word_delimiter) if table.word_delimiter in table.tokens else None
+        return stitch_log_probs(num_frames, table.blank_id, [s.first_frame for s in segments], pieces,
+                                regions.boundaries if regions else [], delimiter)[0]
+
+    def _segment_log_probs(self, units: np.ndarray, waveform: np.ndarray, segment: Segment) -> np.ndarray:
+        """``[T_i, V]`` log-probabilities of one segment: one graph call for an utterance (an fbank utterance next to
+        digital silence computed again from its own samples, as
+        :meth:`adaptspeech.inference.local_norm.RecordingInput.utterance` does), else overlapping chunks."""
+        geometry = self.model.geometry
+        assert geometry is not None
+        x = units[segment.start : segment.end]
+        if segment.read_as is SegmentInput.UTTERANCE:
+            if self.model.framed:
+                silent = digital_silence(waveform, self.model.sampling_rate)
+                samples = utterance_samples(segment.start, segment.end, silent, geometry.unit_hop, geometry.unit_window)
+                if samples is not None and len(again := self.features(waveform[samples[0] : samples[1]])) > 0:
+                    x = again
+            return self._call(x)
+        per_second = self.model.sampling_rate / geometry.samples_per_frame
+        chunk_frames = max(1, round(self.call_seconds * per_second))
+        chunks = plan_chunks(len(x), geometry.units_per_frame, chunk_frames, round(self.stride_length_s * per_second))
+        return np.concatenate([self._call(x[c.start : c.end])[c.keep_from : c.keep_to] for c in chunks])
+
+    def _call(self, x: np.ndarray) -> np.ndarray:
+        """``[T, V]`` log-probabilities of one graph call on one input ``[S]`` or ``[S, n_mels]``."""
+        logits, frames = self.session.run(None, {"x": x[None].astype(np.float32),
+                                                 "x_lengths": np.array([len(x)], dtype=np.int64)})
+        return log_softmax(logits[0, : int(frames[0])])

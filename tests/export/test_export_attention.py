@@ -26,7 +26,21 @@ def test_every_registered_kind_is_either_exportable_or_refused_with_a_reason():
 
 @pytest.mark.parametrize("kind", EXPORTABLE_ATTENTION)
 def test_an_exportable_kind_matches_pytorch(kind, tmp_path):
-    config = tiny_config("fbank_conformer", adapter_languages=["ro"], attention={"kind": kind, "layers": [1]})
+    _export_matches_pytorch({"kind": kind, "layers": [1]}, tmp_path)
+
+
+@pytest.mark.parametrize("settings", [{"chunk_size": 4, "num_left_chunks": 2}, {"memory_efficient": True}])
+def test_rel_pos_exports_with_chunk_masks_and_blockwise_settings(settings, tmp_path):
+    """A streaming ``rel_pos`` (chunk masks) and one set to the blockwise path: the graph holds the full path, whose
+    logits are PyTorch's (blockwise in PyTorch) to the same tolerance, at up to 62 output frames."""
+    _export_matches_pytorch({"kind": "rel_pos", "layers": [1], **settings}, tmp_path)
+
+
+def _export_matches_pytorch(attention, tmp_path):
+    """Export a tiny fbank Conformer with ``attention``; its onnxruntime logits equal PyTorch's at 37 and 250 fbank
+    frames, in a padded batch of three."""
+    kind = attention["kind"]
+    config = tiny_config("fbank_conformer", adapter_languages=["ro"], attention=attention)
     torch.manual_seed(0)
     model = AdaptSpeechForCTC(config).eval()
     model.set_target_language("ro")

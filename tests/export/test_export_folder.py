@@ -5,20 +5,20 @@ huggingface_hub, and the runtime transcribes in a subprocess where torch cannot 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from helpers.cli import one_error_line, run_main, subprocess_env
-from helpers.model_folders import audio, model_folder
+from helpers.cli import one_error_line, run_main
+from helpers.model_folders import audio, model_folder, onnx_splits_as_pytorch, synthetic_recording
+from helpers.without_torch import outside_the_runtime_extra, run_without
 
 from adaptspeech.cli import main
 from adaptspeech.cli.common import _load_model
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.runtime import OnnxRecognizer
+from adaptspeech.runtime.audio import load_audio
 from adaptspeech.runtime.command import unescape_field
 
 SECONDS = (1.3, 0.7, 2.1)
@@ -66,6 +66,15 @@ def test_onnx_transcripts_are_pytorchs(exported):
     assert [r.text for r in recognizer.transcribe(waveforms, batch_size=3)] == expected  # padded batch
 
 
+def test_a_long_recording_is_split_at_pauses_as_pytorch_splits_it(exported, tmp_path):
+    """Seven synthetic clips joined by digital silence, longer than one call of 8 s: each speech region one graph
+    call, its fbank frames computed again from its own samples (as the PyTorch path reads an utterance next to
+    digital silence), the pauses blank with a word boundary: PyTorch's text (tests/runtime/test_runtime_long_form.py:
+    a recording longer than the graph covers)."""
+    root, _ = exported
+    onnx_splits_as_pytorch(root, load_audio(synthetic_recording(tmp_path), 16000), 8.0, 2.0)
+
+
 def test_int8_graph_is_close_to_fp32(exported):
     """int8 weights change the logits (quantisation error), not the frames; measured < 0.2 on these logits."""
     root, _ = exported
@@ -91,26 +100,10 @@ def test_transcribe_needs_model_or_onnx(exported, capsys):
     assert "--model DIR" in one_error_line(err) and "--onnx DIR" in one_error_line(err)
 
 
-BLOCK_TORCH = """
-import sys
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError(name + " is not installed")
-sys.meta_path.insert(0, _Block())
-"""
-
-
 def test_the_runtime_runs_where_torch_cannot_be_imported(exported):
     root, wavs = exported
-    script = BLOCK_TORCH + (
-        "from adaptspeech.runtime.command import main\n"
-        "code = main(sys.argv[1:])\n"
-        "assert not any(m == 'torch' or m.startswith('torch.') for m in sys.modules), 'torch was imported'\n"
-        "sys.exit(code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script, "--onnx", str(root / "onnx"), "--precision", "fp32", *wavs],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    body = "from adaptspeech.runtime.command import main\ncode = main(sys.argv[1:])\n"
+    done = run_without(outside_the_runtime_extra(), body, ["--onnx", root / "onnx", "--precision", "fp32", *wavs])
     assert done.returncode == 0, done.stderr
     texts = [r.text for r in OnnxRecognizer(root / "onnx", precision="fp32").transcribe(wavs)]
     assert [unescape_field(line.split("\t")[1]) for line in done.stdout.splitlines()] == texts

@@ -13,9 +13,12 @@
 - :mod:`helpers.lm`: the n-gram LM tests' text, a prepared ``dev`` folder and the ``lm tune`` command line;
 - :mod:`helpers.mms`: tiny MMS checkpoints and adapter files written by transformers itself;
 - :mod:`helpers.model_folders`: random tiny model folders (model + processor), a random labelling model over a prepared
-  folder's vocabulary, and test audio for the inference tests;
+  folder's vocabulary, and test audio for the inference tests (a long recording of synthetic clips joined by pauses,
+  and the check that an export splits it as the PyTorch path does);
 - :mod:`helpers.recipes`: the repository's recipe folders and the overrides that make a toy recipe run a few steps;
 - :mod:`helpers.training`: prepared-style rows, ``TrainingArguments`` for a few CPU steps, a callback stopping a run.
+- :mod:`helpers.without_torch`: Python in a subprocess where PyTorch and the other dependencies outside the
+  ``runtime`` extra cannot be imported.
 
 The library's own tiny models, which users, docs and scripts use too, are :mod:`adaptspeech.testing`.
 """

@@ -1,4 +1,4 @@
-"""Tiny model folders (model + processor, as `adaptspeech train` writes them) for the inference tests."""
+"""Tiny model folders (model + processor, as `adaptspeech train` writes them) and test audio for the inference tests."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import soundfile as sf
 import torch
 
 from adaptspeech import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
@@ -52,6 +53,38 @@ def audio(seconds: float = 1.5, seed: int = 0) -> np.ndarray:
     t = np.arange(int(seconds * 16000)) / 16000
     wave = 0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t) + 0.05 * rng.standard_normal(t.shape)
     return wave.astype(np.float32)
+
+
+def synthetic_recording(folder: Path, clips: int = 7, gap_s: float = 0.5) -> Path:
+    """``folder/long.wav``: ``clips`` synthetic (espeak-ng) Romanian clips joined by ``gap_s`` of digital silence, with
+    the same silence before the first and after the last (seven clips: about 18 s)."""
+    from adaptspeech.data.audio import load_audio
+    from adaptspeech.data.synthetic import build_synthetic_corpus
+
+    build_synthetic_corpus(folder / "corpus", ["ro"], clips, seed=0, num_workers=1, progress=False)
+    waves = [load_audio(path, 16000) for path in sorted((folder / "corpus" / "ro" / "clips").glob("*.mp3"))]
+    gap = np.zeros(round(gap_s * 16000), dtype=np.float32)
+    sf.write(folder / "long.wav", np.concatenate([part for wave in waves for part in (gap, wave)] + [gap]), 16000)
+    return folder / "long.wav"
+
+
+def onnx_splits_as_pytorch(root: Path, waveform: np.ndarray, chunk_length_s: float, stride_length_s: float) -> str:
+    """Check that ``OnnxRecognizer`` on the export ``root/onnx`` splits the long ``waveform`` at pauses (it does not
+    fit one call) and gives the text the PyTorch path gives with the model ``root/model`` (language ro); returns
+    that text, which holds one word at least per pause-separated clip."""
+    from adaptspeech.cli.common import _load_model
+    from adaptspeech.inference.transcriber import transcribe
+    from adaptspeech.runtime import OnnxRecognizer
+
+    split = {"chunk_length_s": chunk_length_s, "stride_length_s": stride_length_s}
+    model, processor = _load_model(str(root / "model"))
+    model.set_target_language("ro")
+    expected = transcribe(model, processor, [waveform], split_by="pauses", **split)[0].text
+    assert len(expected.split()) >= 7, "one word at least per clip (a pause is a word boundary)"
+    recognizer = OnnxRecognizer(root / "onnx", precision="fp32", **split)
+    assert not recognizer.fits_one_call(waveform)
+    assert recognizer.transcribe([waveform])[0].text == expected
+    return expected
 
 
 def span_audio(wave: np.ndarray, start: int, end: int, feature_type: str) -> np.ndarray:

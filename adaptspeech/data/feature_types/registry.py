@@ -22,6 +22,7 @@ import numpy as np
 
 from ...registry import Registry
 from ...runtime.features import normalize_utterance
+from ...runtime.long_form import units_touching
 
 __all__ = [
     "DEFAULT_FEATURE_TYPE",
@@ -148,9 +149,7 @@ class FeatureType:
     def units_touching(self, marked: np.ndarray, num_units: int) -> np.ndarray:
         """``[num_units]`` bool: units whose samples hold any sample ``marked`` ``[S]`` (units past the end read
         none)."""
-        counts = np.concatenate([[0], np.cumsum(marked, dtype=np.int64)])
-        starts = np.minimum(np.arange(num_units) * self.unit_hop, len(marked))
-        return counts[np.minimum(starts + self.unit_window, len(marked))] - counts[starts] > 0
+        return units_touching(marked, num_units, self.unit_hop, self.unit_window)
 
     def collate_input(self, row: Any) -> np.ndarray:
         """A prepared row's model input (its :attr:`input_name` column), float32.
