@@ -12,7 +12,7 @@ path: ``train_seconds`` of the stage summary per step (median over the rounds) a
 dev evaluation), the logged training losses and the dev CER / WER of the final model.
 
 The three inputs come from a finished ``adaptspeech demo`` run (``RUN/fusion/stage_spec.json``,
-``RUN/target_adapter/model``, ``RUN/prepared``; copied, since the runs write next to the data they read):
+``RUN/target_adapter/model``, ``RUN/prepared``; copies, so that nothing here writes into that run):
 
     OMP_NUM_THREADS=1 python scripts/bench_demo_fusion.py --spec runs/st_demo/fusion_stage_spec.json \\
         --model runs/st_demo/target_adapter_model --prepared runs/st_demo/prepared --out runs/demo_fusion \\
