@@ -11,6 +11,12 @@ the 7-layer convolutional feature encoder), each in its own Python process so th
   fusion + target adapter trainable;
 - ``lora``: per-language LoRA (``add_language_adapter(lang, adapter_type="lora", lora_r=8)``; the default target
   modules ``q_proj`` / ``v_proj``), the backbone frozen.
+- ``routed`` (on request): multilingual adapter training, several languages in one batch: one bottleneck adapter
+  (r = 64, the ``adapter`` width) per language of :data:`ROUTED_LANGUAGES`, all trainable and active, each utterance
+  through its own language's adapter (``lang_ids``: utterance ``i`` is language ``i mod 4``); ``lora_routed``: the
+  same with per-language LoRA (r = 8), routed through peft's mixed-batch forward (``adapter_names``);
+  ``routed_reference``: ``routed`` with each language's rows gathered, run and scattered back one language at a
+  time, as before the grouped path (inside ``reference_path()``);
 - ``fusion_reference`` (on request): ``fusion`` computed by each adapter's own forward and the fusion over their
   stacked outputs (``adaptspeech.adapters.engine.reference_path()``), as before the stacked path;
   ``fusion_recompute``: ``fusion`` with ``model.set_fusion_recompute(True)``.
@@ -65,14 +71,18 @@ CONFIGS = ("full", "adapter", "fusion", "lora")
 #: the fusion computed as before its stacked path (each adapter's own forward, inside ``reference_path()``) and with
 #: the fusion block recomputed in backward: the before / after rows of one run
 FUSION_VARIANTS = ("fusion_reference", "fusion_recompute")
+#: several languages in one batch, each utterance through its own language's adapter (bottleneck or LoRA)
+ROUTED = ("routed", "routed_reference", "lora_routed")
+#: the languages of the routed configurations; utterance ``i`` of a batch is ``ROUTED_LANGUAGES[i % 4]``
+ROUTED_LANGUAGES = ("cy", "it", "ro", "ru")
 #: transformers' own MMS adapter training, the peer of ``adapter`` (see the module docstring)
 PEERS = ("mms", "mms_frozen_front_end")
-ALL_CONFIGS = CONFIGS + FUSION_VARIANTS + PEERS
+ALL_CONFIGS = CONFIGS + FUSION_VARIANTS + ROUTED + PEERS
 #: the bottleneck of ``adapter`` and the ``adapter_attn_dim`` of the peers: equal adapter size
 ADAPTER_BOTTLENECK = 64
 SOURCES = ("ru", "cy", "it", "eu", "pt")
 TARGET = "ro"
-TARGETS = {"time": 0.75, "memory": 0.5}
+TARGETS = {"time": 0.7, "memory": 0.5}
 """The targets for the adapter-only configuration, as ratios to full fine-tuning."""
 FUSION_TARGETS = {"time": 1.1, "memory": 0.6}
 """The targets for the fusion step, as ratios to full fine-tuning."""
@@ -134,6 +144,14 @@ def build_model(configuration: str, layers: int) -> Any:
         model.add_language_adapter(TARGET, adapter_type="lora", lora_r=8)
         model.set_active_languages([TARGET])
         model.set_trainable(adapters=[TARGET])
+    elif configuration in ("routed", "routed_reference"):
+        for lang in ROUTED_LANGUAGES:
+            model.add_language_adapter(lang, bottleneck=ADAPTER_BOTTLENECK)
+        model.set_trainable(adapters=list(ROUTED_LANGUAGES))  # all trainable, all active: routed by lang_ids
+    elif configuration == "lora_routed":
+        for lang in ROUTED_LANGUAGES:
+            model.add_language_adapter(lang, adapter_type="lora", lora_r=8)
+        model.set_trainable(adapters=list(ROUTED_LANGUAGES))
     else:
         raise ValueError(f"unknown configuration {configuration!r}; allowed: {', '.join(ALL_CONFIGS)}")
     return model
@@ -145,7 +163,18 @@ def step_context(configuration: str) -> Any:
 
     from adaptspeech.adapters.engine import reference_path
 
-    return reference_path() if configuration == "fusion_reference" else contextlib.nullcontext()
+    return reference_path() if configuration.endswith("_reference") else contextlib.nullcontext()
+
+
+def step_inputs(configuration: str, batch: int, device: Any = None) -> dict[str, Any]:
+    """What a step of ``configuration`` passes to the model besides audio and labels: ``lang_ids`` [batch] for the
+    routed configurations (utterance ``i`` in language ``ROUTED_LANGUAGES[i % 4]``; the model numbers its adapter
+    languages in sorted order, as :data:`ROUTED_LANGUAGES` is)."""
+    import torch
+
+    if configuration not in ROUTED:
+        return {}
+    return {"lang_ids": torch.arange(batch, device=device) % len(ROUTED_LANGUAGES)}
 
 
 def frames(samples: int) -> list[int]:
@@ -194,9 +223,11 @@ def multiply_adds(configuration: str, layers: int, batch: int, seconds: float) -
     else:  # frozen: forward everywhere, input gradients above layer 0 (layer 0's input needs none)
         parts.update(projection=float(projection), pos_conv=float(pos_conv), layers=(2.0 * layers - 1) * layer)
         parts["head"] = 2.0 * head
-    if configuration == "adapter":  # forward, weight gradients, input gradients above layer 0
+    if configuration in ("adapter", "routed", "routed_reference"):  # forward, weight and input gradients above
+        # layer 0; routed: each utterance through one adapter of the same width, so the same count
         parts["adapters"] = (3.0 * layers - 1) * 2 * m * d * ADAPTER_BOTTLENECK
-    if configuration == "lora":  # r = 8 on q_proj and v_proj, trained: layer 0 back-propagates down to them
+    if configuration in ("lora", "lora_routed"):  # r = 8 on q_proj and v_proj, trained: layer 0 back-propagates
+        # down to them (routed: each utterance through one language's LoRA of the same rank, the same count)
         parts["layers"] += layer - 3 * m * d * d  # ... all but the input gradients of its q, k, v projections
         parts["adapters"] = (3.0 * layers - 1) * 2 * 2 * m * d * 8
     if configuration.startswith("fusion"):
@@ -242,6 +273,7 @@ def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
     inputs = torch.randn(args.batch, samples, generator=generator).to(device)
     mask = torch.ones(args.batch, samples, dtype=torch.long, device=device)
     labels = torch.randint(5, 40, (args.batch, max(1, int(10 * args.seconds))), generator=generator).to(device)
+    extra = step_inputs(configuration, args.batch, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
     cuda = device.type == "cuda"
     rss_before = current_rss_bytes()
@@ -256,7 +288,7 @@ def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.synchronize()
         t0, c0 = time.perf_counter(), time.process_time()
         with autocast, step_context(configuration):
-            loss = model(input_values=inputs, attention_mask=mask, labels=labels).loss
+            loss = model(input_values=inputs, attention_mask=mask, labels=labels, **extra).loss
             loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -352,6 +384,15 @@ def verdicts(results: list[dict[str, Any]], cuda: bool) -> list[str]:
             + _verdict("CPU time", adapter["median_cpu_seconds"] / full["median_cpu_seconds"], TARGETS["time"]),
             _verdict("adapter-only peak memory", adapter[peak_key] / full[peak_key], TARGETS["memory"]),
         ]
+    for name in ("lora", *ROUTED):
+        if name in by:
+            r = by[name]
+            bound = r["multiply_adds"]["total"] / full["multiply_adds"]["total"]
+            lines.append(
+                f"{name} step time: {r['median_seconds'] / full['median_seconds']:.2f}x full fine-tuning's (wall), "
+                f"{r['median_cpu_seconds'] / full['median_cpu_seconds']:.2f}x (CPU time); arithmetic bound "
+                f"{bound:.2f}x; peak memory {r[peak_key] / full[peak_key]:.2f}x"
+            )
     for name in ("fusion", *FUSION_VARIANTS):
         if name not in by:
             continue

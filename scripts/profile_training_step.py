@@ -77,6 +77,7 @@ def prepare(config: str, args: argparse.Namespace) -> tuple[nn.Module, torch.opt
         "input_values": torch.randn(args.batch, samples, generator=generator).to(device),
         "attention_mask": torch.ones(args.batch, samples, dtype=torch.long, device=device),
         "labels": torch.randint(5, 40, (args.batch, max(1, int(10 * args.seconds))), generator=generator).to(device),
+        **bts.step_inputs(config, args.batch, device),
     }
     return model, optimizer, batch
 

@@ -8,7 +8,8 @@ Semantics (the same in both):
 * several active adapters: **each utterance goes through the adapter of its own language**, named per call
   (``lang_ids`` for adaptspeech models, ``adapter_names`` for a ``PeftModel``, both ending up in the
   :class:`~adaptspeech.adapters.routing.RoutingCall`); an utterance whose language has no active adapter on this
-  layer (e.g. a LoRA language, or ``"__base__"``) passes unchanged. Deltas of several adapters are never summed:
+  layer (e.g. a LoRA language, or ``"__base__"``) passes unchanged; the batch is routed in one grouped pass
+  (:func:`_route_grouped`). Deltas of several adapters are never summed:
   a per-language adapter has no meaning applied to another language's speech. Without per-utterance languages the
   call is refused;
 * an active fusion: SimAdapter over its fused adapters (:func:`fuse`).
@@ -18,7 +19,8 @@ asked to) and the result is returned in ``z``'s dtype.
 
 A fusion over bottleneck adapters runs on the stacked path
 (:func:`~adaptspeech.adapters.fusion.stacked_simadapter_output`: the same function, in a fraction of the memory
-traffic); other adapters, adapters whose dropout acts, and every call inside :func:`reference_path` run each
+traffic); other adapters, adapters whose dropout acts, every call inside :func:`reference_path` and every
+fusion set to the ``reference`` path (:meth:`~adaptspeech.adapters.fusion.SimAdapterFusion.set_path`) run each
 adapter's own forward (:func:`~adaptspeech.adapters.fusion.simadapter_output`), the reference the stacked path is
 tested against.
 """
@@ -42,7 +44,9 @@ _REFERENCE: ContextVar[bool] = ContextVar("adaptspeech_reference_adapter_path", 
 @contextlib.contextmanager
 def reference_path() -> Iterator[None]:
     """Inside this block every adapter layer runs each adapter's own forward and the fusion over their stacked
-    outputs (the reference the stacked path equals; for tests and the benchmarks' before / after rows)."""
+    outputs (the reference the stacked path equals), and routes utterances to their languages' adapters one language
+    at a time over the whole batch (the reference of the grouped routing); for tests and the benchmarks' before /
+    after rows."""
     token = _REFERENCE.set(True)
     try:
         yield
@@ -97,6 +101,57 @@ def route(
         raise ValueError(
             f"{where}: {len(row_languages)} per-utterance languages for a batch of {z.shape[0]} utterances"
         )
+    if _REFERENCE.get():
+        return _route_masked(z, adapters, present, row_languages)
+    return _route_grouped(z, adapters, present, row_languages)
+
+
+def _route_grouped(
+    z: torch.Tensor, adapters: Mapping[str, nn.Module], present: Sequence[str], row_languages: Sequence[str]
+) -> torch.Tensor:
+    """Each utterance through its language's adapter in one grouped pass: the rows gathered once, language by
+    language (each language's rows in batch order), split into one contiguous block per language, each block through
+    its adapter (rows of a language without an adapter here pass as they are), the blocks concatenated and put back
+    in batch order with one more gather. Backward costs one pass over the batch whatever the number of languages
+    (:func:`_route_masked`, the reference, costs one per language); every adapter sees exactly the rows it saw
+    there, so outputs and gradients are the same numbers.
+
+    Args:
+        z: the layer output [B, T, D].
+        adapters: this layer's adapters by language.
+        present: the active languages with an adapter here.
+        row_languages: the language of each of the ``B`` utterances.
+
+    Returns:
+        ``[B, T, D]``.
+    """
+    groups = [[i for i, lang in enumerate(row_languages) if lang == name] for name in present]
+    for rows, name in zip(groups, present):
+        if len(rows) == len(row_languages):  # one language in the whole batch: no gathering
+            return _run(adapters[name], z)
+    routed = {i for rows in groups for i in rows}
+    order = [i for rows in groups for i in rows] + [i for i in range(len(row_languages)) if i not in routed]
+    sizes = [len(rows) for rows in groups] + [len(row_languages) - len(routed)]
+    identity = order == list(range(len(order)))
+    index = None if identity else torch.tensor(order, device=z.device)
+    blocks = list((z if index is None else z.index_select(0, index)).split(sizes))
+    for k, name in enumerate(present):
+        if sizes[k]:
+            blocks[k] = _run(adapters[name], blocks[k])
+    output = torch.cat(blocks)
+    if index is None:
+        return output
+    inverse = torch.empty_like(index)
+    inverse[index] = torch.arange(len(order), device=z.device)
+    return output.index_select(0, inverse)
+
+
+def _route_masked(
+    z: torch.Tensor, adapters: Mapping[str, nn.Module], present: Sequence[str], row_languages: Sequence[str]
+) -> torch.Tensor:
+    """The reference of :func:`_route_grouped` (the implementation before it; inside :func:`reference_path`): a copy
+    of ``z`` and, language by language, its rows gathered, run through the adapter and written back into the copy.
+    Arguments and result as there."""
     output = z.clone()
     for name in present:
         rows = [i for i, lang in enumerate(row_languages) if lang == name]
@@ -132,7 +187,8 @@ def fuse(
     fused = [adapters[lang] for lang in settings.languages]
     x = z.to(dtype)
     residual = None if residual is None else residual.to(dtype)
-    if not _REFERENCE.get() and stackable(fused) and _param_dtype(fused[0], dtype) == dtype:
+    reference = _REFERENCE.get() or bool(getattr(fusion, "reference", False))
+    if not reference and stackable(fused) and _param_dtype(fused[0], dtype) == dtype:
         recompute = recompute or bool(getattr(fusion, "recompute", False))
         output, weights = stacked_simadapter_output(fusion, settings, fused, x, residual, recompute=recompute)
     else:

@@ -41,6 +41,11 @@ from .bottleneck import BottleneckAdapter, BottleneckStack, shared_layer_norm_ep
 #: where the fused output's residual comes from (see the module docstring).
 FUSION_RESIDUALS = ("ffn_input", "query", "none")
 
+#: how a fusion over bottleneck adapters is computed (the same function): ``stacked`` (the default), ``reference`` (each
+#: adapter's own forward and the fusion over their stacked outputs, as before the stacked path) or ``recompute`` (the
+#: stacked path with the block recomputed in backward); see :meth:`SimAdapterFusion.set_path`.
+FUSION_PATHS = ("stacked", "reference", "recompute")
+
 #: fusion types: name -> the per-layer fusion module.
 FUSION_TYPES: Registry[type[nn.Module]] = Registry("fusion type")
 
@@ -58,6 +63,9 @@ class SimAdapterFusion(nn.Module):
         recompute (`bool`, defaults to `False`): on the stacked path, keep only the block's inputs for backward and
             compute the adapters and the fusion again there (activation checkpointing of the fusion block alone: less
             memory, one more forward of the block). A training-time choice, not saved with the weights.
+        reference (`bool`, defaults to `False`): compute every call on the reference path (each adapter's own
+            forward and the fusion over their stacked outputs), as inside
+            :func:`~adaptspeech.adapters.engine.reference_path`; for before / after measurements. Not saved.
     """
 
     def __init__(self, hidden_size: int, num_entries: int, temperature: float = 1.0) -> None:
@@ -70,10 +78,22 @@ class SimAdapterFusion(nn.Module):
         self.num_entries = num_entries
         self.temperature = temperature
         self.recompute = False
+        self.reference = False
         self.linear_q = nn.Linear(hidden_size, hidden_size)
         self.linear_k = nn.Linear(hidden_size, hidden_size)
         self.linear_v = nn.Linear(hidden_size, hidden_size, bias=False)
         self.reset_value_projection()
+
+    def set_path(self, path: str) -> None:
+        """Compute this fusion on ``path``, one of :data:`FUSION_PATHS` (sets :attr:`recompute` and :attr:`reference`).
+
+        Raises:
+            ValueError: another name, naming the allowed ones.
+        """
+        if path not in FUSION_PATHS:
+            raise ValueError(f"fusion path {path!r} unknown; allowed values: {', '.join(FUSION_PATHS)}")
+        self.recompute = path == "recompute"
+        self.reference = path == "reference"
 
     def reset_value_projection(self) -> None:
         """``W_V``: ones on the diagonal, 1e-6 elsewhere (Hou et al. 2021)."""

@@ -197,6 +197,20 @@ class LanguageAdapterMixin:
             if isinstance(module, SimAdapterFusion):
                 module.recompute = bool(enable)
 
+    def set_fusion_path(self, path: str) -> None:
+        """Compute every layer's fusion on ``path``: ``"stacked"`` (the default), ``"reference"`` (each adapter's
+        own forward, as before the stacked path: the same function, for before / after measurements) or
+        ``"recompute"`` (as :meth:`set_fusion_recompute`). Applies to the current fusion; not saved.
+
+        Raises:
+            ValueError: no fusion, or an unknown path (naming the allowed ones).
+        """
+        if self.config.fusion is None:
+            raise ValueError(f"no fusion to compute on the {path!r} path: call add_fusion(languages) first")
+        for module in self.modules():
+            if isinstance(module, SimAdapterFusion):
+                module.set_path(path)
+
     # --- activation --------------------------------------------------------------------------------------------
     def set_active_languages(self, languages: list[str]) -> None:
         """The adapters that run: one language, or several routed per utterance by ``lang_ids`` (fusion off)."""

@@ -119,6 +119,13 @@ def build_model(model_spec: dict[str, Any], processor: Any, train_languages: lis
     except (ValueError, KeyError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         raise StageConfigError(f"model.add_adapters / model.fusion: {message}") from err
+    if model_spec.get("fusion_path"):
+        if model.config.fusion is None:
+            raise StageConfigError(
+                f"model.fusion_path: {model_spec['fusion_path']!r} names how a fusion is computed, but this model has "
+                "no fusion (add one with model.fusion)"
+            )
+        model.set_fusion_path(model_spec["fusion_path"])
     trainable = dict(model_spec.get("trainable") or {"backbone": True, "head": True})
     _add_lid_head(model, model_spec, bool(trainable.get("lid", False)), train_languages)
     adapters = list(trainable.get("adapters") or [])

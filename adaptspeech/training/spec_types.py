@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..adapters.fusion import FUSION_PATHS
 from ..settings import is_int as _is_int
 from .errors import StageConfigError
 
@@ -168,6 +169,7 @@ MODEL_TYPES: dict[str, SettingType] = {
     "load_adapters": optional(MAPPING),
     "mms_language": optional(LANGUAGE_CODE),
     "lid": optional(MAPPING),
+    "fusion_path": optional(choice(*FUSION_PATHS)),
 }
 TRAINABLE_TYPES: dict[str, SettingType] = {
     "backbone": BOOL,

@@ -43,13 +43,15 @@ def counted_multiply_adds(bench, configuration: str) -> tuple[float, float]:
     audio = torch.randn(1, 8000)
     with FlopCounterMode(display=False) as counter, bench.step_context(configuration):
         loss = model(input_values=audio, attention_mask=torch.ones_like(audio, dtype=torch.long),
-                     labels=torch.tensor([[5, 6, 7, 8]])).loss
+                     labels=torch.tensor([[5, 6, 7, 8]]), **bench.step_inputs(configuration, 1)).loss
         loss.backward()
     by_op = {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
     return counter.get_total_flops() / 2, by_op.get("aten.convolution_backward", 0) / 2
 
 
-@pytest.mark.parametrize("configuration", ["full", "adapter", "fusion_reference", "fusion"])
+@pytest.mark.parametrize(
+    "configuration", ["full", "adapter", "fusion_reference", "fusion", "lora", "routed", "lora_routed"]
+)
 def test_multiply_adds_equal_torch_flop_count(bench, configuration):
     counted, convolution_backward = counted_multiply_adds(bench, configuration)
     parts = bench.multiply_adds(configuration, 1, 1, 0.5)
