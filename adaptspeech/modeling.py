@@ -28,6 +28,7 @@ from .configuration import AdaptSpeechConfig
 from .generation import AdaptSpeechGenerationMixin
 from .heads import get_head
 from .heads.ctc import CTCHead
+from .heads.encoder_prefix import encode_from_prefix, usable_prefix
 from .heads.lid_model import LanguageIDMixin
 from .inference.model_mixin import InferenceMixin
 from .inference.stream_encoding import StreamingMixin
@@ -223,7 +224,8 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
         output_hidden_states: bool = False,
         collect_fusion_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None, list[torch.Tensor]]:
-        """Run the backbone with the adapters routed.
+        """Run the backbone with the adapters routed (from the language-ID pass's encoder prefix, inside
+        :meth:`reusing_encoder_prefix` on the same batch: :mod:`adaptspeech.heads.encoder_prefix`).
 
         Args:
             inputs: waveforms [B, S] or filterbanks [B, S, F].
@@ -245,12 +247,17 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
             attention_mask = attention_mask.to(torch.bool)
             padding = spec.frame_mask(self.backbone, attention_mask, frames, inputs.shape[0])
         chunks = dynamic_chunk_training(self.config.attention, frames, self.training)  # U2's per-batch chunks
+        prefix = usable_prefix(self, inputs, attention_mask, output_hidden_states)  # the LID pass's shared part
         with routing_call(rows, collect_fusion_weights) as call, frame_padding(padding), chunks:
-            outputs = self.backbone(inputs, attention_mask=attention_mask, output_hidden_states=output_hidden_states)
+            if prefix is not None:
+                hidden, hidden_states = encode_from_prefix(self, prefix), None
+            else:
+                outputs = self.backbone(inputs, attention_mask=attention_mask,
+                                        output_hidden_states=output_hidden_states)
+                hidden, hidden_states = outputs.last_hidden_state, getattr(outputs, "hidden_states", None)
         fusion_weights = [call.fusion_weights[i] for i in sorted(call.fusion_weights)]
-        hidden = outputs.last_hidden_state
         frame_mask = spec.frame_mask(self.backbone, attention_mask, hidden.shape[1], hidden.shape[0])
-        return hidden, frame_mask, getattr(outputs, "hidden_states", None), fusion_weights
+        return hidden, frame_mask, hidden_states, fusion_weights
 
     def _row_languages(self, lang_ids: torch.Tensor | None) -> tuple[str, ...] | None:
         """The language of each utterance (from ``lang_ids``, else from an enclosing routing call), or None."""

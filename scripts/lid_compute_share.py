@@ -11,17 +11,24 @@ Conformer with one bottleneck adapter (r = 64) per language on every layer, 6 la
 wav2vec2 shape, 24 layers, width 1024, r = 64; ``tiny``: the library's tiny fbank Conformer), random weights, a
 language-ID head over 6 languages (attentive statistics pooling, scorer width 64) on ``--layer``.
 
-Four computations, batch 1, float32, CPU, ``--threads`` torch threads (default 2):
+Computations, batch 1, float32, CPU, ``--threads`` torch threads (default 2):
 
 * **encoder**: the routed recognition pass, encoder + adapters of one language + CTC head (what transcribing costs);
 * **head**: the language-ID head alone (pooling + classifier) on the pooled layer's hidden states;
-* **LID pass**: what ``--language auto`` adds per utterance: the encoder without adapters up to the pooled layer
-  (the layers above it are not run) + the head;
+* **LID pass**: the language-ID pass: the encoder without adapters up to the pooled layer (the layers above it are
+  not run) + the head;
+* **LID pass + prefix**: the same pass keeping what it computed before the first adapter layer
+  (``lid_logits_with_prefix``, :mod:`adaptspeech.heads.encoder_prefix`);
+* **encoder from prefix**: the routed recognition pass started from that prefix (``reusing_encoder_prefix``): the
+  front end and the layers below the first adapter layer are not run again;
 * FLOPs of each from ``torch.utils.flop_counter.FlopCounterMode`` (matrix products and convolutions; the elementwise
   rest is not counted), and time: the fastest of ``--rounds`` interleaved passes after one warm-up (the least
   disturbed estimate on a shared machine).
 
-Printed: each share = computation / encoder, for FLOPs and time. Target: the head adds < 1% to the encoder's compute.
+Printed, as ratios to the encoder pass measured in the same run: the head's share (target: the head adds < 1% to the
+encoder's compute), and what routing by language ID adds to transcribing, **before** (LID pass, then the whole
+recognition pass: ``LID pass / encoder``) and **after** sharing the prefix (``(LID pass + prefix + encoder from
+prefix - encoder) / encoder``), for FLOPs and time.
 """
 
 from __future__ import annotations
@@ -80,10 +87,19 @@ def computations(model: AdaptSpeechForCTC, x: torch.Tensor) -> dict[str, Any]:
         model.encode(x)
     handle.remove()
     hidden = captured[0]
+    _, prefix = model.lid_logits_with_prefix(x)
+
+    def from_prefix() -> Any:
+        with model.reusing_encoder_prefix(prefix):
+            return model(**{key: x})
+
     return {
         "encoder": lambda: model(**{key: x}),
         "head": lambda: model.lid_head(hidden, mask),
         "LID pass": lambda: model.lid_logits(x),
+        "LID pass + prefix": lambda: model.lid_logits_with_prefix(x),
+        "encoder from prefix": from_prefix,
+        "prefix start": prefix.start,
     }
 
 
@@ -107,31 +123,45 @@ def fastest(functions: dict[str, Any], rounds: int) -> dict[str, float]:
     return best
 
 
+def routing_extra(cost: dict[str, float]) -> dict[str, float]:
+    """What routing adds to the recognition pass, as a ratio to it: ``before`` (the LID pass, then the whole
+    recognition pass) and ``after`` (the LID pass keeping its prefix, then the recognition pass from it)."""
+    encoder = cost["encoder"]
+    after = cost["LID pass + prefix"] + cost["encoder from prefix"] - encoder
+    return {"before": cost["LID pass"] / encoder, "after": after / encoder}
+
+
 def measure(shape: str, seconds: float, layer: int, rounds: int) -> dict[str, Any]:
     model = build(shape, layer)
     with torch.no_grad():
         functions = computations(model, inputs_of(model, seconds))
+        start = functions.pop("prefix start")
         counts = {name: flops(function) for name, function in functions.items()}
         times = fastest(functions, rounds)
     parameters = sum(p.numel() for p in model.lid_head.parameters())
     return {
         "shape": shape, "seconds": seconds, "layer": model.config.lid.resolved_layer(model.config.num_encoder_layers),
-        "layers": model.config.num_encoder_layers, "lid_parameters": parameters,
+        "layers": model.config.num_encoder_layers, "prefix_start": start, "lid_parameters": parameters,
         "encoder_parameters": sum(p.numel() for p in model.parameters()) - parameters,
         "flops": counts, "seconds_per_pass": times,
         "flop_share": {name: counts[name] / counts["encoder"] for name in counts if name != "encoder"},
         "time_share": {name: times[name] / times["encoder"] for name in times if name != "encoder"},
+        "routing_extra_flops": routing_extra({k: float(v) for k, v in counts.items()}),
+        "routing_extra_time": routing_extra(times),
     }
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| shape | utterance | pooled layer | head params | head FLOPs share | head time share | LID pass FLOPs "
-             "share | LID pass time share |", "|" + " --- |" * 8]
+    lines = ["| shape | utterance | pooled layer | recognition from layer | head params | head FLOPs share | "
+             "head time share | routing adds, FLOPs: before -> after | after / before | routing adds, time: before "
+             "-> after |", "|" + " --- |" * 10]
     for r in rows:
+        f, t = r["routing_extra_flops"], r["routing_extra_time"]
         lines.append(
-            f"| {r['shape']} | {r['seconds']:g} s | {r['layer']} of 0..{r['layers'] - 1} | {r['lid_parameters']:,} | "
-            f"{100 * r['flop_share']['head']:.3f}% | {100 * r['time_share']['head']:.2f}% | "
-            f"{100 * r['flop_share']['LID pass']:.1f}% | {100 * r['time_share']['LID pass']:.1f}% |")
+            f"| {r['shape']} | {r['seconds']:g} s | {r['layer']} of 0..{r['layers'] - 1} | {r['prefix_start']} | "
+            f"{r['lid_parameters']:,} | {100 * r['flop_share']['head']:.3f}% | {100 * r['time_share']['head']:.2f}% | "
+            f"{100 * f['before']:.1f}% -> {100 * f['after']:.1f}% | {f['after'] / f['before']:.3f} | "
+            f"{100 * t['before']:.1f}% -> {100 * t['after']:.1f}% |")
     return "\n".join(lines)
 
 

@@ -8,6 +8,8 @@ SimAdapter residual), and how input samples map to encoder frames. Specs are sta
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -50,6 +52,28 @@ class BackboneSpec:
     # --- structure ---------------------------------------------------------------------------------------------
     def encoder_layers(self, model: nn.Module) -> nn.ModuleList:
         return model.encoder.layers
+
+    def encoder_module(self, model: nn.Module) -> nn.Module:
+        """The module that runs the encoder layers on the front end's output ``[B, T, D]`` (called with it and the
+        frame mask; :mod:`adaptspeech.heads.encoder_prefix` calls it again with the same arguments)."""
+        return model.encoder
+
+    @contextlib.contextmanager
+    def layers_from(self, model: nn.Module, start: int) -> Iterator[None]:
+        """Inside the block the encoder module runs its layers from ``start`` only (restored afterwards)."""
+        encoder = self.encoder_module(model)
+        layers = encoder.layers
+        encoder.layers = layers[start:]
+        try:
+            yield
+        finally:
+            encoder.layers = layers
+
+    def finish_encoder(self, model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        """What the backbone's forward does to the encoder module's output ``[B, T, D]`` (wav2vec2's optional output
+        adapter, ``add_adapter``)."""
+        adapter = getattr(model, "adapter", None)
+        return hidden if adapter is None else adapter(hidden)
 
     def ffn_input_module(self, layer: nn.Module) -> nn.Module:
         """The module whose output is the layer's pre-FFN LayerNorm output."""

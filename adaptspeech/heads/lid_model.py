@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .encoder_prefix import EncoderPrefix, capturing_prefix, reusing_prefix, shared_start
 from .lid import LIDConfig, LIDHead
 
 
@@ -76,11 +77,36 @@ class LanguageIDMixin:
             ValueError: the model has no language-ID head; an utterance too short for the pooled statistics
                 (:class:`~adaptspeech.heads.lid.UtteranceTooShortError`).
         """
+        return self._lid_pass(inputs, attention_mask, keep_prefix=False)[0]
+
+    def lid_logits_with_prefix(
+        self, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, EncoderPrefix]:
+        """:meth:`lid_logits` and what its pass computed before the first adapter layer: a recognition pass over the
+        same batch inside :meth:`reusing_encoder_prefix` starts from it (:mod:`adaptspeech.heads.encoder_prefix`).
+
+        Returns:
+            ``(logits [B, L], prefix)``.
+        """
+        logits, prefix = self._lid_pass(inputs, attention_mask, keep_prefix=True)
+        assert prefix is not None
+        return logits, prefix
+
+    def reusing_encoder_prefix(self, prefix: EncoderPrefix | None) -> contextlib.AbstractContextManager[None]:
+        """Inside the block an encoder pass over ``prefix``'s batch (equal inputs and mask) starts from ``prefix``
+        instead of computing the front end and the layers below the first adapter again (None: no effect)."""
+        return reusing_prefix(prefix)
+
+    def _lid_pass(
+        self, inputs: torch.Tensor, attention_mask: torch.Tensor | None, keep_prefix: bool
+    ) -> tuple[torch.Tensor, EncoderPrefix | None]:
+        """``(logits [B, L], the encoder prefix or None)``: the encoder without adapters up to the pooled layer."""
         if self.lid_head is None:
             raise ValueError("the model has no language-ID head: train one with a stage whose model.trainable.lid is "
                              "true (docs/lid.md), or pass a separate language-ID model")
         spec = self.config.backbone_spec
         layer = self.config.lid.resolved_layer(self.config.num_encoder_layers)
+        start = shared_start(self, layer)
         captured: list[torch.Tensor] = []
 
         def capture(module: Any, args: Any, output: Any) -> None:
@@ -88,8 +114,9 @@ class LanguageIDMixin:
             raise _LayerReachedSignal  # the layers above the pooled one are not run
 
         handle = spec.encoder_layers(self.backbone)[layer].register_forward_hook(capture)
+        recording = capturing_prefix(self, start) if keep_prefix else contextlib.nullcontext({})
         try:
-            with self.without_adapters():
+            with self.without_adapters(), recording as calls:
                 self.encode(inputs, attention_mask)
         except _LayerReachedSignal:
             pass
@@ -98,7 +125,12 @@ class LanguageIDMixin:
         hidden = captured[0]
         mask = None if attention_mask is None else attention_mask.to(torch.bool)
         frame_mask = spec.frame_mask(self.backbone, mask, hidden.shape[1], hidden.shape[0])
-        return self.lid_head(hidden, frame_mask)
+        logits = self.lid_head(hidden, frame_mask)
+        prefix = None
+        if keep_prefix:
+            layer_input = None if start == 0 else calls.get("layer_input", hidden if start == layer + 1 else None)
+            prefix = EncoderPrefix(inputs, attention_mask, start, calls["args"], calls["kwargs"], layer_input)
+        return logits, prefix
 
 
 class _LayerReachedSignal(Exception):  # noqa: N818 - a signal, not an error

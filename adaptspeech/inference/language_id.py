@@ -42,6 +42,11 @@ class LanguageIdentifier:
         """A collated batch of the routed model's inputs -> log-posteriors ``[B, L]`` over :attr:`languages`."""
         raise NotImplementedError
 
+    def log_probs_with_prefix(self, waveforms: Sequence[np.ndarray]) -> tuple[torch.Tensor, Any]:
+        """:meth:`log_probs` and the routed model's encoder prefix of these waveforms
+        (:class:`~adaptspeech.heads.encoder_prefix.EncoderPrefix`; None where the identifier is another model)."""
+        return self.log_probs(waveforms), None
+
 
 LANGUAGE_IDENTIFIERS: Registry[type[LanguageIdentifier]] = Registry("language identifier")
 
@@ -68,28 +73,39 @@ class HeadIdentifier(LanguageIdentifier):
             )
         self.languages = list(self.model.config.lid_languages)
 
-    @torch.no_grad()
     def log_probs(self, waveforms: Sequence[np.ndarray]) -> torch.Tensor:
+        return self.log_probs_with_prefix(waveforms)[0]
+
+    @torch.no_grad()
+    def log_probs_with_prefix(self, waveforms: Sequence[np.ndarray]) -> tuple[torch.Tensor, Any]:
         from ..data.feature_types import FeatureType
         from ..evaluation import model_collator
 
         kind = FeatureType.of(self.processor.feature_extractor)
         rows = [{kind.input_name: kind.extract(np.asarray(w, np.float32))} for w in waveforms]
         collator = model_collator(self.model, self.processor, ctc_labels=False)
-        return self.log_probs_batch(collator(rows))
+        return self._identify(collator(rows), keep_prefix=True)
+
+    def log_probs_batch(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self._identify(batch, keep_prefix=False)[0]
 
     @torch.no_grad()
-    def log_probs_batch(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    def _identify(self, batch: Mapping[str, torch.Tensor], keep_prefix: bool) -> tuple[torch.Tensor, Any]:
+        """``(log-posteriors [B, L], the encoder prefix or None)`` of a collated batch, in evaluation mode."""
         model = self.model
         inputs = batch[model.main_input_name].to(model.device)
         mask = batch.get("attention_mask")
+        mask = None if mask is None else mask.to(model.device)
         was_training = model.training
         model.eval()
         try:
-            logits = model.lid_logits(inputs, None if mask is None else mask.to(model.device))
+            if keep_prefix:
+                logits, prefix = model.lid_logits_with_prefix(inputs, mask)
+            else:
+                logits, prefix = model.lid_logits(inputs, mask), None
         finally:
             model.train(was_training)
-        return logits.log_softmax(-1).cpu()
+        return logits.log_softmax(-1).cpu(), prefix
 
 
 @LANGUAGE_IDENTIFIERS.register("sequence_classification")

@@ -15,6 +15,10 @@ the re-ranking MMS's language-ID recipe does in fairseq. The CTC score is the fo
 hypothesis's token ids under the routed model's CTC output, one encoder call over the whole recording.
 
 Long recordings are identified from their first :data:`DEFAULT_LID_SECONDS` seconds.
+
+The recognition pass of an identified batch starts from what the language-ID pass computed before the first adapter
+layer (the front end, the layers below it: :mod:`adaptspeech.heads.encoder_prefix`) wherever its model input is the
+identified one (a recording decoded whole, not longer than what the identifier reads; the pipeline's batches).
 """
 
 from __future__ import annotations
@@ -163,7 +167,8 @@ def transcribe_auto(
             results.append(transcribe(model, processor, [waveform], **transcribe_options)[0])
             continue
         try:
-            log_probs = identifier.log_probs([waveform[: int(lid_seconds * rate)]])[0]
+            log_probs, prefix = identifier.log_probs_with_prefix([waveform[: int(lid_seconds * rate)]])
+            log_probs = log_probs[0]
         except UtteranceTooShortError as err:
             reason = f"too short to identify its language ({str(err).removeprefix('utterance 0 of the batch has ')})"
             results.append(Transcription(text="", chunks=[] if transcribe_options.get("timestamps") else None,
@@ -171,8 +176,8 @@ def transcribe_auto(
             continue
         candidates = top_languages(log_probs, identifier.languages, top_k)
         decoded = []
-        for language, lid_log_prob in candidates:
-            with routed_to(model, language, processor.tokenizer):
+        for language, lid_log_prob in candidates:  # an encoder call on the identified input starts from its prefix
+            with routed_to(model, language, processor.tokenizer), model.reusing_encoder_prefix(prefix):
                 result = transcribe(model, processor, [waveform], **transcribe_options)[0]
                 entry = {"language": language, "lid_log_prob": round(lid_log_prob, 6)}
                 if len(candidates) > 1:
@@ -199,8 +204,9 @@ def batch_routed_by_lid(model: Any, inputs: torch.Tensor, attention_mask: torch.
                         tokenizer: Any = None) -> Iterator[dict[str, torch.Tensor]]:
     """Identify each utterance of a batch with the model's own language-ID head and run the block with the batch
     routed: one language -> :func:`routed_to`; several languages that each have an adapter -> those adapters
-    routed per utterance. Yields ``{"language_ids": [B] (positions in config.lid_languages), "language_log_probs":
-    [B]}``.
+    routed per utterance. A model call on the same batch inside the block starts from what the language-ID pass
+    computed before the first adapter layer (:mod:`adaptspeech.heads.encoder_prefix`). Yields
+    ``{"language_ids": [B] (positions in config.lid_languages), "language_log_probs": [B]}``.
 
     Raises:
         ValueError: a batch mixing languages of which one runs the fusion or has no adapter (one line: use batch
@@ -208,12 +214,12 @@ def batch_routed_by_lid(model: Any, inputs: torch.Tensor, attention_mask: torch.
     """
     from ..adapters.routing import routing_call
 
-    log_probs = model.lid_logits(inputs, attention_mask).log_softmax(-1)
-    best, ids = log_probs.max(-1)
+    logits, prefix = model.lid_logits_with_prefix(inputs, attention_mask)
+    best, ids = logits.log_softmax(-1).max(-1)
     languages = [model.config.lid_languages[int(i)] for i in ids]
     extras = {"language_ids": ids.cpu(), "language_log_probs": best.cpu()}
     if len(set(languages)) == 1:
-        with routed_to(model, languages[0], tokenizer):
+        with routed_to(model, languages[0], tokenizer), model.reusing_encoder_prefix(prefix):
             yield extras
         return
     systems = {lang: system_for(model, lang) for lang in dict.fromkeys(languages)}
@@ -225,7 +231,7 @@ def batch_routed_by_lid(model: Any, inputs: torch.Tensor, attention_mask: torch.
     saved = (list(config.active_languages), bool(config.fusion_active))
     try:
         model.set_active_languages(list(systems))
-        with routing_call(languages):
+        with routing_call(languages), model.reusing_encoder_prefix(prefix):
             yield extras
     finally:
         config.active_languages, config.fusion_active = saved

@@ -159,6 +159,31 @@ def test_the_pipeline_routes_each_input_with_target_lang_auto(routed_model) -> N
         asr([tone_clip("ro", 12), tone_clip("cs", 12)], batch_size=2)
 
 
+def test_the_recognition_pass_starts_from_the_language_id_pass_s_front_end(routed_model) -> None:
+    model, processor = _load(routed_model[0])
+    identifier = HeadIdentifier(model, processor)
+    calls: list[int] = []
+    handle = model.backbone.feature_extractor.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        for top_k in (1, 2):  # two candidates decoded and CTC-scored: still one front end
+            calls.clear()
+            transcribe_auto(model, processor, [tone_clip("ro", 7)], identifier, top_k=top_k)
+            assert len(calls) == 1
+        calls.clear()
+        transcribe_auto(model, processor, [tone_clip("ro", 7)], identifier, lid_seconds=0.2)
+        assert len(calls) == 2  # the identifier read a shorter input: the recognition pass computes its own
+    finally:
+        handle.remove()
+    model = AdaptSpeechForCTC.from_pretrained(routed_model[0], target_lang="auto")
+    asr = pipeline("automatic-speech-recognition", model=model, tokenizer=processor.tokenizer,
+                   feature_extractor=processor.feature_extractor)
+    calls.clear()
+    handle = model.backbone.feature_extractor.register_forward_hook(lambda *_: calls.append(1))
+    asr([tone_clip("ro", 12), tone_clip("cs", 12)], batch_size=2)
+    handle.remove()
+    assert len(calls) == 1
+
+
 def test_target_lang_auto_on_a_model_without_a_language_id_head_is_refused(tmp_path) -> None:
     from helpers.model_folders import model_folder
 

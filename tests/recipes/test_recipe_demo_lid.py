@@ -64,3 +64,15 @@ def test_lid_does_not_combine_with_only(capsys) -> None:
     assert code == 1
     assert one_error_line(err).endswith("--lid reuses a finished run: it does not combine with --dry-run, --only or "
                                         "--curve")
+
+
+def test_the_settings_study_changes_only_the_pooled_layer_and_the_training_audio(tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_settings_study.py")
+    base = study.stage_for("runs/demo/base/model", "runs/prepared", tmp_path / "a", 1, "10min", 400)
+    deeper = study.stage_for("runs/demo/base/model", "runs/prepared", tmp_path / "b", 3, None, 400)
+    for stage in (base, deeper):
+        StageSpec.from_dict(stage)  # a valid stage
+    assert (base["model"]["lid"]["layer"], deeper["model"]["lid"]["layer"]) == (1, 3)
+    assert (base["data"]["train_subset"], deeper["data"]["train_subset"]) == ("10min", None)
+    assert base["training"] == deeper["training"]
+    assert base["model"]["path"] == "runs/demo/base/model" and base["model"]["trainable"] == {"lid": True}

@@ -28,3 +28,20 @@ def test_the_head_flops_are_its_matrix_products(capsys, tmp_path) -> None:
     assert row["lid_parameters"] == hidden * attention + attention + attention + 1 + 2 * hidden * languages + languages
     # the LID pass runs the front end and layer 0 of 2, without adapters: less than the routed encoder pass
     assert row["flops"]["head"] < row["flops"]["LID pass"] < row["flops"]["encoder"]
+
+
+def test_routing_from_the_shared_prefix_leaves_out_the_front_end_s_flops(tmp_path) -> None:
+    torch.set_num_threads(1)
+    assert lid_compute_share.main(["--tiny", "--threads", "1", "--json", str(tmp_path / "r.json")]) == 0
+    (row,) = json.loads((tmp_path / "r.json").read_text())
+    assert row["prefix_start"] == 0  # adapters on every layer: the front end is what both passes share
+    mel, hidden, kernel = 16, 32, 3
+    frames = [50, 25]  # 100 fbank frames after each stride-2 convolution
+    front_end = 2 * frames[0] * mel * hidden * kernel + 2 * frames[1] * hidden * hidden * kernel \
+        + 2 * frames[1] * hidden * hidden  # conv1, conv2, projection
+    flops = row["flops"]
+    assert flops["encoder"] - flops["encoder from prefix"] == front_end
+    assert flops["LID pass + prefix"] == flops["LID pass"]
+    extra = row["routing_extra_flops"]
+    assert extra["before"] == flops["LID pass"] / flops["encoder"]
+    assert extra["after"] == (flops["LID pass"] - front_end) / flops["encoder"] < extra["before"]
