@@ -26,7 +26,7 @@ import torch
 
 from ..adapters.routing import routing_call
 from ..attention.chunking import chunk_attention, streaming_kinds
-from ..backbones.causal_conv import ShiftedDepthwiseConv1d
+from ..backbones.causal_conv import conv_stream_refusal
 from ..backbones.stream_front_end import StreamFrontEnd
 from ..stream_state import StreamState, streaming
 
@@ -89,17 +89,12 @@ class StreamingMixin:
                 f"attention.layers leaves layers {missing} with the backbone's own attention, which cannot stream; set "
                 "attention.layers: null (every layer)"
             )
+        setting = getattr(config.backbone_config, "conv_lookahead", None)
         for index, layer in enumerate(layers):
             conv = getattr(getattr(layer, "conv_module", None), "depthwise_conv", None)
-            if conv is None:
-                continue
-            if not isinstance(conv, ShiftedDepthwiseConv1d) or conv.right:
-                ahead = conv.right if isinstance(conv, ShiftedDepthwiseConv1d) else (conv.kernel_size[0] - 1) // 2
-                return (
-                    f"layer {index}'s depthwise convolution looks {ahead} frame(s) ahead "
-                    f"(backbone_config.conv_lookahead={getattr(config.backbone_config, 'conv_lookahead', None)!r}); "
-                    "streaming needs a causal convolution: backbone_config.conv_lookahead: 0"
-                )
+            refusal = None if conv is None else conv_stream_refusal(conv, setting)
+            if refusal is not None:
+                return f"layer {index}'s depthwise convolution {refusal}"
         try:
             config.backbone_spec.stream_front_end(self.backbone)
         except ValueError as error:
