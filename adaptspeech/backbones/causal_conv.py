@@ -70,9 +70,10 @@ class DynamicChunkDepthwiseConv1d(nn.Conv1d):
 
     i.e. its ``h`` left frames (previous chunks included) and the frames of its own chunk, the frames past the chunk's
     end being zeros. With ``c = 0`` (full context) the mask is ``t - h + i < T``: transformers' symmetric ("same")
-    convolution, computed by the same ``conv1d`` call. The chunked case unfolds the input into ``ceil(T/c)`` windows of
-    ``h + c`` frames (the chunk and its left halo), pads each with ``h`` zeros and runs one grouped convolution over
-    them: ``O(T (c + 2h) / c * D)`` memory (at most ``k`` times the input's, at ``c = 1``), no loop over frames.
+    convolution, computed by the same ``conv1d`` call. The chunked case unfolds the zero-padded input into the ``k``
+    frames around each frame (``[B, D, T, k]``), multiplies them by the ``[T, k]`` mask above and sums against the
+    kernel: ``O(B D T k)`` memory, no loop over frames, and every size follows ``T`` (the graph of an export with a
+    configured ``attention.chunk_size`` holds it).
 
     Deviations from the paper: the chunk is the attention's (WeNet's U2 draw, not a separate draw for the
     convolution), and the left context is never limited by ``num_left_chunks`` (the kernel's ``h`` frames are always
@@ -102,14 +103,13 @@ class DynamicChunkDepthwiseConv1d(nn.Conv1d):
         chunk = self.chunk_size()
         if chunk <= 0:
             return super().forward(F.pad(hidden_states, (h, h)))
-        batch, channels, frames = hidden_states.shape
-        num_chunks = -(-frames // chunk)
-        padded = F.pad(hidden_states, (h, num_chunks * chunk - frames))  # [B, D, h + n c]
-        windows = F.pad(padded.unfold(-1, chunk + h, chunk), (0, h))  # [B, D, n, h + c + h]
-        windows = windows.permute(0, 2, 1, 3).reshape(batch * num_chunks, channels, chunk + 2 * h)
-        out = super().forward(windows)  # [B n, D, c]
-        out = out.reshape(batch, num_chunks, channels, chunk).permute(0, 2, 1, 3)
-        return out.reshape(batch, channels, num_chunks * chunk)[..., :frames]
+        frames = hidden_states.shape[-1]
+        windows = F.pad(hidden_states, (h, h)).unfold(-1, 2 * h + 1, 1)  # [B, D, T, k]: frames t - h .. t + h
+        position = torch.arange(frames, device=hidden_states.device)
+        source = position[:, None] + torch.arange(-h, h + 1, device=hidden_states.device)  # [T, k]
+        visible = source < (position // chunk + 1)[:, None] * chunk  # not past the end of t's chunk
+        out = torch.einsum("bdtk,dk->bdt", windows * visible.to(windows.dtype), self.weight[:, 0])
+        return out if self.bias is None else out + self.bias[:, None]
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, dynamic_chunk=True"
