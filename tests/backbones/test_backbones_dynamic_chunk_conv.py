@@ -124,3 +124,22 @@ def test_a_chunk_model_saves_loads_and_trains(tmp_path, backbone: str) -> None:
     assert loaded.config.backbone_config.conv_lookahead == "chunk"
     with torch.no_grad(), chunk_attention(2):
         torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, atol=0, rtol=0)
+
+
+def test_a_symmetric_checkpoint_loads_as_a_chunk_model(tmp_path) -> None:
+    """The documented way to start a dynamic chunk model from a normally trained folder: its config with
+    ``conv_lookahead: chunk``; every weight loads (none missing, none new) and full context gives the same logits."""
+    torch.manual_seed(0)
+    symmetric = AdaptSpeechForCTC(tiny_config("fbank_conformer", attention=ATTENTION)).eval()
+    symmetric.save_pretrained(tmp_path)
+    config = AdaptSpeechForCTC.config_class.from_pretrained(tmp_path)
+    config.backbone_config.conv_lookahead = "chunk"
+    chunked = AdaptSpeechForCTC.from_pretrained(tmp_path, config=config)
+    expected = symmetric.state_dict()
+    loaded = chunked.state_dict()
+    assert loaded.keys() == expected.keys()
+    assert all(torch.equal(loaded[key], expected[key]) for key in expected)  # every weight came from the folder
+    assert isinstance(chunked._encoder_layers()[0].conv_module.depthwise_conv, DynamicChunkDepthwiseConv1d)
+    inputs = tiny_inputs(config, batch=2, seconds=0.5)
+    with torch.no_grad():
+        torch.testing.assert_close(chunked.eval()(**inputs).logits, symmetric(**inputs).logits, atol=0, rtol=0)
