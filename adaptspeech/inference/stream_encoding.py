@@ -7,13 +7,15 @@ into encoder-input frames as soon as its convolutions' windows are complete; the
 padding and the last partial chunk). Each chunk runs the encoder layers' ordinary ``forward`` inside
 :func:`~adaptspeech.stream_state.streaming`: the swapped attention continues from its cached keys / values
 (:meth:`~adaptspeech.attention.base.EncoderAttention.forward_chunk`, the last ``num_left_chunks`` chunks), the causal
-depthwise convolution from its last ``k - 1`` input frames (:mod:`adaptspeech.backbones.causal_conv`); the feed-forward
+depthwise convolution from its last ``k - 1`` input frames, the dynamic chunk convolution from its last ``(k - 1) / 2``
+(:mod:`adaptspeech.backbones.causal_conv`); the feed-forward
 blocks, layer norms, language adapters and the SimAdapter fusion work frame by frame and run unchanged, through the
 same hooks as in a whole-utterance forward. Chunk by chunk thus equals the whole-utterance forward under the same chunk
 mask (``with chunk_attention(chunk_size, num_left_chunks): model(...)``; tested to 1e-5).
 
 The cache's size is bounded when ``num_left_chunks >= 0``: per layer ``num_left_chunks * chunk_size`` keys and values
-and ``k - 1`` convolution frames, plus the front end's remainder and the frames of an incomplete chunk.
+and ``k - 1`` (causal) or ``(k - 1) / 2`` (dynamic chunk) convolution frames, plus the front end's remainder and the
+frames of an incomplete chunk.
 """
 
 from __future__ import annotations
