@@ -76,8 +76,8 @@ class DynamicChunkDepthwiseConv1d(nn.Conv1d):
     configured ``attention.chunk_size`` holds it).
 
     Deviations from the paper: the chunk is the attention's (WeNet's U2 draw, not a separate draw for the
-    convolution), and the left context is never limited by ``num_left_chunks`` (the kernel's ``h`` frames are always
-    seen, as in the paper and SpeechBrain's ``DynChunkTrainConfig``).
+    convolution), and the left context is never limited by ``num_left_chunks`` (the kernel's ``h`` left frames are
+    always seen, whatever the attention's left chunks).
     """
 
     def __init__(self, channels: int, kernel_size: int, bias: bool = False,
