@@ -67,7 +67,8 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
             mark_initialized(backbone)  # pretrained weights: post_init must not touch them
         self.backbone = backbone
         mask_convolution_padding(spec.encoder_layers(backbone))  # conformer layers: padding never leaks (see module)
-        set_conv_lookahead(spec.encoder_layers(backbone), getattr(config.backbone_config, "conv_lookahead", None))
+        set_conv_lookahead(spec.encoder_layers(backbone), getattr(config.backbone_config, "conv_lookahead", None),
+                           config.attention)
         self.routing = AdapterRouting()
         self.swapped_attention_layers = self._swap_attention()
         self.adapter_blocks: dict[int, LanguageAdapterBlock] = self._insert_adapter_blocks()

@@ -1,6 +1,6 @@
 """The caches a stream carries from one chunk to the next, for the modules that need their past: each swapped
-attention layer (keys / values of the allowed left chunks) and each causal depthwise convolution (its last ``k - 1``
-input frames).
+attention layer (keys / values of the allowed left chunks) and each streaming depthwise convolution (its last ``k - 1``
+input frames when causal, ``(k - 1) / 2`` when dynamic-chunk: :mod:`adaptspeech.backbones.causal_conv`).
 
 :func:`streaming` puts one :class:`StreamState` in a :class:`contextvars.ContextVar` around a chunk's forward; a module
 that streams reads and replaces its own entry (keyed by the module itself), so the encoder layers run their ordinary

@@ -5,8 +5,9 @@ Usage::
 
     python scripts/bench_streaming_accuracy.py --run runs/demo_streaming [--reference-run runs/synthetic_demo]
 
-``--run`` is the output folder of the demo recipe trained for streaming (dynamic chunks, causal convolution; see
-docs/streaming.md): its ``base`` is evaluated on the source languages' test sets (the mean of the per-language CERs, as
+``--run`` is the output folder of the demo recipe trained for streaming (dynamic chunks; the convolution causal,
+``conv_lookahead: 0``, dynamic chunk, ``conv_lookahead: chunk``, or a look-ahead ``r``; see docs/streaming.md): its
+``base`` is evaluated on the source languages' test sets (the mean of the per-language CERs, as
 the demo reports it), its ``target_adapter`` and ``fusion`` on the target's. Decoding is CTC greedy (the figures
 WeNet's and SpeechBrain's degradations quote) on the prepared features (normalised per utterance); chunk-by-chunk
 streaming with a cache gives the same posteriors as this chunk-masked forward (``tests/inference/
@@ -24,6 +25,12 @@ sentences are made of held-out words that no training or dev sentence holds, so 
 almost none of them: ``--lm-word-lists N --corpus DIR`` builds instead a word 3-gram LM (``lm build``) of N sentences
 per source language drawn from the corpus's own word lists (``DIR/synthetic_config.json``: wordfreq's lists as the
 corpus cleaned them, frequency-weighted, 3-10 words, no test sentence), as an LM from text in the language would be.
+
+Each row names the system's convolution (``causal``, ``DCConv``, ``look-ahead r``, ``symmetric``), read from its
+config, so that the tables of runs trained with each setting line up (the WeNet-style table: run the script once per
+run). A look-ahead or symmetric model cannot stream (``encode_chunk`` refuses it): its chunk figures are the
+chunk-masked forward (the attention chunked, the convolution crossing into the next chunk), which no stream computes,
+marked ``masked only``, and ``--stream-corpus`` skips it.
 """
 
 from __future__ import annotations
@@ -40,6 +47,17 @@ from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.attention.chunking import chunk_attention
 from adaptspeech.data.prepared_data import load_prepared, select_languages
 from adaptspeech.evaluation import evaluate_dataset
+
+
+def convolution_label(model: Any) -> str:
+    """The system's depthwise convolution: ``causal`` (``conv_lookahead: 0``), ``DCConv`` (``chunk``), ``look-ahead r``
+    or ``symmetric`` (unset)."""
+    setting = getattr(model.config.backbone_config, "conv_lookahead", None)
+    if setting is None:
+        return "symmetric"
+    if setting == "chunk":
+        return "DCConv"
+    return "causal" if setting == 0 else f"look-ahead {setting}"
 
 
 def _cer(model: Any, data: Any, processor: Any, chunk: int, languages: list[str], batch_size: int) -> float:
@@ -196,6 +214,11 @@ def main() -> None:
         model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
         frame_ms = model.frame_milliseconds()
         data, languages = sets[which]
+        label = f"{label}, {convolution_label(model)}"
+        refusal = model.streaming_refusal()
+        if refusal is not None:
+            results.setdefault("masked_only", {})[label] = refusal
+            print(label, "cannot stream, chunk figures are the masked forward only:", refusal, flush=True)
         row = [_cer(model, data, processor, round(c / frame_ms), languages, args.batch_size) for c in chunks_ms]
         results["systems"][label] = row
         print(label, row, flush=True)
@@ -206,7 +229,7 @@ def main() -> None:
             results.setdefault("lm_streamed_search", {})[label] = [f["streaming_search"] for f in figures]
             results.setdefault("lm_details", {})[label] = figures
             print(label, "LM offline / streaming search", figures, flush=True)
-        if args.stream_corpus is not None:
+        if args.stream_corpus is not None and refusal is None:
             clips = data.select(range(0, len(data), args.stream_every))
             corpus = args.stream_corpus
             streamed = [_streamed_cer(model, clips, processor, corpus, c, languages) for c in chunks_ms if c]
@@ -216,16 +239,18 @@ def main() -> None:
         results["reference_full_context"] = {}
         for label, stage, which in systems:
             folder = args.reference_run / stage / "model"
-            if folder.is_dir():
+            mine = next((name for name in results["systems"] if name.startswith(f"{label}, ")), None)
+            if folder.is_dir() and mine is not None:
                 model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
                 data, languages = sets[which]
-                results["reference_full_context"][label] = _cer(model, data, processor, 0, languages, args.batch_size)
+                results["reference_full_context"][mine] = _cer(model, data, processor, 0, languages, args.batch_size)
     header = "| system | " + " | ".join("full" if c == 0 else f"{c:g} ms" for c in chunks_ms) + " |"
     print(header)
     print("|" + "---|" * (len(chunks_ms) + 1))
     for label, row in results["systems"].items():
         cells = [f"{row[0]:.2f}"] + [f"{cer:.2f} ({(cer / row[0] - 1) * 100:+.0f}%)" for cer in row[1:]]
-        print(f"| {label} | " + " | ".join(cells) + " |")
+        masked = ", masked only" if label in results.get("masked_only", {}) else ""
+        print(f"| {label}{masked} | " + " | ".join(cells) + " |")
     for label, row in results.get("streamed", {}).items():
         full = results["systems"][label][0]
         cells = [f"{cer:.2f} ({(cer / full - 1) * 100:+.0f}%)" for cer in row]

@@ -33,9 +33,10 @@ class FbankConformerConfig(Wav2Vec2ConformerConfig):
         subsampling_kernel (`int`, defaults to 3): kernel of the two stride-2 Conv1d layers.
         spec_augment_time_masks / spec_augment_time_width / spec_augment_freq_masks / spec_augment_freq_width:
             SpecAugment on the filterbanks during training (0 masks = off).
-        conv_lookahead (`int`, *optional*): right context of the conformer layers' depthwise convolution: None
-            (symmetric, transformers' "same" padding), 0 (causal: streamable) or 1 .. (k-1)/2 frames
-            (:mod:`adaptspeech.backbones.causal_conv`).
+        conv_lookahead (`int` or `"chunk"`, *optional*): right context of the conformer layers' depthwise
+            convolution: None (symmetric, transformers' "same" padding), "chunk" (dynamic chunk convolution: the
+            symmetric kernel masked past the end of the running chunk; streamable), 0 (causal: streamable) or
+            1 .. (k-1)/2 frames (:mod:`adaptspeech.backbones.causal_conv`).
         All other arguments as in ``Wav2Vec2ConformerConfig`` (hidden_size, num_hidden_layers, ...). Defaults here
         are the small CPU model DESIGN measured: width 144, 4 layers, 4 heads, FFN 576.
     """
@@ -56,7 +57,7 @@ class FbankConformerConfig(Wav2Vec2ConformerConfig):
         intermediate_size: int = 576,
         conv_depthwise_kernel_size: int = 15,
         position_embeddings_type: str | None = "relative",
-        conv_lookahead: int | None = None,
+        conv_lookahead: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("hidden_dropout", 0.1)

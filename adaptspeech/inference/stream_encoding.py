@@ -7,13 +7,15 @@ into encoder-input frames as soon as its convolutions' windows are complete; the
 padding and the last partial chunk). Each chunk runs the encoder layers' ordinary ``forward`` inside
 :func:`~adaptspeech.stream_state.streaming`: the swapped attention continues from its cached keys / values
 (:meth:`~adaptspeech.attention.base.EncoderAttention.forward_chunk`, the last ``num_left_chunks`` chunks), the causal
-depthwise convolution from its last ``k - 1`` input frames (:mod:`adaptspeech.backbones.causal_conv`); the feed-forward
+depthwise convolution from its last ``k - 1`` input frames, the dynamic chunk convolution from its last ``(k - 1) / 2``
+(:mod:`adaptspeech.backbones.causal_conv`); the feed-forward
 blocks, layer norms, language adapters and the SimAdapter fusion work frame by frame and run unchanged, through the
 same hooks as in a whole-utterance forward. Chunk by chunk thus equals the whole-utterance forward under the same chunk
 mask (``with chunk_attention(chunk_size, num_left_chunks): model(...)``; tested to 1e-5).
 
 The cache's size is bounded when ``num_left_chunks >= 0``: per layer ``num_left_chunks * chunk_size`` keys and values
-and ``k - 1`` convolution frames, plus the front end's remainder and the frames of an incomplete chunk.
+and ``k - 1`` (causal) or ``(k - 1) / 2`` (dynamic chunk) convolution frames, plus the front end's remainder and the
+frames of an incomplete chunk.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 
 from ..adapters.routing import routing_call
 from ..attention.chunking import chunk_attention, streaming_kinds
-from ..backbones.causal_conv import ShiftedDepthwiseConv1d
+from ..backbones.causal_conv import conv_stream_refusal
 from ..backbones.stream_front_end import StreamFrontEnd
 from ..stream_state import StreamState, streaming
 
@@ -89,17 +91,12 @@ class StreamingMixin:
                 f"attention.layers leaves layers {missing} with the backbone's own attention, which cannot stream; set "
                 "attention.layers: null (every layer)"
             )
+        setting = getattr(config.backbone_config, "conv_lookahead", None)
         for index, layer in enumerate(layers):
             conv = getattr(getattr(layer, "conv_module", None), "depthwise_conv", None)
-            if conv is None:
-                continue
-            if not isinstance(conv, ShiftedDepthwiseConv1d) or conv.right:
-                ahead = conv.right if isinstance(conv, ShiftedDepthwiseConv1d) else (conv.kernel_size[0] - 1) // 2
-                return (
-                    f"layer {index}'s depthwise convolution looks {ahead} frame(s) ahead "
-                    f"(backbone_config.conv_lookahead={getattr(config.backbone_config, 'conv_lookahead', None)!r}); "
-                    "streaming needs a causal convolution: backbone_config.conv_lookahead: 0"
-                )
+            refusal = None if conv is None else conv_stream_refusal(conv, setting)
+            if refusal is not None:
+                return f"layer {index}'s depthwise convolution {refusal}"
         try:
             config.backbone_spec.stream_front_end(self.backbone)
         except ValueError as error:

@@ -70,7 +70,26 @@ def test_causal_model_saves_and_loads(tmp_path, backbone_type: str) -> None:
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match=r"backbone_config\.conv_lookahead must be null .* 1 \.\. 1 frames"):
         tiny_config("fbank_conformer", backbone_overrides={"conv_lookahead": 2})
-    with pytest.raises(ValueError, match=r"conv_lookahead applies to conformer backbones"):
+    with pytest.raises(ValueError, match=r"conv_lookahead=0 applies to conformer backbones"):
         AdaptSpeechForCTC(tiny_config("wav2vec2", backbone_overrides={"conv_lookahead": 0}))
     with pytest.raises(ValueError, match=r"conv_lookahead must be null"):
         AdaptSpeechForCTC(tiny_config("wav2vec2_conformer", backbone_overrides={"conv_lookahead": -1}))
+
+
+@pytest.mark.parametrize(
+    ("backbone", "value", "message"),
+    [
+        ("fbank_conformer", "chunks", r"conv_lookahead must be null \(symmetric\), chunk \(dynamic chunk "
+         r"convolution\), 0 \(causal\) or a look-ahead of 1 \.\. 1 frames \(conv_depthwise_kernel_size=3\), "
+         r"got 'chunks'"),
+        ("fbank_conformer", -1, r"conv_lookahead must be null .* got -1"),
+        ("wav2vec2_conformer", "chunks", r"conv_lookahead must be null .* got 'chunks'"),
+        ("wav2vec2_conformer", 2, r"1 \.\. 1 frames \(conv_depthwise_kernel_size=3\), got 2"),
+        ("wav2vec2", "chunk", r"backbone_config\.conv_lookahead='chunk' applies to conformer backbones "
+         r"\(fbank_conformer, wav2vec2_conformer\): these encoder layers have no convolution module"),
+    ],
+)
+def test_bad_values_and_the_wav2vec2_backbone_are_refused_in_one_line(backbone, value, message) -> None:
+    with pytest.raises(ValueError, match=message) as error:
+        AdaptSpeechForCTC(tiny_config(backbone, backbone_overrides={"conv_lookahead": value}))
+    assert "\n" not in str(error.value)

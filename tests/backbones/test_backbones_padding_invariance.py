@@ -20,8 +20,12 @@ def model_for(backbone_type):
         # XLS-R's per-frame LayerNorm front end; wav2vec2-base's GroupNorm normalises over the whole padded
         # waveform, which no masking after it can undo (transformers: pass no attention_mask to such models)
         overrides["feat_extract_norm"] = "layer"
-    return AdaptSpeechForCTC(tiny_config(backbone_type, backbone_overrides=overrides,
-                                         adapter_languages=["ro"], active_languages=["ro"])).eval()
+    model = AdaptSpeechForCTC(tiny_config(backbone_type, backbone_overrides=overrides,
+                                          adapter_languages=["ro"], active_languages=["ro"])).eval()
+    with torch.no_grad():  # a trained convolution module's LayerNorm has a bias (0 at initialisation): a zeroed padded
+        for layer in model._encoder_layers():  # frame leaves it as LayerNorm(0) = bias, not zero
+            layer.conv_module.layer_norm.bias.normal_(0.0, 0.5)
+    return model
 
 
 @pytest.mark.parametrize("backbone_type", BACKBONES)
@@ -62,12 +66,14 @@ def test_padding_stays_masked_when_checkpointed_layers_recompute(backbone_type):
 
 
 def test_the_hook_zeroes_only_marked_frames_and_only_inside_a_call():
-    conv = torch.nn.Identity()
+    conv = torch.nn.Module()
+    conv.glu = torch.nn.GLU(dim=1)  # the conformer convolution module's GLU: [B, 2D, T] -> [B, D, T]
     layer = torch.nn.Module()
     layer.conv_module = conv
     assert mask_convolution_padding(torch.nn.ModuleList([layer, layer])) == 1  # hooked once
-    x = torch.ones(2, 3, 4)
-    assert torch.equal(conv(x), x)  # outside a call: transformers' behaviour
+    x = torch.ones(2, 4, 3)
+    expected = torch.nn.functional.glu(x, dim=1)
+    assert torch.equal(conv.glu(x), expected)  # outside a call: transformers' behaviour
     with frame_padding(torch.tensor([[True, True, True], [True, False, False]])):
-        y = conv(x)
-    assert torch.equal(y[0], x[0]) and torch.equal(y[1, 0], x[1, 0]) and not y[1, 1:].any()
+        y = conv.glu(x)
+    assert torch.equal(y[0], expected[0]) and torch.equal(y[1, :, 0], expected[1, :, 0]) and not y[1, :, 1:].any()

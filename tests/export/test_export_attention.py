@@ -36,11 +36,25 @@ def test_rel_pos_exports_with_chunk_masks_and_blockwise_settings(settings, tmp_p
     _export_matches_pytorch({"kind": "rel_pos", "layers": [1], **settings}, tmp_path)
 
 
-def _export_matches_pytorch(attention, tmp_path):
-    """Export a tiny fbank Conformer with ``attention``; its onnxruntime logits equal PyTorch's at 37 and 250 fbank
-    frames, in a padded batch of three."""
+@pytest.mark.parametrize(
+    ("conv_lookahead", "attention"),
+    [("chunk", {"kind": "rel_pos", "dynamic_chunks": True}), ("chunk", {"kind": "rel_pos", "chunk_size": 4}),
+     (1, {"kind": "rel_pos", "dynamic_chunks": True})],
+    ids=["chunk, full context", "chunk, attention.chunk_size 4", "look-ahead 1"],
+)
+def test_conformer_convolution_settings_export(conv_lookahead, attention, tmp_path):
+    """The dynamic chunk convolution (the symmetric one at full context; the chunked one under a configured
+    ``attention.chunk_size``) and a look-ahead convolution (kernel 7: 3 frames each side) give PyTorch's logits in
+    onnxruntime."""
+    _export_matches_pytorch(attention, tmp_path, {"conv_lookahead": conv_lookahead, "conv_depthwise_kernel_size": 7})
+
+
+def _export_matches_pytorch(attention, tmp_path, backbone_overrides=None):
+    """Export a tiny fbank Conformer with ``attention`` (and ``backbone_overrides``); its onnxruntime logits equal
+    PyTorch's at 37 and 250 fbank frames, in a padded batch of three."""
     kind = attention["kind"]
-    config = tiny_config("fbank_conformer", adapter_languages=["ro"], attention=attention)
+    config = tiny_config("fbank_conformer", adapter_languages=["ro"], attention=attention,
+                         backbone_overrides=backbone_overrides or {})
     torch.manual_seed(0)
     model = AdaptSpeechForCTC(config).eval()
     model.set_target_language("ro")

@@ -6,42 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.streaming import TOLERANCE, masked_forward, randomise_adapters, stream, streaming_model
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.attention.chunking import chunk_attention
 from adaptspeech.testing import tiny_config, tiny_inputs
-
-#: chunk by chunk and the masked whole forward add the same terms in another order (a cache concatenated to a
-#: chunk, attention over fewer keys): float32 rounding, measured at most 4e-6 on these models
-TOLERANCE = 1e-5
-
-
-def streaming_model(backbone: str = "fbank_conformer", kind: str = "rel_pos", **config: object) -> AdaptSpeechForCTC:
-    overrides = {"conv_lookahead": 0, "conv_depthwise_kernel_size": 5}
-    if backbone == "wav2vec2_conformer":
-        overrides["feat_extract_norm"] = "layer"
-    attention = {"kind": kind, "dynamic_chunks": True, **({"context_width": 5} if kind == "ldsa" else {})}
-    torch.manual_seed(0)
-    model = AdaptSpeechForCTC(tiny_config(backbone, backbone_overrides=overrides, attention=attention, **config))
-    return model.eval()
-
-
-def stream(model, inputs: torch.Tensor, piece: int, chunk_size: int, num_left_chunks: int, **kwargs) -> torch.Tensor:
-    cache, outputs = None, []
-    for start in range(0, inputs.shape[1], piece):
-        hidden, cache = model.encode_chunk(
-            inputs[:, start : start + piece], cache, chunk_size=chunk_size, num_left_chunks=num_left_chunks, **kwargs
-        )
-        assert hidden.shape[1] % chunk_size == 0  # whole chunks only, until the end
-        outputs.append(hidden)
-    hidden, cache = model.encode_chunk(inputs[:, :0], cache, final=True)
-    outputs.append(hidden)
-    return torch.cat(outputs, dim=1)
-
-
-def masked_forward(model, inputs: torch.Tensor, chunk_size: int, num_left_chunks: int, **kwargs) -> torch.Tensor:
-    with torch.no_grad(), chunk_attention(chunk_size, num_left_chunks):
-        return model(**{model.main_input_name: inputs}, **kwargs).encoder_hidden_states
 
 
 @pytest.mark.parametrize("kind", ["mhsa", "rel_pos", "ldsa"])
@@ -58,19 +26,10 @@ def test_chunk_by_chunk_equals_the_masked_forward(kind, backbone, seconds, piece
     torch.testing.assert_close(streamed, full, atol=TOLERANCE, rtol=0)
 
 
-def _randomise(model: AdaptSpeechForCTC) -> None:
-    """Adapters start as the identity (zero up-projection): give them weights that change the output."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "language_adapters" in name:
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.3)
-
-
 def test_adapter_and_fusion_stream_unchanged() -> None:
     model = streaming_model(adapter_languages=["ro", "cs"], adapter_defaults={"bottleneck": 8})
     model.add_fusion(["ro", "cs"], target_language="ro")
-    _randomise(model)
+    randomise_adapters(model)
     model.eval()
     inputs = tiny_inputs(model.config, batch=1, seconds=0.8, pad_last=False)["input_features"]
     results = {}
@@ -89,7 +48,7 @@ def test_adapter_and_fusion_stream_unchanged() -> None:
 
 def test_per_utterance_languages_stream() -> None:
     model = streaming_model(adapter_languages=["ro", "cs"], adapter_defaults={"bottleneck": 8})
-    _randomise(model)
+    randomise_adapters(model)
     model.set_active_languages(["ro", "cs"])
     inputs = tiny_inputs(model.config, batch=2, seconds=0.6, pad_last=False)["input_features"]
     lang_ids = torch.tensor([1, 0])
