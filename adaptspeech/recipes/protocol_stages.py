@@ -65,7 +65,7 @@ def prepare_data(spec: SimAdapterRecipe) -> Path:
         if not root:
             raise RecipeError("corpus.root: the Common Voice release folder (cv-corpus-*/) or a Hub dataset id")
     start = time.perf_counter()
-    prepare_corpus(root, languages, prepared_dir, **spec.prepare)
+    prepare_corpus(root, languages, prepared_dir, **{**spec.prepare, "overwrite": True})  # the recipe's own folder
     log(f"prepared {', '.join(languages)} in {time.perf_counter() - start:.0f} s -> {prepared_dir}")
     return prepared_dir
 
