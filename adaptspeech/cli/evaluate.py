@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from .common import (
@@ -36,6 +37,9 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "--output", type=_output_file, default=None, metavar="results.json", help="write the rates as JSON"
     )
+    evaluate.add_argument("--overwrite", action="store_true",
+                          help="replace an earlier evaluate output in --output (without it, one is refused; another "
+                          "file always is)")
     evaluate.add_argument("--language", choices=[AUTO], default=None,
                           help="auto: route each row to the adapter of the language identified in it and score the "
                           "routing too (docs/lid.md); default: the model's own routing")
@@ -44,12 +48,27 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(func=_run_evaluate)
 
 
+def _is_evaluate_output(path: Path) -> bool:
+    """Whether ``path`` holds what ``evaluate --output`` writes: a JSON object with ``overall`` and ``per_language``
+    rates (:func:`~adaptspeech.metrics.write_error_rates_json`)."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(result, dict) and isinstance(result.get("overall"), dict) and \
+        isinstance(result.get("per_language"), dict)
+
+
 def _run_evaluate(args: argparse.Namespace) -> int:
+    from ..data.output_folder import check_output_file
     from ..data.prepared_data import load_prepared, select_languages
     from ..evaluation import evaluate_dataset
     from ..lid_evaluation import evaluate_dataset_auto
     from ..metrics import write_error_rates_json
 
+    if args.output:
+        check_output_file(Path(args.output), _is_evaluate_output, "adaptspeech evaluate", overwrite=args.overwrite,
+                          kind="JSON with overall and per_language rates")
     device = _resolve_device(args.device)
     model, processor = _load_model(args.model)
     dataset, data_processor = load_prepared(args.data)

@@ -21,7 +21,9 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--fusion", action="store_true", help="the SimAdapter fusion (its target language's head)")
     export.add_argument("--out", required=True, metavar="OUT", help="the folder to write")
     export.add_argument("--quantize", choices=("int8",), default=None, help="also write int8 linear-layer weights")
-    export.add_argument("--overwrite", action="store_true", help="replace OUT when it exists")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier export in OUT (a file, a folder of other files and the model's own "
+                        "folder are never replaced)")
     export.add_argument("--metrics", default=None, metavar="results.json",
                         help="`adaptspeech evaluate --output` JSON: its WER / CER go into the model card")
     export.add_argument("--dataset", default="test set", metavar="NAME",

@@ -93,6 +93,7 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     cv.add_argument("--max-seconds", type=_positive_float, default=20.0, help="skip longer clips (default 20)")
     cv.add_argument("--skip-digits", action="store_true", help="skip sentences containing digits")
     cv.add_argument("--num-proc", type=_positive_int, default=None, help="processes for datasets.map")
+    _add_overwrite(cv, "prepared folder")
     cv.set_defaults(func=_run_prepare_common_voice)
 
     folder = corpora.add_parser(
@@ -119,13 +120,21 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     other.set_defaults(func=_run_prepare_pool, common_voice_other=True)
 
 
+def _add_overwrite(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace the earlier {what} in --out (without it, one is refused; a folder of other "
+                        "files always is)")
+
+
 def _non_negative_int(text: str) -> int:
     return 0 if text.strip() == "0" else _positive_int(text)
 
 
 def _add_pool_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--language", required=True, help="the language code of the audio")
-    parser.add_argument("--out", required=True, help="the pool folder (created; an earlier pool is replaced)")
+    parser.add_argument("--out", required=True, help="the pool folder (created; an earlier pool is kept unless "
+                        "--overwrite)")
+    _add_overwrite(parser, "pool")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument(
         "--feature-type", choices=_FEATURE_TYPE_NAMES, default=None, metavar="TYPE",
@@ -199,6 +208,7 @@ def _run_prepare_common_voice(args: argparse.Namespace) -> int:
         max_seconds=args.max_seconds,
         skip_digits=args.skip_digits,
         num_proc=args.num_proc,
+        overwrite=args.overwrite,
     )
     rows = {split: len(part) for split, part in result.dataset.items()}
     print(f"prepared {json.dumps(rows)} -> {result.dataset_dir}; processor -> {result.processor_dir}")
@@ -221,7 +231,8 @@ def _run_prepare_pool(args: argparse.Namespace) -> int:
     with library_progress_bars(enabled=not args.no_progress):
         pool = build(args.root, args.language, args.out, extractor,
                      segments=SegmentSettings(max_segment_s=args.max_segment, min_segment_s=args.min_segment),
-                     held=held, drop_overlapping=args.drop_overlapping, progress=not args.no_progress)
+                     held=held, drop_overlapping=args.drop_overlapping, progress=not args.no_progress,
+                     overwrite=args.overwrite)
     summary = pool.summary
     skipped = ", ".join(f"{reason}={n}" for reason, n in sorted(summary["skipped"].items())) or "none"
     print(f"pool of {summary['segments']} segments ({summary['hours'] * 60:.1f} min) from {summary['files_used']} of "

@@ -56,6 +56,9 @@ def _add_pseudo_label(subparsers: argparse._SubParsersAction) -> None:
     command.add_argument("--model", required=True, metavar="DIR", help="the labelling model (a model/ folder)")
     command.add_argument("--data", required=True, metavar="POOL_DIR", help="the untranscribed pool")
     command.add_argument("--out", required=True, metavar="DIR", help="the pseudo-labelled folder")
+    command.add_argument("--overwrite", action="store_true",
+                         help="replace an earlier pseudo-labelled folder in --out (without it, one is refused before "
+                         "anything is decoded)")
     kept = command.add_mutually_exclusive_group()
     kept.add_argument("--min-confidence", type=_unit_interval, default=None, metavar="C",
                       help="keep the labels whose utterance confidence is at least C")
@@ -104,7 +107,7 @@ def _run_pseudo_label(args: argparse.Namespace) -> int:
         result = pseudo_label(model, processor, args.data, args.out, model_id=model_id, lm_decoder=lm_decoder,
                               lm_key=lm_key, target=args.target,
                               confidence_filter=ConfidenceFilter(args.min_confidence, args.keep_fraction),
-                              batch_size=args.batch_size, progress=not args.no_progress)
+                              batch_size=args.batch_size, progress=not args.no_progress, overwrite=args.overwrite)
     s = result.summary
     if s["decoded_this_run"]:
         print(f"labelled {s['decoded_this_run']} segments ({s['decoded_audio_seconds'] / 60:.1f} min of audio) in "

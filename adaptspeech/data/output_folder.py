@@ -7,6 +7,11 @@ instead yields ``.<name>.partial`` beside ``--out``; when the block ends normall
 there, the old ``--out`` (if any) is moved aside and the new folder renamed into place. On an exception the
 partial folder is removed; after a SIGKILL it stays and the next run removes it before it starts.
 
+Nothing is replaced without a word (:func:`check_output_folder`, the rule of ``prepare``, ``pseudo-label`` and
+``export``): a complete earlier output is replaced only with ``--overwrite``, and never a file, a folder of other
+files, or a folder that is, holds or lies inside the command's input (``export --out RUN`` of ``RUN/model``).
+:func:`check_output_file` is the same rule for a command that writes one file (``evaluate --output``).
+
 A folder being written holds ``.owner_pid`` with the writer's process id (:func:`writing_process` reads it): a
 second run into it is refused while that process lives, and takes it over once it is gone. The partial folder of
 ``prepare`` and the corpus folder of ``prepare synthetic`` (:func:`owned_folder`, a corpus resumed in place) use it.
@@ -17,7 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,23 +38,78 @@ def _old_folder(out: Path) -> Path:
     return out.parent / f".{out.name}.old"
 
 
-def check_output_folder(out: Path, marker: str, what: str) -> None:
-    """Refuse an ``out`` that exists and is neither an empty folder nor a complete earlier output (one with
-    ``marker``): it may hold the user's files, which must not be replaced.
+def check_output_folder(
+    out: Path,
+    marker: str,
+    what: str,
+    *,
+    overwrite: bool = False,
+    label: str = "--out",
+    inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+) -> None:
+    """Refuse to write ``out`` where that would lose work: the one rule of every command that writes a folder.
+
+    Written: a missing ``out``, an empty folder, and with ``overwrite`` only, a complete earlier output of the same
+    command (a folder holding ``marker``). Refused, in one line naming ``label`` and the path: a file (or a path
+    under one); a folder that
+    is, holds or lies inside one of ``inputs`` (``{"--model": model_dir}``: the input the command reads); a folder
+    of other files (``overwrite`` does not replace those); an earlier output without ``overwrite``.
 
     Raises:
-        NotADirectoryError: ``out`` is a file.
-        FileExistsError: ``out`` holds files but no ``marker``.
+        NotADirectoryError: ``out`` is a file, or lies under one.
+        FileExistsError: ``out`` is, holds or lies inside an input; holds files but no ``marker``; holds an earlier
+            output and ``overwrite`` is off.
     """
+    where = out.resolve()
+    for option, path in (inputs or {}).items():
+        read = Path(path).resolve()
+        relation = ("is" if read == where else "holds" if where in read.parents
+                    else "lies inside" if read in where.parents else None)
+        if relation is not None:
+            raise FileExistsError(f"{label} {out}: the folder {relation} {option} {path}, which this command reads; "
+                                  f"choose another {label}")
     if not out.exists():
+        above = next((parent for parent in out.parents if parent.exists()), None)
+        if above is not None and not above.is_dir():
+            raise NotADirectoryError(f"{label} {out}: {above} is a file, not a folder; choose another {label}")
         return
     if not out.is_dir():
-        raise NotADirectoryError(f"--out {out}: a file, not a folder")
-    if any(out.iterdir()) and not (out / marker).is_file():
+        raise NotADirectoryError(f"{label} {out}: a file, not a folder; choose another {label}")
+    if not any(out.iterdir()):
+        return
+    if not (out / marker).is_file():
         raise FileExistsError(
-            f"--out {out}: the folder holds files but no {marker}, so it is not a complete {what} output; "
-            "remove it or choose another --out"
+            f"{label} {out}: the folder holds files but no {marker}, so it is not a complete {what} output "
+            f"(--overwrite replaces only those); remove it or choose another {label}"
         )
+    if not overwrite:
+        raise FileExistsError(f"{label} {out} already holds an earlier {what} output ({marker}): pass --overwrite "
+                              f"to replace it, or choose another {label}")
+
+
+def check_output_file(
+    path: Path, is_earlier_output: Callable[[Path], bool], what: str, *, overwrite: bool = False,
+    label: str = "--output", kind: str = "",
+) -> None:
+    """:func:`check_output_folder`'s rule for a command that writes one file: a missing ``path`` is written; an
+    earlier output of the same command (``is_earlier_output(path)``) is replaced with ``overwrite`` only; any other
+    file is refused, with ``overwrite`` too.
+
+    Args:
+        kind: what such an output holds, named when another file is refused (``"JSON with overall ... rates"``).
+
+    Raises:
+        FileExistsError: one line naming ``label``, ``path`` and ``--overwrite``.
+    """
+    if not path.is_file():
+        return
+    if not is_earlier_output(path):
+        holds = f" ({kind}; --overwrite replaces only those)" if kind else " (--overwrite replaces only those)"
+        raise FileExistsError(f"{label} {path}: the file is not an {what} output{holds}; remove it or choose another "
+                              f"{label}")
+    if not overwrite:
+        raise FileExistsError(f"{label} {path} already holds an earlier {what} output: pass --overwrite to replace "
+                              f"it, or choose another {label}")
 
 
 def process_alive(pid: int) -> bool:
@@ -122,41 +182,60 @@ def owned_folder(folder: str | os.PathLike[str], label: str = "--out") -> Iterat
             pass  # already gone
 
 
-def _claim(partial: Path, out: Path) -> None:
-    """Remove a partial folder left by a dead run; refuse one that a running process is writing."""
+def _claim(partial: Path, out: Path, label: str) -> None:
+    """Remove a partial folder left by a dead run; refuse one that a running process is writing.
+
+    Raises:
+        FileExistsError: a live process writes ``partial``.
+        OSError: ``out``'s folder cannot be written, naming ``out`` (not the hidden partial folder).
+    """
     if partial.exists():
         pid = writing_process(partial)
         if pid is not None:
             raise FileExistsError(
-                f"--out {out}: another process (pid {pid}) is writing it in {partial}; wait for it or remove {partial}"
+                f"{label} {out}: another process (pid {pid}) is writing it in {partial}; wait for it or remove "
+                f"{partial}"
             )
         shutil.rmtree(partial)
-    partial.mkdir(parents=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial.mkdir()  # the mode follows the umask, as any folder's
+    except OSError as err:
+        raise OSError(f"{label} {out}: cannot write there ({err.strerror or err})") from None
     (partial / OWNER_FILE).write_text(str(os.getpid()))
 
 
 @contextmanager
-def atomic_output_folder(out: str | os.PathLike[str], marker: str, what: str = "adaptspeech prepare") -> Iterator[Path]:
+def atomic_output_folder(
+    out: str | os.PathLike[str],
+    marker: str,
+    what: str = "adaptspeech prepare",
+    *,
+    overwrite: bool = False,
+    label: str = "--out",
+    inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+) -> Iterator[Path]:
     """Yield a fresh folder to write ``out``'s content into; swap it in as ``out`` when the block succeeds.
 
     Args:
-        out: the final folder. An existing one must be empty or hold ``marker`` (a complete earlier output, which
-            is replaced only once the new one is complete).
+        out: the final folder. An existing one must be empty or, with ``overwrite``, hold ``marker`` (a complete
+            earlier output, which is replaced only once the new one is complete): :func:`check_output_folder`.
         marker: the file written last inside the block; the swap refuses a folder without it.
         what: names the output in errors.
+        overwrite, label, inputs: see :func:`check_output_folder`.
 
     Raises:
         NotADirectoryError, FileExistsError: see :func:`check_output_folder`; another live process is writing
             the same ``out``.
+        OSError: ``out``'s folder cannot be written (naming ``label`` and ``out``).
         RuntimeError: the block ended without writing ``marker``.
     """
     out = Path(out).absolute()
     partial, old = partial_folder(out), _old_folder(out)
     if old.is_dir() and not out.exists() and (old / marker).is_file():
         old.rename(out)  # killed between the two renames of a swap: the earlier output comes back
-    check_output_folder(out, marker, what)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _claim(partial, out)
+    check_output_folder(out, marker, what, overwrite=overwrite, label=label, inputs=inputs)
+    _claim(partial, out, label)
     try:
         yield partial
         if not (partial / marker).is_file():

@@ -152,19 +152,22 @@ def prepare_pool(
     drop_overlapping: bool = False,
     source: str = "",
     progress: bool = True,
+    overwrite: bool = False,
 ) -> Pool:
     """Decode, segment and featurise ``clips`` into a pool folder (module docstring).
 
     Args:
         clips: the recordings.
         language: their language code (the pool's ``language`` column).
-        out_dir: the pool folder (empty, or an earlier pool, replaced once the new one is complete).
+        out_dir: the pool folder (empty, or with ``overwrite`` an earlier pool, replaced once the new one is
+            complete).
         feature_extractor: computes each segment's model input (the labelling model's kind).
         segments: how long recordings are cut (default :class:`~adaptspeech.data.pool_segments.SegmentSettings`).
         held: dev / test clips and sentences the pool may not share (:func:`~adaptspeech.data.pool_overlap.
             held_out`); None: not checked.
         drop_overlapping: skip such clips (``held_out_overlap``) instead of refusing the pool.
         source: what the pool was read from (recorded).
+        overwrite: replace an earlier pool in ``out_dir`` (without it, one is refused before any file is read).
 
     Raises:
         ValueError: the pool shares clips or sentences with ``held`` (naming them), or no file is usable (naming the
@@ -173,7 +176,7 @@ def prepare_pool(
     language = parse_languages([language])[0]
     segments = segments or SegmentSettings()
     out = Path(out_dir)
-    check_output_folder(out.absolute(), POOL_MARKER, "adaptspeech prepare (pool)")
+    check_output_folder(out.absolute(), POOL_MARKER, "adaptspeech prepare (pool)", overwrite=overwrite)
     features = FeatureType.of(feature_extractor)
     report = SkipReport()
     hashes = {clip.name: file_sha256(clip.path) for clip in clips if clip.path.is_file()}
@@ -219,7 +222,7 @@ def prepare_pool(
 
     from datasets import Dataset, DatasetDict
 
-    with atomic_output_folder(out, POOL_MARKER, "adaptspeech prepare (pool)") as staging:
+    with atomic_output_folder(out, POOL_MARKER, "adaptspeech prepare (pool)", overwrite=overwrite) as staging:
         cache = staging / ".cache"
         try:
             dataset = Dataset.from_generator(rows, features=_dataset_features(features), cache_dir=str(cache))

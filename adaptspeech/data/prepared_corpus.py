@@ -53,6 +53,7 @@ def prepare_corpus(
     skip_digits: bool = False,
     num_proc: int | None = None,
     save_dataset: bool = True,
+    overwrite: bool = False,
 ) -> PreparedCorpus:
     """Load, subset, prepare, build the vocabulary from the kept training rows, build the processor, save.
 
@@ -60,7 +61,8 @@ def prepare_corpus(
     unless ``save_dataset=False``), ``out_dir/skip_report.json`` and, last, ``out_dir/prepare_config.json``. All of
     it is built in a hidden sibling folder and renamed into place at the end (see
     :mod:`~adaptspeech.data.output_folder`): an interrupted run leaves ``out_dir`` as it was, and the next run
-    starts afresh. An existing ``out_dir`` must be empty or an earlier complete output (it is then replaced).
+    starts afresh. An existing ``out_dir`` must be empty or, with ``overwrite``, an earlier complete output (it is
+    then replaced once the new one is complete).
 
     Args:
         splits: the Common Voice splits to prepare; the first one is the training split whose kept rows' text
@@ -78,12 +80,15 @@ def prepare_corpus(
             :func:`~adaptspeech.data.text.build_vocab`.
         max_seconds, encoder_stride, skip_digits, num_proc: see
             :func:`~adaptspeech.data.common_voice.prepare_dataset`.
+        overwrite: replace an earlier complete output in ``out_dir`` (without it, one is refused before anything is
+            read).
 
     Raises:
         ValueError: a language code that is not one; a requested split, or a language within it, with no rows in
             its TSV or none left after skipping (the message names the split, the language and the skip counts
             by reason).
-        FileExistsError, NotADirectoryError: ``out_dir`` holds something else than an earlier output.
+        FileExistsError, NotADirectoryError: ``out_dir`` holds something else than an earlier output, or an earlier
+            output and ``overwrite`` is off (:func:`~adaptspeech.data.output_folder.check_output_folder`).
     """
     langs = parse_languages(languages)
     unknown = [s for s in subset_exclude_splits if s not in CV_SPLITS]
@@ -92,7 +97,7 @@ def prepare_corpus(
             f"subset_exclude_splits: unknown split(s) {', '.join(unknown)}; allowed values: {', '.join(CV_SPLITS)}"
         )
     out = Path(out_dir)
-    check_output_folder(out.absolute(), COMPLETE_MARKER, "adaptspeech prepare")
+    check_output_folder(out.absolute(), COMPLETE_MARKER, "adaptspeech prepare", overwrite=overwrite)
     raw = load_common_voice(root_or_hub_id, langs, splits)
     _check_rows(raw, langs, root_or_hub_id)
     train_split = splits[0]
@@ -105,7 +110,7 @@ def prepare_corpus(
     if size is not None and (not size.is_duration or durations_known):
         raw[train_split] = low_resource_subset(raw[train_split], size, seed=seed, exclude_speakers=held_speakers)
         size = None
-    with atomic_output_folder(out, COMPLETE_MARKER, "adaptspeech prepare") as staging:
+    with atomic_output_folder(out, COMPLETE_MARKER, "adaptspeech prepare", overwrite=overwrite) as staging:
         # a first vocabulary from every training sentence tokenises the rows; the final one comes from the rows kept
         vocab = _vocab(raw[train_split], langs, per_language_vocab)
         processor = build_processor(vocab, staging / "processor", feature_type=feature_type)

@@ -10,8 +10,9 @@ What exports:
 * CTC heads: ``ctc``, and the CTC branch of ``ctc_las`` (the graph stops at the CTC logits; the LAS decoder's
   autoregressive loop is not exported, so joint CTC/attention rescoring needs PyTorch); ``las`` alone is refused.
 
-The folder is written into a temporary sibling and renamed into place, so an interrupted export leaves nothing
-half-written; an existing folder is replaced only with ``overwrite``.
+The folder is written into a hidden sibling and renamed into place, so an interrupted export leaves nothing
+half-written (:func:`~adaptspeech.data.output_folder.atomic_output_folder`). ``overwrite`` replaces an earlier export
+only: a file, a folder of other files, and a folder that is, holds or lies inside the model folder are refused.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..data.output_folder import atomic_output_folder, check_output_folder
 from ..runtime.folder import FORMAT_VERSION, FP32_GRAPH, INT8_GRAPH, SETTINGS_FILE, TOKENS_FILE
 
 #: swappable attention kinds whose export is tested to match PyTorch (tests/export/test_export_attention.py)
@@ -38,6 +39,8 @@ UNEXPORTABLE_ATTENTION: dict[str, str] = {
     "sparse_strided": "the sparse layouts are built in Python from the sequence length",
 }
 QUANTIZATIONS = ("int8",)
+EXPORT_OUTPUT = "adaptspeech export"
+"""What the errors about ``--out`` call an export folder."""
 
 
 class ExportError(ValueError):
@@ -144,16 +147,19 @@ def export_model(
 
     Args:
         model_dir: a model folder (``adaptspeech train``'s ``model/``) with its processor.
-        out: the folder to write (must not exist, or be replaced with ``overwrite``).
+        out: the folder to write: missing, empty, or an earlier export (replaced with ``overwrite`` only); not
+            inside the model folder, nor holding it.
         language: the language whose adapter and head the graph holds.
         fusion: hold the SimAdapter fusion instead (its target language's head).
         quantize: ``"int8"`` also writes ``model.int8.onnx`` (:mod:`.quantize`).
-        overwrite: replace an existing ``out``.
+        overwrite: replace an earlier export in ``out``.
         metrics: results for the model card (see :func:`adaptspeech.export.card.write_card`).
 
     Raises:
-        ExportError: see :func:`choose_language`, :func:`check_exportable`; an existing ``out`` without
-            ``overwrite``; a quantisation other than int8.
+        ExportError: see :func:`choose_language`, :func:`check_exportable`; a quantisation other than int8.
+        FileExistsError, NotADirectoryError, OSError: an ``out`` refused by
+            :func:`~adaptspeech.data.output_folder.check_output_folder` or that cannot be written (one line naming
+            ``--out``); nothing is written.
     """
     from transformers import Wav2Vec2Processor
 
@@ -165,11 +171,9 @@ def export_model(
 
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ExportError(f"--quantize {quantize}: allowed values: {', '.join(QUANTIZATIONS)}")
-    out = Path(out)
-    if out.exists() and not overwrite:
-        what = "another export" if (out / SETTINGS_FILE).is_file() else "files"
-        raise ExportError(f"--out {out} already holds {what}: pass --overwrite to replace it, or another folder")
-    model_dir = Path(model_dir)
+    out, model_dir = Path(out), Path(model_dir)
+    inputs = {"--model": model_dir}
+    check_output_folder(out, SETTINGS_FILE, EXPORT_OUTPUT, overwrite=overwrite, inputs=inputs)  # before the model loads
     model = load_saved_model(model_dir, progress_bar=False).eval()
     check_exportable(model)
     if not (model_dir / "tokenizer_config.json").is_file():
@@ -205,9 +209,7 @@ def export_model(
                   feature["do_normalize"]},
         "graphs": {"fp32": FP32_GRAPH},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_output_folder(out, SETTINGS_FILE, EXPORT_OUTPUT, overwrite=overwrite, inputs=inputs) as work:
         module = ExportableCTC(model, normalize=feature["do_normalize"]).eval()
         feature_size = int(feature["n_mels"]) if feature["framed"] else 1
         units = 200 if feature_size > 1 else int(feature["samples_per_frame"]) * 50
@@ -220,10 +222,6 @@ def export_model(
         _copy_lm(model_dir, work)
         (work / SETTINGS_FILE).write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         write_card(work, settings, metrics or [])
-        _replace(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return ExportResult(out, {p: out / f for p, f in settings["graphs"].items()}, language, fused)
 
 
@@ -236,14 +234,3 @@ def _copy_lm(model_dir: Path, work: Path) -> None:
         if (model_dir / ALPHABET_NAME).is_file():
             shutil.copy2(model_dir / ALPHABET_NAME, work / ALPHABET_NAME)
 
-
-def _replace(work: Path, out: Path) -> None:
-    """Rename the finished ``work`` folder to ``out``; an existing ``out`` is moved aside first and removed after."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.replaced")
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-    work.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ..data.array_rows import column_list, take_rows, with_array_rows
 from ..data.feature_types import FeatureType
-from ..data.output_folder import atomic_output_folder
+from ..data.output_folder import atomic_output_folder, check_output_folder
 from ..data.prepared_corpus import COMPLETE_MARKER
 from ..data.pseudo_labelled import LABELS_FILE, PSEUDO_SPLIT, SUMMARY_FILE, ConfidenceFilter, check_vocabulary
 from ..decoding.confidence import best_path_words, utterance_confidence
@@ -45,6 +45,8 @@ FAR_BELOW_QUANTILE = 0.05
 """A source file's mean confidence is far below the dev split's when it lies under this quantile of the dev
 utterances' confidences."""
 MOSTLY = 0.25
+PSEUDO_LABEL_OUTPUT = "adaptspeech pseudo-label"
+"""What the errors about ``--out`` call a pseudo-labelled folder."""
 """The pool is reported as mostly another language or noise when the files far below hold more than this share of
 its audio (a pool of the target language has about ``FAR_BELOW_QUANTILE`` of it there)."""
 
@@ -106,6 +108,18 @@ def _read_done(labels: Path) -> dict[int, dict[str, Any]]:
     return done
 
 
+def _drop_partial_line(labels: Path) -> None:
+    """Cut ``labels`` after its last newline: a run killed while writing a record leaves half a line, to which the
+    next run's first record would be appended (one broken line in the middle of the file)."""
+    if not labels.is_file():
+        return
+    with labels.open("rb+") as handle:
+        data = handle.read()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            handle.truncate(end)
+
+
 def _start_work(work: Path, key: dict[str, Any], out: Path) -> dict[int, dict[str, Any]]:
     """Create the work folder, or continue one of the same run (its labels so far); refuse one of another run."""
     key_file = work / "run.json"
@@ -115,6 +129,7 @@ def _start_work(work: Path, key: dict[str, Any], out: Path) -> dict[int, dict[st
             differ = ", ".join(k for k in key if stored.get(k) != key[k])
             raise ValueError(f"--out {out}: {work} holds the labels of a run with another {differ}; remove {work} "
                              "to start afresh, or choose another --out")
+        _drop_partial_line(work / LABELS_FILE)
         return _read_done(work / LABELS_FILE)
     work.mkdir(parents=True, exist_ok=True)
     (work / LABELS_FILE).unlink(missing_ok=True)
@@ -179,6 +194,7 @@ def pseudo_label(
     beam_size: int | None = None,
     progress: bool = True,
     on_batch: Callable[[int], None] | None = None,
+    overwrite: bool = False,
 ) -> PseudoLabels:
     """Label every row of the pool at ``pool_dir`` and write the kept ones to ``out_dir`` (module docstring).
 
@@ -192,6 +208,8 @@ def pseudo_label(
             language) is the confidence reference. None: the model's own tokenizer, no reference.
         confidence_filter: which labels are kept (default: every non-empty one).
         on_batch: called with the number of rows labelled so far after each batch is written (progress hooks).
+        overwrite: replace an earlier complete output in ``out_dir``; without it one is refused before anything is
+            decoded (:func:`~adaptspeech.data.output_folder.check_output_folder`).
 
     Raises:
         ValueError: the pool's inputs are not the model's, a labelling vocabulary lacks target characters, a work
@@ -203,6 +221,7 @@ def pseudo_label(
     from ..data.prepared_data import load_prepared, select_languages
 
     out = Path(out_dir).absolute()
+    check_output_folder(out, COMPLETE_MARKER, PSEUDO_LABEL_OUTPUT, overwrite=overwrite)
     confidence_filter = confidence_filter or ConfidenceFilter()
     rows, pool_extractor = load_pool(pool_dir)
     made, read = FeatureType.of(pool_extractor), FeatureType.of(processor.feature_extractor)
@@ -267,7 +286,7 @@ def pseudo_label(
     labelled = labelled.add_column("confidence", [float(r["confidence"]) for r in kept_records])
     labelled = labelled.cast_column("confidence", Value("float32"))
     labelled = labelled.add_column("labelled_by", [model_id] * len(kept_records))
-    with atomic_output_folder(out, COMPLETE_MARKER, "adaptspeech pseudo-label") as staging:
+    with atomic_output_folder(out, COMPLETE_MARKER, PSEUDO_LABEL_OUTPUT, overwrite=overwrite) as staging:
         DatasetDict({PSEUDO_SPLIT: labelled}).save_to_disk(str(staging / "dataset"))
         target_processor.save_pretrained(str(staging / "processor"))
         shutil.copy(work / LABELS_FILE, staging / LABELS_FILE)

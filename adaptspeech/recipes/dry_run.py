@@ -229,7 +229,7 @@ def run_step(spec: SimAdapterRecipe, step: str) -> dict[str, Any]:
         probe = _make_probe()
         transformers.trainer.DEFAULT_CALLBACKS.append(probe)  # every Trainer built from now on reports to it
         try:
-            summary, _ = train_recipe_stage(spec, stage, prepared, spec.progress)
+            summary, _ = train_recipe_stage(spec, stage, prepared, spec.progress, resume=False)  # timed: afresh
         finally:
             transformers.trainer.DEFAULT_CALLBACKS.remove(probe)
         steps = probe.step_seconds

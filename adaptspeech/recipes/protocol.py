@@ -16,7 +16,8 @@ random initialisation) and the target adapter alone (stage 3a). Zero-shot base i
 
 :func:`run_protocol` is the sequence :func:`~.protocol_stages.prepare_data` ->
 :func:`~.protocol_stages.train_recipe_stage` for each stage of :func:`~.protocol_stages.recipe_plan` (a stage
-``--only`` leaves out is reused from an earlier run) -> the test-set evaluation
+``--only`` leaves out is reused from an earlier run; one interrupted half-way continues from its last complete
+checkpoint when its settings are unchanged) -> the test-set evaluation
 (:func:`~adaptspeech.recipes.protocol_evaluation.evaluate_recipe`: ``results.md`` / ``results.json``,
 ``fusion_heatmap.png``, ``training_curves.png``); the dry run (:mod:`adaptspeech.recipes.dry_run`,
 ``--dry-run``) runs the same steps one process each. With the ``self_training`` section on (or ``--only

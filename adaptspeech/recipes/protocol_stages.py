@@ -1,6 +1,6 @@
 """The stages of a SimAdapter protocol run (:mod:`~adaptspeech.recipes.protocol`): the prepared data, the plan (stages
-and baselines in the order they run), each stage's spec for the stage runner, training a stage and reading a stage
-that ran before."""
+and baselines in the order they run), each stage's spec for the stage runner, training a stage (continuing one that
+was interrupted) and reading a stage that ran before."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def prepare_data(spec: SimAdapterRecipe) -> Path:
         if not root:
             raise RecipeError("corpus.root: the Common Voice release folder (cv-corpus-*/) or a Hub dataset id")
     start = time.perf_counter()
-    prepare_corpus(root, languages, prepared_dir, **spec.prepare)
+    prepare_corpus(root, languages, prepared_dir, **{**spec.prepare, "overwrite": True})  # the recipe's own folder
     log(f"prepared {', '.join(languages)} in {time.perf_counter() - start:.0f} s -> {prepared_dir}")
     return prepared_dir
 
@@ -109,14 +109,65 @@ def stage_spec(spec: SimAdapterRecipe, stage: PlannedStage, prepared: Path) -> d
     return settings
 
 
+def interrupted_checkpoint(settings: dict[str, Any], stage: str) -> str | None:
+    """The last complete checkpoint of an interrupted earlier run of ``stage`` (its folder holds checkpoints but no
+    ``stage_summary.json``) whose settings are those of ``settings``, to continue from; None: nothing to continue
+    (no checkpoint, or the stage finished: a finished stage that runs again retrains).
+
+    The settings are compared as ``adaptspeech train --resume`` compares them
+    (:func:`~adaptspeech.training.resume.changed_settings`, with ``OUTPUT_DIR/stage_spec.json`` and the checkpoint's
+    own record): the step budget, logging, saving and evaluation may differ.
+
+    Raises:
+        RecipeError: the interrupted run has other settings; one line listing them and saying what to do. Nothing
+            is removed.
+    """
+    from ..training.resume import STAGE_SPEC_FILE, changed_settings, last_checkpoint
+
+    spec = StageSpec.from_dict(settings)
+    output_dir = Path(spec.output_dir)
+    if (output_dir / "stage_summary.json").is_file():
+        return None
+    checkpoint = last_checkpoint(spec.checkpoint_dir, report=lambda line: log(f"stage {stage}: {line}"))
+    if checkpoint is None:
+        return None
+    name = Path(checkpoint).name
+    for record in (output_dir / STAGE_SPEC_FILE, Path(checkpoint) / STAGE_SPEC_FILE):
+        if not record.is_file():
+            continue  # a run from before these records: nothing to compare with, as for --resume
+        try:
+            before = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise RecipeError(f"stage {stage}: {output_dir} holds an interrupted run ({name}) whose settings cannot "
+                              f"be read ({record}: {err}); remove {output_dir} to train the stage afresh") from None
+        changes = changed_settings(before, spec.to_dict())
+        if changes:
+            raise RecipeError(
+                f"stage {stage}: {output_dir} holds an interrupted run of other settings ({name}; {record}): "
+                f"{'; '.join(changes)}. Restore these settings to continue it from {name}, or remove {output_dir} "
+                "to train the stage afresh"
+            )
+    return checkpoint
+
+
 def train_recipe_stage(
-    spec: SimAdapterRecipe, stage: PlannedStage, prepared: Path, progress: bool = True
+    spec: SimAdapterRecipe, stage: PlannedStage, prepared: Path, progress: bool = True, resume: bool = True
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Train one stage of the recipe; returns its ``stage_summary.json`` and its log history."""
+    """Train one stage of the recipe; returns its ``stage_summary.json`` and its log history.
+
+    An earlier run of the stage that was interrupted (Ctrl-C, a killed job) is continued from its last complete
+    checkpoint when its settings are the same (:func:`interrupted_checkpoint`; refused in one line when they are
+    not); otherwise the stage trains from step 0, replacing what an earlier run left in its folder (the recipe's
+    own). ``resume=False`` always starts afresh (the dry run, which times its steps).
+    """
     settings = stage_spec(spec, stage, prepared)
     subset = f" ({stage.subset} each)" if stage.subset else ""
-    log(f"stage {stage.name}: training on {', '.join(stage.languages)}{subset}")
-    result = run_stage(settings, progress=progress, overwrite=True)  # the recipe's own stage folder: a re-run retrains
+    checkpoint = interrupted_checkpoint(settings, stage.name) if resume else None
+    if checkpoint is not None:
+        log(f"stage {stage.name}: continuing the interrupted run from {Path(checkpoint).name} (same settings)")
+    else:
+        log(f"stage {stage.name}: training on {', '.join(stage.languages)}{subset}")
+    result = run_stage(settings, resume=checkpoint or False, progress=progress, overwrite=checkpoint is None)
     summary = json.loads((spec.output_dir / stage.name / "stage_summary.json").read_text())
     log(f"stage {stage.name}: {result.train_seconds:.0f} s, dev CER {100 * result.eval['overall']['cer']:.2f}%")
     return summary, result.log_history

@@ -127,7 +127,8 @@ def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared
             raise RecipeError("self_training.pool: give a pool folder (the corpus has no root to read other.tsv from)")
         root = Path(corpus.root)
     extractor = feature_extractor_for(processor_dir=str(prepared / "processor"))
-    pool = prepare_common_voice_other(root, spec.target, folder, extractor, held=held, progress=spec.progress)
+    pool = prepare_common_voice_other(root, spec.target, folder, extractor, held=held, progress=spec.progress,
+                                      overwrite=True)  # the recipe's own pool folder, of other settings
     marker.write_text(json.dumps(record, indent=1))
     log(f"self-training pool: {pool.summary['segments']} segments, {60 * pool.summary['hours']:.1f} min -> {folder}")
     return folder
@@ -301,7 +302,7 @@ class SelfTrainingRunner:
         result = pseudo_label(model, self.processor, self.pool, out, model_id=model_id,
                               lm_decoder=decoder, lm_key=lm_key, target=self.prepared,
                               confidence_filter=self.settings.confidence_filter(), beam_size=self.settings.beam_size,
-                              progress=self.spec.progress)
+                              progress=self.spec.progress, overwrite=True)  # the round's own folder
         return result, alpha, beta, time.perf_counter() - started
 
     def run_system(self, system: str, start: Path | None = None, *, teacher: Path | None = None,

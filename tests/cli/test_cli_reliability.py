@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from helpers.cli import load_prepared_split, run_main
+from helpers.cli import load_prepared_split, one_error_line, run_main
 
 from adaptspeech.cli.common import CommandError, _decoding_options, _resolve_device
 
@@ -269,6 +269,29 @@ def test_the_output_folders_are_created(trained_stage, prepared_corpus, tmp_path
             "--max-rows", "2", "--no-progress"]  # fmt: skip
     code, _, _ = run_main(argv, capfd)
     assert code == 0 and json.loads(output.read_text())["overall"]["num_utterances"] == 2
+
+
+def test_an_existing_output_is_kept_unless_overwrite(trained_stage, prepared_corpus, tmp_path, capfd):
+    """Before: ``--output`` replaced any file, even one that is no evaluate output."""
+    argv = ["evaluate", "--model", trained_stage / "model", "--data", prepared_corpus, "--no-progress", "--output"]
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}')
+    for extra in ([], ["--overwrite"]):
+        code, out, err = run_main([*argv, notes, "--max-rows", "2", *extra], capfd)
+        assert (code, out) == (1, "") and one_error_line(err) == (
+            f"adaptspeech: error: --output {notes}: the file is not an adaptspeech evaluate output (JSON with overall "
+            "and per_language rates; --overwrite replaces only those); remove it or choose another --output")
+    assert notes.read_text() == '{"mine": 1}'
+    results = tmp_path / "results.json"
+    assert run_main([*argv, results, "--max-rows", "2"], capfd)[0] == 0
+    first = results.read_text()
+    code, out, err = run_main([*argv, results, "--max-rows", "3"], capfd)
+    assert (code, out) == (1, "") and one_error_line(err) == (
+        f"adaptspeech: error: --output {results} already holds an earlier adaptspeech evaluate output: pass "
+        "--overwrite to replace it, or choose another --output")
+    assert results.read_text() == first
+    assert run_main([*argv, results, "--max-rows", "3", "--overwrite"], capfd)[0] == 0
+    assert json.loads(results.read_text())["overall"]["num_utterances"] == 3
 
 
 # ---- negative numbers as option values ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from helpers.cli import one_error_line, run_main
+from helpers.files import folder_bytes
 
 from adaptspeech.data import build_synthetic_corpus, load_audio, normalize_text, read_tsv
 from adaptspeech.data.feature_types.fbank import FbankFeatures
@@ -121,6 +122,22 @@ def test_reading_a_pool_leaves_its_fingerprint(audio_folder, tmp_path):
     prepare_audio_folder(folder, "sk", tmp_path / "other", extractor, progress=False,
                          segments=SegmentSettings(max_segment_s=4.0))
     assert pool_fingerprint(tmp_path / "other") != before
+
+
+def test_an_earlier_pool_is_kept_unless_overwrite(audio_folder, tmp_path, capsys):
+    folder, _, _ = audio_folder
+    out = tmp_path / "pool"
+    argv = ["prepare", "audio-folder", "--root", folder, "--language", "sk", "--out", out, "--feature-type", "fbank",
+            "--no-progress"]
+    assert run_main([*argv, "--max-segment", "6"], capsys)[0] == 0
+    before = folder_bytes(out)
+    code, _, err = run_main(argv, capsys)
+    assert code == 1 and one_error_line(err) == (
+        f"adaptspeech: error: --out {out} already holds an earlier adaptspeech prepare (pool) output "
+        "(pool_config.json): pass --overwrite to replace it, or choose another --out")
+    assert folder_bytes(out) == before
+    assert run_main([*argv, "--overwrite"], capsys)[0] == 0
+    assert json.loads((out / "pool_report.json").read_text())["segments_settings"]["max_segment_s"] == 12.0
 
 
 def test_a_pool_of_bad_files_only_is_one_line(audio_folder, tmp_path, capsys):

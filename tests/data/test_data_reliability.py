@@ -19,6 +19,7 @@ import pytest
 import soundfile as sf
 from datasets import load_from_disk
 from helpers.cli import run_main
+from helpers.files import folder_bytes
 from transformers import Wav2Vec2Processor
 
 from adaptspeech.cli import main
@@ -281,7 +282,8 @@ def test_an_interrupted_prepare_leaves_the_earlier_output_whole(tmp_path, capsys
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Dataset, "save_to_disk", interrupted_save)
-    code, _, err = run_main(prepare_argv(root, out, "--splits", "train,dev", "--feature-type", "fbank"), capsys)
+    code, _, err = run_main(prepare_argv(root, out, "--splits", "train,dev", "--feature-type", "fbank", "--overwrite"),
+                            capsys)
     assert code == 130 and err.endswith("adaptspeech: interrupted\n")
     assert json.loads((out / "prepare_config.json").read_text()) == first
     assert sorted(load_from_disk(str(out / "dataset"))) == ["dev", "test", "train"]
@@ -289,7 +291,7 @@ def test_an_interrupted_prepare_leaves_the_earlier_output_whole(tmp_path, capsys
     assert not partial_folder(out.absolute()).exists()
 
     monkeypatch.setattr(Dataset, "save_to_disk", original_save)
-    assert main(prepare_argv(root, out, "--splits", "train,dev", "--feature-type", "fbank")) == 0
+    assert main(prepare_argv(root, out, "--splits", "train,dev", "--feature-type", "fbank", "--overwrite")) == 0
     assert sorted(load_from_disk(str(out / "dataset"))) == ["dev", "train"]
     assert json.loads((out / "prepare_config.json").read_text())["feature_type"] == "fbank"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cv", "out"]  # no partial or old folder left
@@ -338,6 +340,22 @@ def test_an_out_folder_of_other_files_is_refused_and_kept(tmp_path, capsys):
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     code, _, err = run_main(prepare_argv(root, out / "notes.txt"), capsys)
     assert_one_line_error(code, err, "notes.txt: a file, not a folder")
+
+
+def test_a_complete_earlier_output_is_kept_unless_overwrite(tmp_path, capsys):
+    """Before: a second ``prepare`` into a complete ``--out`` replaced it without a word (an fbank corpus of two
+    languages became a waveform corpus of one)."""
+    root, out = simple_corpus(tmp_path / "cv"), tmp_path / "out"
+    assert main(prepare_argv(root, out, "--feature-type", "fbank")) == 0
+    before = folder_bytes(out)
+    code, _, err = run_main(prepare_argv(root, out, "--splits", "train,dev"), capsys)
+    assert_one_line_error(code, err, f"--out {out.absolute()} already holds an earlier adaptspeech prepare output "
+                          "(prepare_config.json): pass --overwrite to replace it, or choose another --out")
+    assert folder_bytes(out) == before
+    assert main(prepare_argv(root, out, "--splits", "train,dev", "--overwrite")) == 0
+    assert json.loads((out / "prepare_config.json").read_text())["feature_type"] == "waveform"
+    assert sorted(load_from_disk(str(out / "dataset"))) == ["dev", "train"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cv", "out"]
 
 
 def test_a_partial_folder_of_a_running_prepare_is_not_taken_over(tmp_path, capsys):

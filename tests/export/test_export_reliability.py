@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
+from pathlib import Path
 
 import pytest
 from helpers.cli import one_error_line, run_main
@@ -68,7 +71,7 @@ def test_an_existing_export_is_kept_unless_overwrite(models, tmp_path, capsys):
     shutil.copytree(models / "onnx", out)
     before = folder_bytes(out)
     line = _error(["export", "--model", models / "two", "--language", "cs", "--out", out], capsys)
-    assert "already holds another export" in line and "--overwrite" in line
+    assert f"--out {out} already holds an earlier adaptspeech export output ({SETTINGS_FILE}): pass --overwrite" in line
     assert folder_bytes(out) == before
 
 
@@ -82,9 +85,9 @@ def test_a_failed_export_leaves_nothing(models, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # neither the folder nor its temporary sibling
 
 
-def test_overwrite_replaces_the_folder(models, tmp_path, capsys):
+def test_overwrite_replaces_an_earlier_export(models, tmp_path, capsys):
     out = tmp_path / "onnx"
-    out.mkdir()
+    shutil.copytree(models / "onnx", out)
     (out / "stale.txt").write_text("old")
     results = tmp_path / "results.json"  # as `adaptspeech evaluate --output` writes it
     results.write_text(json.dumps({"split": "test", "overall": {"cer": 0.1, "wer": 0.3, "num_utterances": 5},
@@ -98,6 +101,70 @@ def test_overwrite_replaces_the_folder(models, tmp_path, capsys):
     card = ModelCard.load(out / "README.md")
     assert card.data.language == ["cs"]
     assert {(r.metric_type, r.metric_value) for r in card.data.eval_results} == {("cer", 12.0), ("wer", 25.0)}
+
+
+def _training_run(root):
+    """A training run's folder as ``adaptspeech train`` leaves it: checkpoints, a log and the model."""
+    run = root / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
+    (run / "log_history.json").write_text("[]")
+    return run
+
+
+@pytest.mark.parametrize("out", ["run", "run/model", "run/model/onnx"])
+def test_overwrite_refuses_the_folder_of_the_model(models, tmp_path, capsys, out):
+    run = _training_run(tmp_path)
+    shutil.copytree(models / "two", run / "model")
+    before = folder_bytes(tmp_path)
+    line = _error(["export", "--model", run / "model", "--language", "cs", "--out", tmp_path / out, "--overwrite"],
+                  capsys)
+    relation = {"run": "holds", "run/model": "is", "run/model/onnx": "lies inside"}[out]
+    assert f"--out {tmp_path / out}: the folder {relation} --model {run / 'model'}" in line
+    assert folder_bytes(tmp_path) == before  # the run, its checkpoints and the model as they were
+
+
+def test_overwrite_refuses_a_folder_that_is_no_export(models, tmp_path, capsys):
+    run = _training_run(tmp_path)
+    before = folder_bytes(tmp_path)
+    line = _error(["export", "--model", models / "two", "--language", "cs", "--out", run, "--overwrite"], capsys)
+    assert f"--out {run}: the folder holds files but no {SETTINGS_FILE}" in line and "remove it" in line
+    assert folder_bytes(tmp_path) == before
+
+
+def test_overwrite_refuses_a_file(models, tmp_path, capsys):
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"weights")
+    for _ in range(2):  # the second try was "[Errno 20] Not a directory"
+        line = _error(["export", "--model", models / "two", "--language", "cs", "--out", weights, "--overwrite"],
+                      capsys)
+        assert line == f"adaptspeech: error: --out {weights}: a file, not a folder; choose another --out"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.safetensors"] and weights.read_bytes() == b"weights"
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "proc"])
+def test_an_out_that_cannot_be_written_is_named_not_its_temporary_folder(models, tmp_path, capsys, where):
+    if where == "proc":
+        if not Path("/proc/self").is_dir():
+            pytest.skip("no /proc here")
+        out, reason = Path("/proc/adaptspeech-export"), "cannot write there"
+    else:
+        (tmp_path / "notes.txt").write_text("x")
+        out, reason = tmp_path / "notes.txt" / "onnx", f"{tmp_path / 'notes.txt'} is a file, not a folder"
+    line = _error(["export", "--model", models / "two", "--language", "cs", "--out", out], capsys)
+    assert line.startswith(f"adaptspeech: error: --out {out}: {reason}")
+    assert ".adaptspeech-export" not in line and ".onnx" not in line
+
+
+def test_an_export_folder_follows_the_umask(models, tmp_path):
+    from adaptspeech.export import export_model
+
+    before = os.umask(0o022)
+    try:
+        export_model(models / "two", tmp_path / "onnx", language="cs")
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "onnx").stat().st_mode) == 0o755
 
 
 def test_tokens_of_another_size_are_refused_at_load(models, tmp_path):

@@ -14,6 +14,7 @@ import pytest
 import soundfile as sf
 from datasets import DatasetDict, load_from_disk
 from helpers.cli import one_error_line, run_main
+from helpers.files import folder_bytes
 from helpers.model_folders import audio, model_folder
 
 from adaptspeech.data.pools import feature_extractor_for, load_pool, prepare_audio_folder
@@ -100,6 +101,46 @@ def test_a_stopped_run_resumes_without_decoding_twice(setup, tmp_path, capsys):
     code, _, err = run_main(["pseudo-label", "--model", model_dir, "--data", root / "pool", "--out", tmp_path / "r",
                              "--no-progress"], capsys)  # another model id: the work folder is not continued
     assert code == 1 and "holds the labels of a run with another model" in one_error_line(err)
+
+
+def test_a_half_written_last_line_is_cut_before_the_rerun_appends(setup, tmp_path):
+    """A SIGKILL while a batch is written leaves half a line at the end of ``labels.jsonl``; the rerun appended its
+    first record to that half line (one broken line in the middle of the file)."""
+    root, model_dir = setup
+    model, processor = _load(model_dir)
+
+    def stop(done: int) -> None:
+        if done >= 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pseudo_label(model, processor, root / "pool", tmp_path / "q", model_id="m", batch_size=4, progress=False,
+                     on_batch=stop)
+    work = tmp_path / ".q.labelling" / "labels.jsonl"
+    with work.open("a", encoding="utf-8") as handle:
+        handle.write('{"index": 9, "text": "hal')  # the kill came in the middle of a record
+    resumed = pseudo_label(model, processor, root / "pool", tmp_path / "q", model_id="m", batch_size=4,
+                           progress=False)
+    assert resumed.summary["decoded_this_run"] == ROWS - 4
+    lines = (tmp_path / "q" / "labels.jsonl").read_text(encoding="utf-8").splitlines()
+    assert sorted(json.loads(line)["index"] for line in lines) == list(range(ROWS))  # each line whole, each row once
+
+
+def test_a_complete_earlier_output_is_kept_unless_overwrite(setup, tmp_path, capsys):
+    root, model_dir = setup
+    out = tmp_path / "q"
+    argv = ["pseudo-label", "--model", model_dir, "--data", root / "pool", "--out", out, "--no-progress"]
+    assert run_main([*argv, "--keep-fraction", "0.5"], capsys)[0] == 0
+    before = folder_bytes(out)
+    code, printed, err = run_main(argv, capsys)
+    assert code == 1 and printed == ""  # refused before decoding
+    assert one_error_line(err) == (
+        f"adaptspeech: error: --out {out} already holds an earlier adaptspeech pseudo-label output "
+        f"({COMPLETE_MARKER}): pass --overwrite to replace it, or choose another --out")
+    assert folder_bytes(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["q"]
+    code, printed, _ = run_main([*argv, "--overwrite"], capsys)
+    assert code == 0 and f"labelled {ROWS} segments" in printed
+    assert json.loads((out / "pseudo_label.json").read_text())["keep_fraction"] is None
 
 
 def test_a_filter_keeping_nothing_is_one_line_with_the_quantiles(setup, tmp_path, capsys):
