@@ -11,7 +11,6 @@ Common Voice folder (``<root>/<lang>/{dev,test}.tsv`` and ``clips/``) or from a 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -77,8 +76,15 @@ def held_out(source: str | os.PathLike[str], language: str, splits: Sequence[str
                 part = dataset[split].select_columns(["text", "language"])
                 result.sentences.update(t for t, lang in zip(part["text"], part["language"], strict=True)
                                         if lang == language and t)
-        corpus = Path(json.loads(config.read_text(encoding="utf-8")).get("source", ""))
-        if corpus.is_dir():
+        from .prepared_data import prepared_corpus_source
+
+        corpus = prepared_corpus_source(source)
+        if corpus is not None:
+            if not corpus.is_dir():
+                raise FileNotFoundError(
+                    f"--held-out {source}: the corpus it was prepared from ({corpus}) is not there, so its dev / "
+                    "test clips cannot be compared with the pool; give the corpus folder itself as --held-out"
+                )
             result.update_from_folder(find_language_dir(corpus, language), language, splits)
         return result
     if not source.is_dir():

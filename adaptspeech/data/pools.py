@@ -257,7 +257,7 @@ def prepare_audio_folder(root: str | os.PathLike[str], language: str, out_dir: s
     Each row's ``path`` is the file's path relative to ``root`` (``@start-end`` added for a segment of a long one)."""
     root = Path(root)
     clips = [PoolClip(path, path.relative_to(root).as_posix()) for path in audio_files(root)]
-    return prepare_pool(clips, language, out_dir, feature_extractor, source=str(root), **settings)
+    return prepare_pool(clips, language, out_dir, feature_extractor, source=str(root.absolute()), **settings)
 
 
 def common_voice_other(root: str | os.PathLike[str], language: str) -> list[PoolClip]:
@@ -284,7 +284,8 @@ def prepare_common_voice_other(root: str | os.PathLike[str], language: str, out_
     """A pool of the release's ``other.tsv`` clips of ``language`` (sentences dropped); ``settings`` as
     :func:`prepare_pool`'s. A clip listed but missing on disk is skipped as ``missing``."""
     clips = common_voice_other(root, language)
-    return prepare_pool(clips, language, out_dir, feature_extractor, source=f"{root} (other.tsv)", **settings)
+    return prepare_pool(clips, language, out_dir, feature_extractor, source=f"{Path(root).absolute()} (other.tsv)",
+                        **settings)
 
 
 def load_pool(pool_dir: str | os.PathLike[str]) -> tuple[Any, Any]:

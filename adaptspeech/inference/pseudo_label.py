@@ -272,10 +272,9 @@ def pseudo_label(
         target_processor.save_pretrained(str(staging / "processor"))
         shutil.copy(work / LABELS_FILE, staging / LABELS_FILE)
         (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
-        (staging / COMPLETE_MARKER).write_text(json.dumps({"source": str(pool_dir), "languages": [language],
-                                                           "splits": [PSEUDO_SPLIT], "pseudo_labelled_by": model_id,
-                                                           "rows": {PSEUDO_SPLIT: len(labelled)}}, indent=1),
-                                               encoding="utf-8")
+        record = {"source": str(Path(pool_dir).absolute()), "languages": [language], "splits": [PSEUDO_SPLIT],
+                  "pseudo_labelled_by": model_id, "rows": {PSEUDO_SPLIT: len(labelled)}}
+        (staging / COMPLETE_MARKER).write_text(json.dumps(record, indent=1), encoding="utf-8")
     shutil.rmtree(work, ignore_errors=True)
     from datasets import load_from_disk
 
