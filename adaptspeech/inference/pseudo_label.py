@@ -199,6 +199,7 @@ def pseudo_label(
     """
     from datasets import DatasetDict, Value
 
+    from ..data.pool_overlap import check_pool_rows, held_out
     from ..data.pools import load_pool
     from ..data.prepared_data import load_prepared, select_languages
 
@@ -213,6 +214,7 @@ def pseudo_label(
     target_processor, dev = processor, None
     if target is not None:
         dataset, target_processor = load_prepared(target)
+        check_pool_rows(rows, held_out(target, language), f"--data {pool_dir}")
         if "dev" in dataset and language in set(dataset["dev"].unique("language")):
             dev = select_languages(dataset["dev"], [language], "dev", "--target")
     check_vocabulary(processor.tokenizer, target_processor.tokenizer, f"--model {model_id}")

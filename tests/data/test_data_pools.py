@@ -248,3 +248,22 @@ def test_a_relative_corpus_of_an_older_prepare_is_found_beside_the_prepared_fold
     shutil.rmtree(old / "corpus")
     with pytest.raises(FileNotFoundError, match=r"prepare_config\.json.*'corpus'.*relative"):
         held_out(old / "prepared", "sk")
+
+
+def test_a_re_encoded_trimmed_quieter_copy_of_a_test_clip_is_refused(corpus, audio_folder, tmp_path, capsys):
+    """Not the same bytes: the SHA-256 of the file does not find it; its decoded audio does."""
+    root, _ = corpus
+    folder = tmp_path / "folder"
+    shutil.copytree(audio_folder[0], folder)
+    test_clip = _clips(root, "test")[1]
+    wave = load_audio(test_clip, RATE)
+    sf.write(folder / "from_the_radio.wav", 0.9 * wave[RATE // 100 : -RATE // 100], RATE, subtype="PCM_16")
+    command = ["prepare", "audio-folder", "--root", folder, "--language", "sk", "--out", tmp_path / "p",
+               "--held-out", root, "--no-progress"]
+    code, _, err = run_main(command, capsys)
+    line = one_error_line(err)
+    assert code == 1 and f"from_the_radio.wav (the audio of test/{test_clip.name} re-encoded: correlation" in line
+    assert not (tmp_path / "p").exists()
+    code, out, _ = run_main([*command, "--drop-overlapping"], capsys)
+    rows, _ = load_pool(tmp_path / "p")
+    assert code == 0 and "held_out_overlap=1" in out and not any("from_the_radio" in p for p in rows["path"])
