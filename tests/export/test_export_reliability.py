@@ -143,3 +143,20 @@ def test_an_option_of_the_other_path_is_refused_not_ignored(argv, named, tmp_pat
     ``--onnx`` option given with ``--model``) would be ignored without a word, so it is refused before any work."""
     line = _error(["transcribe", *argv, str(tmp_path / "clip.wav")], capsys)
     assert named in line and ("--onnx" in line if "--model" not in argv else "--model" in line)
+
+
+def test_a_language_that_is_not_the_fusion_s_target_is_refused(models, tmp_path, capsys):
+    """The fusion's attention was trained for its target's head: ``--language cs --fusion`` of a fusion for ro would
+    write ro's graph under cs's name; refused, nothing written; the target itself (or no language) is the fusion."""
+    from adaptspeech import AdaptSpeechForCTC
+
+    model = AdaptSpeechForCTC.from_pretrained(models / "two")
+    model.add_fusion(["ro", "cs"], target_language="ro")
+    shutil.copytree(models / "two", tmp_path / "fused")  # the processor
+    model.save_pretrained(tmp_path / "fused")
+    line = _error(["export", "--model", tmp_path / "fused", "--language", "cs", "--fusion", "--out", tmp_path / "o"],
+                  capsys)
+    assert "--language cs" in line and "fusion for ro" in line and not (tmp_path / "o").exists()
+    for language in ("ro", None):
+        assert exporter.choose_language(model, language, fusion=True) == ("ro", ["ro", "cs"])
+        assert model.config.fusion_active
