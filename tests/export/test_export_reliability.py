@@ -160,3 +160,27 @@ def test_a_language_that_is_not_the_fusion_s_target_is_refused(models, tmp_path,
     for language in ("ro", None):
         assert exporter.choose_language(model, language, fusion=True) == ("ro", ["ro", "cs"])
         assert model.config.fusion_active
+
+
+def test_a_waveform_with_nothing_to_decode_is_refused_as_its_file_would_be(models, tmp_path):
+    """An array of no samples, with a NaN or of digital silence gave ``''``; the same samples in a file are refused
+    by ``transcribe --onnx`` (``load_audio``): the same error, reason and detail, for the array."""
+    import numpy as np
+    import soundfile as sf
+
+    from adaptspeech.runtime.audio import BadClipError, load_audio
+
+    recognizer = OnnxRecognizer(models / "onnx")
+    good = np.sin(np.arange(16000) / 7.0).astype(np.float32) * 0.3
+    nan = good.copy()
+    nan[100] = np.nan
+    for samples, reason in ((np.zeros(0, np.float32), "empty"), (nan, "nan"), (np.zeros(16000, np.float32), "silent")):
+        with pytest.raises(BadClipError) as raised:
+            recognizer.transcribe([good, samples])
+        assert raised.value.reason == reason and raised.value.path == "audio[1]"
+        if len(samples):
+            sf.write(tmp_path / "x.wav", samples, 16000, subtype="FLOAT")
+            with pytest.raises(BadClipError) as from_file:
+                load_audio(tmp_path / "x.wav")
+            assert (from_file.value.reason, from_file.value.detail) == (reason, raised.value.detail)
+    assert len(recognizer.transcribe([good])) == 1
