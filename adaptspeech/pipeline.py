@@ -59,23 +59,38 @@ _STOCK_IMPL = f"{AutomaticSpeechRecognitionPipeline.__module__}.{AutomaticSpeech
 """How transformers names the task's class in its table (a dotted path, imported when a pipeline is built)."""
 
 
-class _LabelSequenceTokenizer:
-    """A view of a CTC tokenizer whose ``decode`` reads label sequences (``group_tokens=False``): no merging of
-    repeated tokens, which only CTC frame labels need."""
+class _TextTokenizer:
+    """A view of a CTC tokenizer whose ``decode`` writes the text ``transcribe`` writes
+    (:func:`~adaptspeech.inference.stitching.decoded_text`: special tokens dropped, where transformers' pipeline keeps
+    them for CTC models), of CTC frame labels (``group_tokens=True``) or of label sequences (``False``: no merging of
+    repeated tokens, which only CTC frame labels need); with character offsets the special tokens are dropped too."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, group_tokens: bool) -> None:
         self._tokenizer = tokenizer
+        self._group_tokens = group_tokens
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tokenizer, name)
 
+    def __len__(self) -> int:
+        return len(self._tokenizer)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._tokenizer(*args, **kwargs)
+
     def decode(self, token_ids: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("group_tokens", False)
-        return self._tokenizer.decode(token_ids, **kwargs)
+        from .inference.stitching import decoded_text, specials_as_blank
+
+        group = kwargs.pop("group_tokens", self._group_tokens)
+        if kwargs.get("output_char_offsets") or kwargs.get("output_word_offsets"):
+            if group:  # as decoded_text: merged with the blanks, which skip_special_tokens would drop first
+                token_ids = specials_as_blank(token_ids, self._tokenizer)
+                kwargs["skip_special_tokens"] = False
+            return self._tokenizer.decode(token_ids, group_tokens=group, **kwargs)
+        return decoded_text(self._tokenizer, token_ids, group)
 
     def batch_decode(self, sequences: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("group_tokens", False)
-        return self._tokenizer.batch_decode(sequences, **kwargs)
+        return [self.decode(ids, **kwargs) for ids in sequences]
 
 
 class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
@@ -84,8 +99,12 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
 
     def __init__(self, model: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(model, *args, **kwargs)
-        if self.type == "seq2seq" and isinstance(self.model, AdaptSpeechGenerationMixin) and self.tokenizer is not None:
-            self.tokenizer = _LabelSequenceTokenizer(self.tokenizer)
+        if self.tokenizer is None:
+            return
+        if self.type == "seq2seq" and isinstance(self.model, AdaptSpeechGenerationMixin):
+            self.tokenizer = _TextTokenizer(self.tokenizer, group_tokens=False)
+        elif self.type == "ctc" and isinstance(self.model, AdaptSpeechPreTrainedModel):
+            self.tokenizer = _TextTokenizer(self.tokenizer, group_tokens=True)
 
     def preprocess(self, inputs: Any, chunk_length_s: float = 0, stride_length_s: Any = None) -> Iterator[dict]:
         """transformers' preprocessing; for an adaptspeech model the audio is read with adaptspeech's reader first

@@ -15,6 +15,7 @@ can be checked against the field annotations before it is typed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -54,6 +55,22 @@ def strict_from_dict(cls: type[Any], data: Any, what: str, allowed: Iterable[str
     return cls(**data)
 
 
+def check_finite(settings: Any) -> None:
+    """Refuse a float field of a settings dataclass (or a float in a list field) that is nan or infinite: the
+    comparisons of a validation pass it (``nan <= 0`` is false) and training stops later on its loss.
+
+    Raises:
+        ValueError: ``<what>: <field> must be a finite number, got nan``.
+    """
+    for item in dataclasses.fields(settings):
+        value = getattr(settings, item.name, None)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        bad = next((v for v in values if isinstance(v, float) and not math.isfinite(v)), None)
+        if bad is not None:
+            what = getattr(settings, "what", type(settings).__name__)
+            raise ValueError(f"{what}: {item.name} must be a finite number, got {bad}")
+
+
 class Settings:
     """Base of a settings dataclass: strict :meth:`from_dict`, :meth:`to_dict`, and reading by key.
 
@@ -62,6 +79,19 @@ class Settings:
 
     #: the settings' name in messages.
     what: ClassVar[str] = "settings"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every subclass's ``__post_init__`` first refuses a non-finite float setting (:func:`check_finite`)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+
+        def post_init(self: Settings) -> None:
+            check_finite(self)
+            if own is not None:
+                own(self)
+
+        if own is not None or "__post_init__" not in dir(cls):
+            cls.__post_init__ = post_init  # type: ignore[attr-defined]
 
     @classmethod
     def from_dict(cls: type[S], data: Mapping[str, Any]) -> S:

@@ -59,3 +59,18 @@ def test_the_flat_layout_puts_every_option_beside_the_shared_settings():
     assert list(hints) == ["size", "width", "flag", "labels"]
     assert hints["flag"] == bool | None and hints["labels"] == list[str]
     assert layout() == layout(size=1, width=3, flag=None, labels=["x"])
+
+
+def test_a_nan_or_infinite_float_setting_is_refused_naming_it():
+    """``FusionConfig(temperature=nan)`` passed ``temperature <= 0`` (nan compares false) and training stopped later
+    on its loss; every float setting of a settings class is finite, built directly or from a dict."""
+    from adaptspeech import AdaptSpeechConfig
+    from adaptspeech.adapters.config import FusionConfig
+
+    for value in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ValueError, match=r"^fusion config: temperature must be a finite number, got "):
+            FusionConfig(languages=["ro", "cs"], temperature=value)
+    with pytest.raises(ValueError, match="fusion config: reg_weight must be a finite number, got nan"):
+        AdaptSpeechConfig(adapter_languages=["ro", "cs"], fusion={"languages": ["ro", "cs"],
+                                                                  "reg_weight": float("nan")})
+    assert FusionConfig(languages=["ro", "cs"], temperature=2).temperature == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import CommandError, _finite_float, _positive_int
+from .common import CommandError, _non_negative_float, _positive_int
 
 AUTO = "auto"
 """The ``--language`` value that identifies each utterance's language."""
@@ -24,8 +24,8 @@ def add_lid_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lid-top-k", type=_positive_int, default=1, metavar="K",
                        help="decode with the K most probable languages and keep the best CTC log-likelihood plus "
                        "the weighted language-ID log-prior (default 1: the most probable language only)")
-    group.add_argument("--lid-prior-weight", type=_finite_float, default=1.0, metavar="W",
-                       help="weight of the language-ID log-prior in the top-K score (default 1)")
+    group.add_argument("--lid-prior-weight", type=_non_negative_float, default=1.0, metavar="W",
+                       help="weight (at least 0) of the language-ID log-prior in the top-K score (default 1)")
 
 
 def language_identifier(args: argparse.Namespace, model: Any, processor: Any) -> Any | None:
@@ -44,7 +44,8 @@ def language_identifier(args: argparse.Namespace, model: Any, processor: Any) ->
 
     if args.language != AUTO:
         given = [flag for flag, value in (("--lid-model", args.lid_model), ("--lid-label-map", args.lid_label_map),
-                                          ("--lid-top-k", args.lid_top_k != 1)) if value]
+                                          ("--lid-top-k", args.lid_top_k != 1),
+                                          ("--lid-prior-weight", args.lid_prior_weight != 1.0)) if value]
         if given:
             raise CommandError(f"{', '.join(given)}: used with --language auto only")
         return None

@@ -28,6 +28,7 @@ from .common import (
     _check_vocabulary,
     _decoder_setup,
     _load_model,
+    _non_negative_float,
     _positive_float,
     _resolve_device,
 )
@@ -173,10 +174,6 @@ def speech_finder_settings(args: argparse.Namespace) -> SpeechFinderSettings:
                                     args.vad_threshold)
     except (ValueError, ImportError) as error:
         raise CommandError(f"--speech-finder {name}: {error}") from None
-
-
-def _non_negative_float(text: str) -> float:
-    return 0.0 if text.strip() in ("0", "0.0") else _positive_float(text)
 
 
 def _model_language(model: Any, language: str | None, where: str) -> Any:

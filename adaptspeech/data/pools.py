@@ -11,9 +11,9 @@ segments at pauses (:mod:`~adaptspeech.data.pool_segments`) and each segment's m
 feature extractor (the feature type of the model that will label it). A file that cannot be used is skipped and
 counted by reason (:class:`~adaptspeech.data.report.SkipReport`: ``unreadable``, ``empty``, ``truncated``, ``nan``,
 ``silent`` (digital silence included), ``too_short`` (no segment of ``min_segment_s``), ``held_out_overlap``); the
-others are kept. A pool sharing a clip (same SHA-256) or a sentence with the dev / test splits named by
-``held_out`` is refused, naming the clips (:mod:`~adaptspeech.data.pool_overlap`), unless
-``drop_overlapping``.
+others are kept. A pool sharing a clip (same SHA-256, or the same decoded audio re-encoded, trimmed a little or at
+another level) or a sentence with the dev / test splits named by ``held_out`` is refused, naming the clips
+(:mod:`~adaptspeech.data.pool_overlap`), unless ``drop_overlapping``.
 
 The pool folder: ``dataset/`` (a ``DatasetDict`` with one split, :data:`POOL_SPLIT`), ``feature_extractor/``,
 ``pool_report.json`` (the skip report and the totals) and, written last, :data:`POOL_MARKER`; built in a hidden
@@ -39,7 +39,7 @@ from .audio import BadClipError, load_audio
 from .common_voice import find_language_dir, parse_languages, read_tsv
 from .feature_types import DEFAULT_FEATURE_TYPE, FeatureType
 from .output_folder import atomic_output_folder, check_output_folder
-from .pool_overlap import HeldOut, file_sha256, overlapping
+from .pool_overlap import HeldOut, file_sha256, overlapping, same_audio_entry
 from .pool_segments import SegmentSettings, utterance_segments
 from .report import HELD_OUT_OVERLAP, TOO_SHORT, SkipReport
 from .text import normalize_text
@@ -195,6 +195,7 @@ def prepare_pool(
         clips = [c for c in clips if c.name not in dropped]
     counts = {"files": len(clips) + len(report.skipped), "segments": 0, "files_used": 0, "seconds": 0.0,
               "files_split": 0}
+    copies: list[str] = []  # clips that are a held-out clip re-encoded (found as they are decoded)
 
     def rows() -> Iterator[dict[str, Any]]:
         threads = torch.get_num_threads()
@@ -205,6 +206,11 @@ def prepare_pool(
                     waveform = load_audio(clip.path, POOL_SAMPLING_RATE)
                 except BadClipError as err:
                     report.add(clip.name, err.reason, err.detail, language, POOL_SPLIT)
+                    continue
+                match = held.same_audio(waveform) if held is not None else None
+                if match is not None:
+                    copies.append(same_audio_entry(clip.name, match))
+                    report.add(clip.name, HELD_OUT_OVERLAP, copies[-1], language, POOL_SPLIT)
                     continue
                 found = utterance_segments(waveform, segments, POOL_SAMPLING_RATE)
                 if not found:
@@ -231,6 +237,11 @@ def prepare_pool(
                 raise
             dataset = None
             error = err
+        if copies and not drop_overlapping:
+            raise ValueError(
+                f"the pool shares {len(copies)} clip(s) with the dev/test splits of {held.where}: "
+                f"{'; '.join(copies[:5])}{' ...' if len(copies) > 5 else ''}; remove them or pass --drop-overlapping"
+            )
         if dataset is None or len(dataset) == 0:
             by_reason = ", ".join(f"{r}={n}" for r, n in sorted(report.counts.items())) or "no file"
             example = f"; e.g. {report.skipped[0].path}: {report.skipped[0].reason} ({report.skipped[0].detail})" \
@@ -260,7 +271,7 @@ def prepare_audio_folder(root: str | os.PathLike[str], language: str, out_dir: s
     Each row's ``path`` is the file's path relative to ``root`` (``@start-end`` added for a segment of a long one)."""
     root = Path(root)
     clips = [PoolClip(path, path.relative_to(root).as_posix()) for path in audio_files(root)]
-    return prepare_pool(clips, language, out_dir, feature_extractor, source=str(root), **settings)
+    return prepare_pool(clips, language, out_dir, feature_extractor, source=str(root.absolute()), **settings)
 
 
 def common_voice_other(root: str | os.PathLike[str], language: str) -> list[PoolClip]:
@@ -287,7 +298,8 @@ def prepare_common_voice_other(root: str | os.PathLike[str], language: str, out_
     """A pool of the release's ``other.tsv`` clips of ``language`` (sentences dropped); ``settings`` as
     :func:`prepare_pool`'s. A clip listed but missing on disk is skipped as ``missing``."""
     clips = common_voice_other(root, language)
-    return prepare_pool(clips, language, out_dir, feature_extractor, source=f"{root} (other.tsv)", **settings)
+    return prepare_pool(clips, language, out_dir, feature_extractor, source=f"{Path(root).absolute()} (other.tsv)",
+                        **settings)
 
 
 def load_pool(pool_dir: str | os.PathLike[str]) -> tuple[Any, Any]:

@@ -135,7 +135,7 @@ def prepare_corpus(
         if save_dataset:
             prepared.save_to_disk(str(staging / "dataset"))
         settings: dict[str, Any] = {
-            "source": str(root_or_hub_id),
+            **corpus_source_record(root_or_hub_id),
             "languages": langs,
             "splits": list(splits),
             "feature_type": feature_type,
@@ -153,6 +153,15 @@ def prepare_corpus(
     dataset_dir = out / "dataset" if save_dataset else None
     processor = Wav2Vec2Processor.from_pretrained(processor_dir)  # the one in memory names files of the staging folder
     return PreparedCorpus(prepared, processor, report, dataset_dir, processor_dir)
+
+
+def corpus_source_record(root_or_hub_id: str | os.PathLike[str]) -> dict[str, Any]:
+    """What ``prepare_config.json`` records of the corpus: ``source`` (a local folder as an absolute path, so that
+    the folder is found again from any working directory; a Hub id as given) and ``source_is_folder``."""
+    root = Path(root_or_hub_id)
+    if root.is_dir():
+        return {"source": str(root.absolute()), "source_is_folder": True}
+    return {"source": str(root_or_hub_id), "source_is_folder": False}
 
 
 def _vocab(rows: Any, langs: Sequence[str], per_language: bool) -> dict[str, Any]:

@@ -6,13 +6,14 @@ The training stages, ``adaptspeech evaluate`` / ``lm tune``, the recipes and the
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from .prepared_corpus import COMPLETE_MARKER
 
-__all__ = ["PreparedDataError", "load_prepared", "select_languages"]
+__all__ = ["PreparedDataError", "load_prepared", "prepared_corpus_source", "select_languages"]
 
 
 class PreparedDataError(ValueError):
@@ -58,3 +59,32 @@ def select_languages(dataset: Any, languages: list[str], split: str, what: str) 
         )
     wanted = set(languages)
     return dataset.filter(lambda lang: lang in wanted, input_columns=["language"])
+
+
+def prepared_corpus_source(prepared_dir: str | os.PathLike) -> Path | None:
+    """The corpus folder a prepared folder was made from (``prepare_config.json``'s ``source``), as an absolute path
+    (it may since have been removed: the caller checks), or None when there is no such record or the corpus was a
+    Hub dataset. A relative ``source`` (written by older versions, relative to where ``prepare`` ran) is looked for
+    under the prepared folder's parent folders, nearest first.
+
+    Raises:
+        FileNotFoundError: a relative ``source`` that is under none of them (naming it and what to do).
+    """
+    config_path = Path(prepared_dir) / COMPLETE_MARKER
+    if not config_path.is_file():
+        return None
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    source = config.get("source")
+    if not source or config.get("source_is_folder") is False:
+        return None
+    path = Path(source)
+    if path.is_absolute():
+        return path
+    for parent in Path(prepared_dir).absolute().parents:
+        if (parent / path).is_dir():
+            return parent / path
+    raise FileNotFoundError(
+        f"{config_path}: the corpus it was prepared from, {source!r}, is recorded relative to the folder "
+        f"`adaptspeech prepare` ran in and is under none of {Path(prepared_dir).absolute()}'s parent folders; run "
+        "`adaptspeech prepare` again (it records absolute paths) or move the corpus beside the prepared folder"
+    )

@@ -17,7 +17,6 @@ per repeat) is replaced by 1.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -68,12 +67,9 @@ class WaveformReader:
     @classmethod
     def of_prepared(cls, prepared_dir: str | os.PathLike[str] | None) -> WaveformReader:
         """The reader of a prepared folder's rows (its corpus from ``prepare_config.json``)."""
-        corpus = None
-        if prepared_dir is not None:
-            config = Path(prepared_dir) / "prepare_config.json"
-            if config.is_file():
-                corpus = json.loads(config.read_text(encoding="utf-8")).get("source")
-        return cls(corpus)
+        from .prepared_data import prepared_corpus_source
+
+        return cls(prepared_corpus_source(prepared_dir) if prepared_dir is not None else None)
 
     def _clip(self, row: Any) -> tuple[tuple[str, ...], Path, float | None, float | None]:
         if row.get("source_file"):

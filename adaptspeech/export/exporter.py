@@ -62,7 +62,8 @@ def choose_language(model: Any, language: str | None, fusion: bool) -> tuple[str
     only one when the model has a single language). Returns ``(language, fused languages or None)``.
 
     Raises:
-        ExportError: no fusion with ``fusion``; a language the model does not have (naming those it has); several
+        ExportError: no fusion with ``fusion``, or a ``language`` that is not the fusion's target; a language the
+            model does not have (naming those it has); several
             languages and no ``language``.
     """
     languages = list(model.adapter_languages)
@@ -71,6 +72,10 @@ def choose_language(model: Any, language: str | None, fusion: bool) -> tuple[str
         if settings is None:
             raise ExportError("--fusion: the model has no SimAdapter fusion (train one, or export one language with "
                               f"--language, one of {languages})")
+        if language is not None and language != settings.target_language:
+            raise ExportError(f"--language {language}: the model's SimAdapter fusion is a fusion for "
+                              f"{settings.target_language} (its attention was trained for that head); export it with "
+                              f"--fusion alone, or {language}'s adapter with --language {language} alone")
         model.set_fusion_active(True)
         return settings.target_language, list(settings.languages)
     if language is None:

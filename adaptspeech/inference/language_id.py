@@ -199,12 +199,17 @@ def parse_label_map(text: str | None) -> dict[str, str]:
     """``"ron=ro,ces=cs"`` -> ``{"ron": "ro", "ces": "cs"}``.
 
     Raises:
-        LanguageIDError: an entry without ``=`` (naming it).
+        LanguageIDError: an entry without ``=``, or a label given twice (naming them).
     """
     mapping: dict[str, str] = {}
+    entries: dict[str, str] = {}
     for entry in filter(None, (part.strip() for part in (text or "").split(","))):
         label, sep, language = entry.partition("=")
         if not sep or not label.strip() or not language.strip():
             raise LanguageIDError(f"--lid-label-map: {entry!r} is not LABEL=LANGUAGE")
-        mapping[label.strip()] = language.strip()
+        label = label.strip()
+        if label in mapping:
+            raise LanguageIDError(f"--lid-label-map: label {label!r} is given twice ({entries[label]!r}, {entry!r}); "
+                                  "give each label once")
+        mapping[label], entries[label] = language.strip(), entry
     return mapping

@@ -217,6 +217,7 @@ def pseudo_label(
     """
     from datasets import DatasetDict, Value
 
+    from ..data.pool_overlap import check_pool_rows, held_out
     from ..data.pools import load_pool
     from ..data.prepared_data import load_prepared, select_languages
 
@@ -232,6 +233,7 @@ def pseudo_label(
     target_processor, dev = processor, None
     if target is not None:
         dataset, target_processor = load_prepared(target)
+        check_pool_rows(rows, held_out(target, language), f"--data {pool_dir}")
         if "dev" in dataset and language in set(dataset["dev"].unique("language")):
             dev = select_languages(dataset["dev"], [language], "dev", "--target")
     check_vocabulary(processor.tokenizer, target_processor.tokenizer, f"--model {model_id}")
@@ -291,10 +293,9 @@ def pseudo_label(
         target_processor.save_pretrained(str(staging / "processor"))
         shutil.copy(work / LABELS_FILE, staging / LABELS_FILE)
         (staging / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, ensure_ascii=False), encoding="utf-8")
-        (staging / COMPLETE_MARKER).write_text(json.dumps({"source": str(pool_dir), "languages": [language],
-                                                           "splits": [PSEUDO_SPLIT], "pseudo_labelled_by": model_id,
-                                                           "rows": {PSEUDO_SPLIT: len(labelled)}}, indent=1),
-                                               encoding="utf-8")
+        record = {"source": str(Path(pool_dir).absolute()), "languages": [language], "splits": [PSEUDO_SPLIT],
+                  "pseudo_labelled_by": model_id, "rows": {PSEUDO_SPLIT: len(labelled)}}
+        (staging / COMPLETE_MARKER).write_text(json.dumps(record, indent=1), encoding="utf-8")
     shutil.rmtree(work, ignore_errors=True)
     from datasets import load_from_disk
 

@@ -8,6 +8,7 @@ texts are joined with one space, and ``extra["segments"]`` holds each segment's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +25,29 @@ class Transcription:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def label_text(tokenizer: Any, ids: list[int]) -> str:
-    """Label ids (already CTC-collapsed) -> text, as ``transcribe_dataset`` writes it, runs of spaces made one (two
-    word delimiters around a blank, as at a pause's forced word boundary, decode to two spaces)."""
+def specials_as_blank(frame_ids: Sequence[int], tokenizer: Any) -> list[int]:
+    """CTC frame labels ``[T]`` with every special token but the word delimiter (``<s>``, ``</s>``, ``[UNK]``) made
+    the blank: the text drops them, and what they separate stays separate (``l [UNK] l`` is ``ll``, as the collapsed
+    labels ``l [UNK] l`` without their special token)."""
+    blank = tokenizer.pad_token_id
+    specials = set(tokenizer.all_special_ids) - {tokenizer.convert_tokens_to_ids(tokenizer.word_delimiter_token)}
+    return [blank if int(t) in specials else int(t) for t in frame_ids]
+
+
+def decoded_text(tokenizer: Any, ids: Any, group_tokens: bool) -> str:
+    """Token ids -> the text adaptspeech writes: the special tokens (``<s>``, ``</s>``, ``[UNK]``, padding) dropped,
+    runs of spaces made one (two word delimiters around a blank, as at a pause's forced word boundary, or around a
+    dropped token, decode to two spaces). ``group_tokens``: ``ids`` are CTC frame labels, merged first (the special
+    tokens made blanks: :func:`specials_as_blank`), else label ids."""
+    if group_tokens:  # the tokenizer would drop the blanks before merging (l [PAD] l read as l): merged first
+        return " ".join(tokenizer.decode(specials_as_blank(ids, tokenizer), group_tokens=True,
+                                         skip_special_tokens=False).split())
     return " ".join(tokenizer.decode(ids, group_tokens=False, skip_special_tokens=True).split())
+
+
+def label_text(tokenizer: Any, ids: list[int]) -> str:
+    """Label ids (already CTC-collapsed) -> text, as ``transcribe_dataset`` writes it (:func:`decoded_text`)."""
+    return decoded_text(tokenizer, ids, group_tokens=False)
 
 
 def frame_spans(filled: list[tuple[int, int]], seconds_per_frame: float, seconds: float) -> list[dict[str, float]]:

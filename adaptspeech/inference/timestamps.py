@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .stitching import specials_as_blank
+
 LEVELS = ("word", "char")
 
 
@@ -24,9 +26,7 @@ def ctc_timestamps(frame_ids: list[int], tokenizer: Any, seconds_per_frame: floa
     """
     if level not in LEVELS:
         raise ValueError(f"timestamps level {level!r}; allowed values: {', '.join(LEVELS)}")
-    blank = tokenizer.pad_token_id
-    specials = set(tokenizer.all_special_ids) - {tokenizer.convert_tokens_to_ids(tokenizer.word_delimiter_token)}
-    frame_ids = [blank if t in specials else t for t in frame_ids]  # as the text drops them (<s>, </s>, [UNK])
+    frame_ids = specials_as_blank(frame_ids, tokenizer)  # as the text drops them (<s>, </s>, [UNK])
     decoded = tokenizer.decode(frame_ids, output_char_offsets=True, skip_special_tokens=False)
     offsets = decoded["char_offsets"]
     if level == "word":

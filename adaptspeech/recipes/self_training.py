@@ -99,17 +99,17 @@ def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared
     """The pool folder of the target: ``settings.pool``, else (built once into ``self_training/pool``) the synthetic
     corpus's ``pool_clips`` unlabelled clips, or the Common Voice release's ``other.tsv``; refused when it shares a
     clip or a sentence with the prepared dev / test splits."""
-    from ..data.pool_overlap import held_out, overlapping
+    from ..data.pool_overlap import check_pool_rows, held_out
     from ..data.pools import POOL_MARKER, feature_extractor_for, load_pool, prepare_common_voice_other
     from ..data.synthetic import build_synthetic_corpus
 
     held = held_out(prepared, spec.target)
     if settings.pool:
         rows, _ = load_pool(settings.pool)
-        shared = overlapping(held, zip(rows["path"], rows["audio_sha256"], rows["sentence"], strict=True))
-        if shared:
-            raise RecipeError(f"self_training.pool {settings.pool} shares {len(shared)} clip(s) with dev/test: "
-                              f"{'; '.join(shared[:5])}")
+        try:
+            check_pool_rows(rows, held, f"self_training.pool {settings.pool}")
+        except ValueError as err:
+            raise RecipeError(str(err)) from None
         return Path(settings.pool)
     folder = spec.output_dir / FOLDER / "pool"
     record = {"pool_clips": settings.pool_clips, "corpus": spec.corpus.to_dict(), "target": spec.target}

@@ -134,12 +134,27 @@ def load_audio(
     if not np.isfinite(wave).all():
         raise BadClipError(name, NAN, "non-finite samples")
     mono = wave.mean(axis=1, dtype=np.float32) if wave.shape[1] > 1 else wave[:, 0]
-    peak = float(np.abs(mono).max())
-    if peak < silence_threshold:
-        raise BadClipError(name, SILENT, f"peak amplitude {peak:.2e} < {silence_threshold:.0e}")
+    check_samples(mono, name, silence_threshold)
     if sr != target_sr:
         mono = soxr.resample(mono, sr, target_sr, quality="HQ")
     return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def check_samples(samples: np.ndarray, name: str, silence_threshold: float = DEFAULT_SILENCE_THRESHOLD) -> None:
+    """Refuse decoded samples ``[S]`` that :func:`load_audio` refuses in a file: none (``empty``), a non-finite one
+    (``nan``), a peak amplitude below ``silence_threshold`` (``silent``); ``name`` names them in the error.
+
+    Raises:
+        BadClipError: with that reason.
+    """
+    samples = np.asarray(samples)
+    if samples.size == 0:
+        raise BadClipError(name, EMPTY, "no audio frames")
+    if not np.isfinite(samples).all():
+        raise BadClipError(name, NAN, "non-finite samples")
+    peak = float(np.abs(samples).max())
+    if peak < silence_threshold:
+        raise BadClipError(name, SILENT, f"peak amplitude {peak:.2e} < {silence_threshold:.0e}")
 
 
 _FRAME_TOLERANCE = 2 * 1152

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..inference import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
 from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S
-from .audio import digital_silence, load_audio
+from .audio import check_samples, digital_silence, load_audio
 from .ctc import greedy_decode, log_softmax
 from .features import log_mel_numpy
 from .folder import ExportedModel, ExportFolderError, check_vocabulary, read_export
@@ -166,8 +166,16 @@ class OnnxRecognizer:
     def transcribe(self, audio: Sequence[str | os.PathLike | np.ndarray], batch_size: int = 1) -> list[Recognition]:
         """Transcribe audio files (any format :func:`~.audio.load_audio` decodes) or waveforms at the model's rate,
         ``batch_size`` at a time (padded; the result does not depend on the batch); a recording longer than one
-        graph call alone, split (see the module docstring)."""
+        graph call alone, split (see the module docstring).
+
+        Raises:
+            BadClipError: a file :func:`~.audio.load_audio` cannot use, or a waveform it would refuse in a file (no
+                samples, a non-finite one, silence: :func:`~.audio.check_samples`), named ``audio[i]``.
+        """
         waveforms = [a if isinstance(a, np.ndarray) else load_audio(a, self.model.sampling_rate) for a in audio]
+        for i, (given, waveform) in enumerate(zip(audio, waveforms, strict=True)):
+            if isinstance(given, np.ndarray):
+                check_samples(waveform, f"audio[{i}]")
         results: list[Recognition | None] = [None] * len(waveforms)
         whole = [i for i, w in enumerate(waveforms) if self.fits_one_call(w)]
         for start in range(0, len(whole), batch_size):

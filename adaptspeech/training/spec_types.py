@@ -68,8 +68,11 @@ BOOL = SettingType("true or false", lambda v: isinstance(v, bool))
 INT = SettingType("an integer", _is_int)
 POSITIVE_INT = SettingType("a positive integer", lambda v: _is_int(v) and v > 0)
 NON_NEGATIVE_INT = SettingType("an integer >= 0", lambda v: _is_int(v) and v >= 0)
-FLOAT = SettingType("a number", _is_number, float)
-POSITIVE_FLOAT = SettingType("a number > 0", lambda v: _is_number(v) and v > 0, float)
+FLOAT = SettingType("a number", _is_finite, float)  # nan and infinity are not (YAML's .nan, .inf)
+NUMBER = SettingType("a number", _is_number, float)
+"""Any number, nan and infinity included: the type of a backbone setting, whose range (:func:`backbone_range`)
+names what it must be."""
+POSITIVE_FLOAT = SettingType("a number > 0", lambda v: _is_finite(v) and v > 0, float)
 STR = SettingType("a string", lambda v: isinstance(v, str))
 NON_EMPTY_STR = SettingType("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "")
 MAPPING = SettingType("a mapping of settings", lambda v: isinstance(v, Mapping), dict)
@@ -324,7 +327,7 @@ def _type_of_default(default: Any) -> SettingType:
     if isinstance(default, int):
         return INT
     if isinstance(default, float):
-        return FLOAT
+        return NUMBER
     if isinstance(default, str):
         return STR
     if isinstance(default, (list, tuple)):

@@ -225,12 +225,18 @@ def _select_data(spec: StageSpec) -> StageData:
         evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data["max_eval_rows"])))
     source_mix, pseudo_rows = None, 0
     if data.get("pseudo_labelled_dir"):
+        from ..data.pool_overlap import check_pool_rows, held_out
         from ..data.pseudo_labelled import ConfidenceFilter, load_pseudo_labelled
         from ..data.source_mix import mix_sources
 
         try:
             pseudo = load_pseudo_labelled(data["pseudo_labelled_dir"], train_languages, processor.tokenizer,
                                           ConfidenceFilter(data.get("pseudo_labelled_min_confidence")))
+            for language in sorted(set(pseudo.unique("language"))):
+                check_pool_rows(pseudo.filter(lambda lang, wanted=language: lang == wanted,
+                                              input_columns=["language"]),
+                                held_out(data["prepared_dir"], language),
+                                f"data.pseudo_labelled_dir {data['pseudo_labelled_dir']}")
         except (OSError, ValueError) as err:
             raise StageConfigError(str(err)) from None
         source_mix, pseudo_rows = (len(train), float(data.get("pseudo_labelled_share", 0.5))), len(pseudo)

@@ -105,10 +105,17 @@ def test_settings_that_cannot_work_are_refused_in_one_line(setup, capsys, tmp_pa
         (["--language", "ro", "--lid-model", setup["classifier"]], "--lid-model: used with --language auto only"),
         (["--language", "auto", "--lid-label-map", "ron=ro"],
          "--lid-label-map maps the labels of --lid-model; pass --lid-model DIR"),
+        (["--language", "ro", "--lid-prior-weight", "0.5"], "--lid-prior-weight: used with --language auto only"),
+        (["--language", "auto", "--lid-model", setup["classifier"], "--lid-label-map", "ron=ro,ron=cs"],
+         "--lid-label-map: label 'ron' is given twice ('ron=ro', 'ron=cs'); give each label once"),
     ]
     for extra, message in cases:
         code, _, err = run_main([*base, *extra], capsys)
         assert code == 1 and one_error_line(err) == f"adaptspeech: error: {message}", err
+    for weight in ("-1", "nan"):  # a negative prior weight would prefer the least probable languages
+        code, _, err = run_main([*base, "--language", "auto", "--lid-top-k", "2", "--lid-prior-weight", weight],
+                                capsys)
+        assert code == 2 and "argument --lid-prior-weight: expected a non-negative number" in err, err
 
 
 def test_a_file_too_short_to_identify_gets_one_line_and_the_others_are_transcribed(setup, capsys, tmp_path) -> None:

@@ -210,3 +210,77 @@ def test_a_pool_sharing_a_test_clip_or_a_dev_sentence_is_refused(corpus, audio_f
                              tmp_path / "q", "--feature-type", "fbank", "--no-progress"], capsys)
     line = one_error_line(err)
     assert code == 1 and f"{fields[1]} (a dev/test sentence: {normalize_text(dev_sentence, 'sk')!r})" in line
+
+
+@pytest.fixture(scope="module")
+def prepared_elsewhere(corpus, tmp_path_factory) -> Path:
+    """``adaptspeech prepare common-voice --root corpus --out prepared`` run inside the corpus's parent folder (both
+    paths relative, as a user types them)."""
+    import os
+
+    from adaptspeech.data.prepared_corpus import prepare_corpus
+
+    root, _ = corpus
+    work = tmp_path_factory.mktemp("project")
+    shutil.copytree(root, work / "corpus")
+    here = Path.cwd()
+    os.chdir(work)
+    try:
+        prepare_corpus("corpus", ["sk"], "prepared", feature_type="fbank")
+    finally:
+        os.chdir(here)
+    return work / "prepared"
+
+
+def test_held_out_of_a_prepared_folder_finds_its_clips_from_any_working_directory(
+        corpus, audio_folder, prepared_elsewhere, tmp_path, monkeypatch, capsys):
+    root, _ = corpus
+    config = json.loads((prepared_elsewhere / "prepare_config.json").read_text())
+    assert Path(config["source"]).is_absolute() and Path(config["source"]) == prepared_elsewhere.parent / "corpus"
+    folder = tmp_path / "folder"
+    shutil.copytree(audio_folder[0], folder)
+    test_clip = _clips(root, "test")[0]
+    shutil.copy(test_clip, folder / "copy_of_something.mp3")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert len(held_out(prepared_elsewhere, "sk").hashes) == 4  # 2 dev + 2 test clips
+    code, _, err = run_main(["prepare", "audio-folder", "--root", folder, "--language", "sk", "--out", tmp_path / "p",
+                             "--held-out", prepared_elsewhere, "--no-progress"], capsys)
+    assert code == 1 and f"copy_of_something.mp3 (same audio as test/{test_clip.name})" in one_error_line(err)
+
+
+def test_a_relative_corpus_of_an_older_prepare_is_found_beside_the_prepared_folder_or_refused(
+        prepared_elsewhere, tmp_path, monkeypatch):
+    from adaptspeech.data.prepared_data import prepared_corpus_source
+
+    old = tmp_path / "project"
+    shutil.copytree(prepared_elsewhere.parent, old, symlinks=True)
+    config = json.loads((old / "prepared" / "prepare_config.json").read_text())
+    config.pop("source_is_folder", None)
+    (old / "prepared" / "prepare_config.json").write_text(json.dumps({**config, "source": "corpus"}))
+    monkeypatch.chdir(tmp_path)
+    assert prepared_corpus_source(old / "prepared") == (old / "corpus").absolute()
+    assert len(held_out(old / "prepared", "sk").hashes) == 4  # 2 dev + 2 test clips
+    shutil.rmtree(old / "corpus")
+    with pytest.raises(FileNotFoundError, match=r"prepare_config\.json.*'corpus'.*relative"):
+        held_out(old / "prepared", "sk")
+
+
+def test_a_re_encoded_trimmed_quieter_copy_of_a_test_clip_is_refused(corpus, audio_folder, tmp_path, capsys):
+    """Not the same bytes: the SHA-256 of the file does not find it; its decoded audio does."""
+    root, _ = corpus
+    folder = tmp_path / "folder"
+    shutil.copytree(audio_folder[0], folder)
+    test_clip = _clips(root, "test")[1]
+    wave = load_audio(test_clip, RATE)
+    sf.write(folder / "from_the_radio.wav", 0.9 * wave[RATE // 100 : -RATE // 100], RATE, subtype="PCM_16")
+    command = ["prepare", "audio-folder", "--root", folder, "--language", "sk", "--out", tmp_path / "p",
+               "--held-out", root, "--no-progress"]
+    code, _, err = run_main(command, capsys)
+    line = one_error_line(err)
+    assert code == 1 and f"from_the_radio.wav (the audio of test/{test_clip.name} re-encoded: correlation" in line
+    assert not (tmp_path / "p").exists()
+    code, out, _ = run_main([*command, "--drop-overlapping"], capsys)
+    rows, _ = load_pool(tmp_path / "p")
+    assert code == 0 and "held_out_overlap=1" in out and not any("from_the_radio" in p for p in rows["path"])

@@ -7,6 +7,7 @@ share of pseudo-labelled rows and an epoch reads every labelled row."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -115,3 +116,16 @@ def test_mixed_rows_keep_the_labelled_types(rows):
     mixed = mix_sources(Dataset.from_list([labelled] * 3), Dataset.from_list([pool] * 2))
     assert len(mixed) == 5 and mixed[0]["source_file"] == "" and mixed[4]["source_file"] == pool["source_file"]
     assert mixed.features["labels"] == Dataset.from_list([labelled]).features["labels"]
+
+
+def test_a_prepared_row_is_read_again_from_any_working_directory(rows, tmp_path, monkeypatch):
+    """``prepare_config.json`` written with the corpus relative to where ``prepare`` ran (older versions) still
+    leads to the corpus beside the prepared folder, wherever training runs."""
+    prepared, labelled, _, _ = rows
+    old = tmp_path / "old"
+    shutil.copytree(prepared.parent / "corpus", old / "corpus")
+    (old / "prepared").mkdir()
+    (old / "prepared" / "prepare_config.json").write_text(json.dumps({"source": "corpus"}))
+    monkeypatch.chdir(tmp_path)
+    wave = WaveformReader.of_prepared(old / "prepared")(labelled)
+    assert len(wave) == 2 * RATE

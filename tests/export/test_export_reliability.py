@@ -210,3 +210,44 @@ def test_an_option_of_the_other_path_is_refused_not_ignored(argv, named, tmp_pat
     ``--onnx`` option given with ``--model``) would be ignored without a word, so it is refused before any work."""
     line = _error(["transcribe", *argv, str(tmp_path / "clip.wav")], capsys)
     assert named in line and ("--onnx" in line if "--model" not in argv else "--model" in line)
+
+
+def test_a_language_that_is_not_the_fusion_s_target_is_refused(models, tmp_path, capsys):
+    """The fusion's attention was trained for its target's head: ``--language cs --fusion`` of a fusion for ro would
+    write ro's graph under cs's name; refused, nothing written; the target itself (or no language) is the fusion."""
+    from adaptspeech import AdaptSpeechForCTC
+
+    model = AdaptSpeechForCTC.from_pretrained(models / "two")
+    model.add_fusion(["ro", "cs"], target_language="ro")
+    shutil.copytree(models / "two", tmp_path / "fused")  # the processor
+    model.save_pretrained(tmp_path / "fused")
+    line = _error(["export", "--model", tmp_path / "fused", "--language", "cs", "--fusion", "--out", tmp_path / "o"],
+                  capsys)
+    assert "--language cs" in line and "fusion for ro" in line and not (tmp_path / "o").exists()
+    for language in ("ro", None):
+        assert exporter.choose_language(model, language, fusion=True) == ("ro", ["ro", "cs"])
+        assert model.config.fusion_active
+
+
+def test_a_waveform_with_nothing_to_decode_is_refused_as_its_file_would_be(models, tmp_path):
+    """An array of no samples, with a NaN or of digital silence gave ``''``; the same samples in a file are refused
+    by ``transcribe --onnx`` (``load_audio``): the same error, reason and detail, for the array."""
+    import numpy as np
+    import soundfile as sf
+
+    from adaptspeech.runtime.audio import BadClipError, load_audio
+
+    recognizer = OnnxRecognizer(models / "onnx")
+    good = np.sin(np.arange(16000) / 7.0).astype(np.float32) * 0.3
+    nan = good.copy()
+    nan[100] = np.nan
+    for samples, reason in ((np.zeros(0, np.float32), "empty"), (nan, "nan"), (np.zeros(16000, np.float32), "silent")):
+        with pytest.raises(BadClipError) as raised:
+            recognizer.transcribe([good, samples])
+        assert raised.value.reason == reason and raised.value.path == "audio[1]"
+        if len(samples):
+            sf.write(tmp_path / "x.wav", samples, 16000, subtype="FLOAT")
+            with pytest.raises(BadClipError) as from_file:
+                load_audio(tmp_path / "x.wav")
+            assert (from_file.value.reason, from_file.value.detail) == (reason, raised.value.detail)
+    assert len(recognizer.transcribe([good])) == 1

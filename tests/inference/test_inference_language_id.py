@@ -47,6 +47,8 @@ def test_label_map_entries_that_cannot_work_are_refused_naming_them(classifier) 
     with pytest.raises(LanguageIDError, match="--lid-label-map: 'ron' is not LABEL=LANGUAGE"):
         parse_label_map("ron")
     assert parse_label_map(" ron=ro, ces=cs ") == {"ron": "ro", "ces": "cs"}
+    with pytest.raises(LanguageIDError, match=r"--lid-label-map: label 'ces' is given twice \('ces=cs', 'ces=sk'\)"):
+        parse_label_map("ces=cs,ron=ro,ces=sk")  # the last entry won: a cs clip was routed to sk
 
 
 def test_a_folder_that_is_no_audio_classifier_is_refused_in_one_line(tmp_path) -> None:

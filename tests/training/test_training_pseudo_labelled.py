@@ -100,3 +100,38 @@ def test_a_threshold_keeping_nothing_or_another_vocabulary_is_one_line(chain, tm
     line = one_error_line(err)
     assert code == 1 and "its labels use another vocabulary than the stage's prepared data" in line and "'ŵ'" in line
     assert not (tmp_path / "run2" / "model").exists()
+
+
+def test_a_pool_holding_a_test_clip_is_refused_by_pseudo_label_and_by_a_stage(chain, tmp_path, capsys):
+    """A pool prepared without --held-out that holds a byte copy of a test clip and a re-encoded (PCM16, trimmed,
+    quieter) copy of another: ``pseudo-label --target`` and ``data.pseudo_labelled_dir`` name both before work."""
+    import shutil
+
+    import soundfile as sf
+
+    from adaptspeech.data import load_audio, read_tsv
+
+    root, prepared = chain
+    tests = read_tsv(root / "corpus" / "ro" / "test.tsv")["path"]
+    clips = root / "corpus" / "ro" / "clips"
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    for name in read_tsv(root / "corpus" / "ro" / "other.tsv")["path"][:4]:
+        shutil.copy(clips / name, folder / name)
+    shutil.copy(clips / tests[0], folder / "copied.mp3")
+    wave = load_audio(clips / tests[1], 16000)
+    sf.write(folder / "re_encoded.wav", 0.9 * wave[160:-160], 16000, subtype="PCM_16")
+    assert main(["prepare", "audio-folder", "--root", str(folder), "--language", "ro", "--out", str(tmp_path / "pool"),
+                 "--processor", str(prepared / "processor"), "--no-progress"]) == 0
+    command = ["pseudo-label", "--model", root / "labeller", "--data", tmp_path / "pool", "--out", tmp_path / "labels",
+               "--no-progress"]
+    code, _, err = run_main([*command, "--target", prepared], capsys)
+    line = one_error_line(err)
+    assert code == 1 and f"copied.mp3 (same audio as test/{tests[0]})" in line
+    assert f"re_encoded.wav (the audio of test/{tests[1]} re-encoded" in line and not (tmp_path / "labels").exists()
+    assert run_main(command, capsys)[0] == 0  # without the target's splits there is nothing to compare with
+    spec = _spec(prepared, tmp_path / "run", tmp_path / "labels")
+    code, _, err = run_main(["train", "--config", write_yaml(tmp_path / "s.yaml", spec), "--no-progress"], capsys)
+    line = one_error_line(err)
+    assert code == 1 and f"data.pseudo_labelled_dir {tmp_path / 'labels'} shares 2 clip(s)" in line
+    assert f"test/{tests[0]}" in line and f"test/{tests[1]}" in line and not (tmp_path / "run" / "model").exists()

@@ -254,3 +254,16 @@ def test_backbone_dimensions_and_rates_out_of_range_are_one_line(tmp_path, overr
 def test_a_backbone_without_encoder_layers_passes(tmp_path):
     spec = StageSpec.from_dict(apply_overrides(base(tmp_path), ["model.config.backbone_config.num_hidden_layers=0"]))
     assert spec.model["config"]["backbone_config"]["num_hidden_layers"] == 0
+
+
+def test_a_nan_or_infinite_number_in_a_stage_file_is_refused(tmp_path):
+    """YAML's ``.nan`` / ``.inf`` were numbers to the type check: training started and stopped later on its loss."""
+    spec = base(tmp_path)
+    spec["model"]["add_adapters"] = {"ro": {}, "cs": {}}
+    spec["model"]["fusion"] = yaml_loader.load("{languages: [ro, cs], temperature: .nan}")
+    with pytest.raises(StageConfigError, match=r"^model\.fusion\.temperature: expected a number, got nan$"):
+        StageSpec.from_dict(spec)
+    spec["model"]["fusion"] = {"languages": ["ro", "cs"]}
+    assert "model.config.ctc_weight: expected a number, got inf" in refused(spec, ["model.config.ctc_weight=.inf"])
+    assert "data.language_sampling_temperature: expected a number > 0 or null, got inf" in refused(
+        spec, ["data.language_sampling_temperature=.inf"])
