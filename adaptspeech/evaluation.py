@@ -18,9 +18,13 @@ from .metrics import compute_error_rates
 
 
 def routes_languages(model: Any) -> bool:
-    """True when the model routes each utterance to its language's adapter (needs ``lang_ids``)."""
-    config = model.config
-    return len(config.active_languages) > 1 and not config.fusion_active
+    """True when the model routes each utterance to its language's adapter (needs ``lang_ids``), in the running call
+    (its routing override, if any, else the model's settings)."""
+    from .adapters.routing import effective_routing
+
+    settings = getattr(model, "routing", None)
+    routing = model.config if settings is None else effective_routing(settings)
+    return len(routing.active_languages) > 1 and not routing.fusion_active
 
 
 def model_collator(model: Any, processor: Any, lid_targets: bool = False,

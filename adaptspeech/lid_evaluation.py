@@ -131,7 +131,7 @@ def evaluate_dataset_auto(
     import time
 
     from .evaluation import transcribe_dataset
-    from .inference.language_routing import ctc_log_likelihoods, routed_to, system_for, top_languages
+    from .inference.language_routing import ctc_log_likelihoods, routed_processor, routed_to, system_for, top_languages
     from .metrics import compute_error_rates
 
     if top_k < 1:
@@ -148,11 +148,12 @@ def evaluate_dataset_auto(
     scores: dict[tuple[int, str], float] = {}
     for language, indices in wanted.items():
         subset = dataset.select(indices)
-        with routed_to(model, language, processor.tokenizer):
-            hypotheses = transcribe_dataset(model, subset, processor, method, batch_size, progress, lm_decoder,
+        routed = routed_processor(model, language, processor)
+        with routed_to(model, language):
+            hypotheses = transcribe_dataset(model, subset, routed, method, batch_size, progress, lm_decoder,
                                             **options)
             if top_k > 1:
-                for offset, likelihood in enumerate(_ctc_scores(model, subset, processor, hypotheses, batch_size,
+                for offset, likelihood in enumerate(_ctc_scores(model, subset, routed, hypotheses, batch_size,
                                                                 ctc_log_likelihoods)):
                     scores[(indices[offset], language)] = likelihood
         for i, text in zip(indices, hypotheses, strict=True):

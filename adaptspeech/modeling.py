@@ -123,7 +123,7 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
     def post_init(self) -> None:
         super().post_init()
         self._place_all_added()
-        self._sync_routing()
+        self.sync_routing()
 
     def train(self, mode: bool = True) -> AdaptSpeechPreTrainedModel:
         """``nn.Module.train``, except that normalisation layers with running statistics (the conformer convolution
@@ -242,7 +242,7 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
             unit = "samples" if self.main_input_name == "input_values" else "feature frames"
             raise ValueError(f"{self.main_input_name} of {inputs.shape[1]} {unit} is too short for one output frame of "
                              "this model: drop the clip or pad it")
-        rows = self._row_languages(lang_ids)  # or e.g. a PeftModel's `adapter_names` around this model
+        rows = self.row_languages(lang_ids)  # or e.g. a PeftModel's `adapter_names` around this model
         padding = None
         if attention_mask is not None:
             attention_mask = attention_mask.to(torch.bool)
@@ -260,8 +260,13 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
         frame_mask = spec.frame_mask(self.backbone, attention_mask, hidden.shape[1], hidden.shape[0])
         return hidden, frame_mask, hidden_states, fusion_weights
 
-    def _row_languages(self, lang_ids: torch.Tensor | None) -> tuple[str, ...] | None:
-        """The language of each utterance (from ``lang_ids``, else from an enclosing routing call), or None."""
+    def row_languages(self, lang_ids: torch.Tensor | None) -> tuple[str, ...] | None:
+        """The language of each utterance: from ``lang_ids`` ``[B]`` (positions in :attr:`adapter_languages`), else from
+        an enclosing routing call (e.g. a PeftModel's ``adapter_names``); None when neither gives them.
+
+        Raises:
+            ValueError: an id outside the adapter languages.
+        """
         rows = row_languages_from_ids(lang_ids, self.adapter_languages)
         outer = current_call()
         return outer.row_languages if rows is None and outer is not None else rows
@@ -371,7 +376,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
         frame_lengths = frame_mask.sum(-1)
         logits = None
         if self.ctc_head is not None:
-            logits = self.ctc_head(hidden, row_languages=self._row_languages(lang_ids))
+            logits = self.ctc_head(hidden, row_languages=self.row_languages(lang_ids))
         loss = loss_ctc = loss_att = loss_reg = loss_guide = attention_logits = None
         if labels is not None:
             if self.ctc_head is not None:

@@ -34,6 +34,7 @@ chunking, timestamps and an n-gram LM apply). For CTC decoding of a ``ctc_las`` 
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -174,10 +175,13 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         ``target_lang="auto"`` the result names the language (of its first chunk) and its probability."""
         reasons = [output.pop(SKIPPED, "") for output in model_outputs]
         routed = [(output.pop(LANGUAGE_IDS, None), output.pop(LANGUAGE_LOG_PROBS, None)) for output in model_outputs]
-        result = super().postprocess(model_outputs, *args, **kwargs)
+        language = None
         if routed and routed[0][0] is not None:
-            ids, log_probs = routed[0]
-            result["language"] = self.model.config.lid_languages[int(ids.reshape(-1)[0])]
+            language = self.model.config.lid_languages[int(routed[0][0].reshape(-1)[0])]
+        result = self._routed_view(language).postprocess_stock(model_outputs, *args, **kwargs)
+        if language is not None:
+            log_probs = routed[0][1]
+            result["language"] = language
             result["language_probability"] = round(float(log_probs.reshape(-1)[0].exp()), 6)
         reason = next((r for r in reasons if r), None)
         if reason:
@@ -186,6 +190,24 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
                 result["chunks"] = []
             result[SKIPPED] = reason
         return result
+
+    def postprocess_stock(self, model_outputs: list[dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """transformers' own postprocessing (decoding with ``self.tokenizer``)."""
+        return super().postprocess(model_outputs, *args, **kwargs)
+
+    def _routed_view(self, language: str | None) -> AdaptSpeechRecognitionPipeline:
+        """This pipeline, or (a per-language MMS vocabulary, ``target_lang="auto"``) a shallow copy of it whose
+        tokenizer reads ``language``'s vocabulary: the shared tokenizer is never switched per call."""
+        if language is None or self.tokenizer is None:
+            return self
+        from .inference.language_routing import routed_tokenizer
+
+        tokenizer = routed_tokenizer(self.model, language, self.tokenizer)
+        if tokenizer is self.tokenizer:
+            return self
+        view = copy.copy(self)
+        view.tokenizer = tokenizer
+        return view
 
     def _forward(self, model_inputs: dict[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """transformers' forward; for an adaptspeech CTC model, padded output frames of a batch read as blanks (the

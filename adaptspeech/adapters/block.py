@@ -5,8 +5,10 @@ chosen encoder layer (``layer.language_adapters``) and apply it with a forward h
 parameter names therefore stay exactly those of the HF checkpoint (a pretrained wav2vec2 state dict loads unchanged),
 and the adapters live beside them under ``...layers.<i>.language_adapters.adapters.<lang>``.
 
-Which adapters run is decided by the model's :class:`~adaptspeech.adapters.routing.AdapterRouting` settings and,
-for per-utterance languages, by the :class:`~adaptspeech.adapters.routing.RoutingCall` of the running forward;
+Which adapters run is decided by the model's :class:`~adaptspeech.adapters.routing.AdapterRouting` settings (or
+the running call's :class:`~adaptspeech.adapters.routing.RoutingOverride`: :func:`~adaptspeech.adapters.routing.
+effective_routing`) and, for per-utterance languages, by the :class:`~adaptspeech.adapters.routing.RoutingCall` of
+the running forward;
 what they do is :mod:`adaptspeech.adapters.engine` (shared with the peft ``speech_adapter`` layer):
 
 * fusion active: every fused language's adapter runs on the layer output ``z`` and SimAdapter mixes them;
@@ -31,7 +33,7 @@ from .adapter_types import ADAPTER_MODULE_NAME
 from .bottleneck import BottleneckAdapter
 from .engine import fuse, route
 from .fusion import SimAdapterFusion
-from .routing import AdapterRouting, RoutingCall, current_call
+from .routing import AdapterRouting, RoutingCall, current_call, effective_routing
 
 if TYPE_CHECKING:
     from .bottleneck import BottleneckAdapterConfig
@@ -98,20 +100,21 @@ class LanguageAdapterBlock(nn.Module):
 
     @property
     def fusing(self) -> bool:
-        """The fusion is the active path of this layer."""
-        return self.routing.fusion_active and self.fusion is not None
+        """The fusion is the active path of this layer (for the running call)."""
+        return self.fusion is not None and effective_routing(self.routing).fusion_active
 
     # --- forward -------------------------------------------------------------------------------------------------
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Apply the routed adapters (or the fusion) to the layer output [B, T, D] -> [B, T, D]."""
         call = current_call()
         residual = None if call is None else call.residuals.pop(self.layer_index, None)
-        if self.fusing:
+        routing = effective_routing(self.routing)
+        if routing.fusion_active and self.fusion is not None:
             return self._fuse(hidden_states, residual, call)
         return route(
             hidden_states,
             self.adapters,
-            self.routing.active_languages,
+            routing.active_languages,
             None if call is None else call.row_languages,
             f"encoder layer {self.layer_index}",
         )

@@ -2,7 +2,7 @@
 languages' adapters, and its regulariser.
 
 Mixed into :class:`~adaptspeech.adapters.mixin.LanguageAdapterMixin` (which provides ``_check_languages``,
-``_adapter_type_of``, ``_place``, ``_placement``, ``_sync_routing`` and ``_provenance``); it relies on ``self.config``
+``_adapter_type_of``, ``_place``, ``_placement``, ``sync_routing`` and ``_provenance``); it relies on ``self.config``
 and ``self.adapter_blocks`` (encoder layer index -> :class:`~adaptspeech.adapters.block.LanguageAdapterBlock`).
 """
 
@@ -65,7 +65,7 @@ class FusionMixin:
             block.set_fusion(None)
         self.config.fusion = None
         self.config.fusion_active = False
-        self._sync_routing()
+        self.sync_routing()
 
     def set_fusion_active(self, active: bool = True) -> None:
         """Route through the SimAdapter fusion (True) or through the active single adapters (False)."""
@@ -74,7 +74,7 @@ class FusionMixin:
         self.config.fusion_active = bool(active)
         if active:
             self.config.active_languages = list(self.config.fusion.languages)
-        self._sync_routing()
+        self.sync_routing()
 
     def set_fusion_recompute(self, enable: bool = True) -> None:
         """Recompute the adapters and the fusion of every layer in backward instead of keeping their activations

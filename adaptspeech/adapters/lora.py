@@ -26,6 +26,11 @@ Which LoRA adapters run follows ``model.routing``, with the meaning the bottlene
   LoRA deltas (what peft does with several active adapters) is not offered: it has no meaning for
   per-language adapters.
 
+A call routed by a :class:`~adaptspeech.adapters.routing.RoutingOverride` (automatic language routing) never touches
+peft's layer state: the pre-hook passes the override's languages as peft's per-call ``adapter_names`` (every row to
+the override's language, or ``"__base__"``), and peft's active adapters (the model's settings) are ignored for that
+call.
+
 Switching the active languages never changes ``requires_grad`` (peft's ``set_adapter`` would): trainability is
 decided by ``set_trainable`` alone. Adding a LoRA language leaves the trainability of every existing parameter
 as it was; the new LoRA weights start trainable, like a new bottleneck adapter.
@@ -46,7 +51,7 @@ from torch import nn
 from ..settings import is_int
 from .adapter_types import ADAPTER_MODULE_NAME, ADAPTER_TYPES, AdapterType, LanguageAdapterConfig
 from .block import mark_initialized
-from .routing import BASE_ROW, AdapterRouting, current_call
+from .routing import BASE_ROW, AdapterRouting, current_call, effective_routing
 
 #: attribute set on a LoRA layer once the routing pre-hook is registered on it.
 _HOOK_FLAG = "_adaptspeech_lora_routing_hook"
@@ -159,10 +164,21 @@ def _route_lora(
     """Forward pre-hook: with several active languages (of any adapter type, fusion off), route each utterance
     to the LoRA of its own language, or to the base projection when that language has no active LoRA here. The
     utterances' languages come from the running :class:`~adaptspeech.adapters.routing.RoutingCall` (also when a
-    checkpointed layer recomputes in backward)."""
-    if routing.fusion_active or len(routing.active_languages) < 2:
-        return None
+    checkpointed layer recomputes in backward). A call with a routing override gets the override's languages as
+    ``adapter_names`` whatever their number: peft's active adapters (the model's settings) do not apply to it."""
     call = current_call()
+    overridden = call is not None and call.override is not None
+    routing = effective_routing(routing)
+    if routing.fusion_active or not routing.active_languages:
+        if not overridden:
+            return None
+        return args, {**kwargs, "adapter_names": [BASE_ROW] * _batch_size(args, kwargs)}
+    if len(routing.active_languages) == 1:
+        if not overridden:
+            return None
+        language = routing.active_languages[0]
+        return args, {**kwargs, "adapter_names": [language if language in layer.lora_A else BASE_ROW]
+                      * _batch_size(args, kwargs)}
     if call is None or call.row_languages is None:
         raise ValueError(
             f"several languages are active ({routing.active_languages}) without fusion: pass `lang_ids` (one "
@@ -170,6 +186,11 @@ def _route_lora(
         )
     routed = {lang for lang in routing.active_languages if lang in layer.lora_A}
     return args, {**kwargs, "adapter_names": [n if n in routed else BASE_ROW for n in call.row_languages]}
+
+
+def _batch_size(args: tuple, kwargs: dict[str, Any]) -> int:
+    """Rows of a wrapped projection's input ``[B, T, D]``."""
+    return len(args[0] if args else kwargs["x"])
 
 
 def _apply_routing(model: Any, extra_managed: frozenset[str] = frozenset()) -> None:

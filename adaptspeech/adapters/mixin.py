@@ -84,7 +84,7 @@ class LanguageAdapterMixin(FusionMixin):
     def _add_adapter(self, language: str, adapter_config: LanguageAdapterConfig) -> None:
         self._build_language_adapter(language, adapter_config)
         self.config.adapters = {**self.config.adapters, language: adapter_config}
-        self._sync_routing()
+        self.sync_routing()
 
     def _placement(self) -> tuple[torch.device, torch.dtype]:
         """``(device, dtype)`` of the backbone's first floating-point parameter: where everything added goes."""
@@ -137,14 +137,14 @@ class LanguageAdapterMixin(FusionMixin):
         del adapters[language]
         self.config.adapters = adapters
         self.config.active_languages = [lang for lang in self.config.active_languages if lang != language]
-        self._sync_routing()
+        self.sync_routing()
 
     # --- activation --------------------------------------------------------------------------------------------
     def set_active_languages(self, languages: list[str]) -> None:
         """The adapters that run: one language, or several routed per utterance by ``lang_ids`` (fusion off)."""
         self.config.active_languages = self._check_languages(languages, "set_active_languages")
         self.config.fusion_active = False
-        self._sync_routing()
+        self.sync_routing()
 
     def set_target_language(self, language: str, tokenizer: Any = None) -> None:
         """MMS name: run ``language``'s adapter alone, with its CTC head (its own, else the shared one).
@@ -174,7 +174,11 @@ class LanguageAdapterMixin(FusionMixin):
         if nested:
             tokenizer.set_target_lang(language)
 
-    def _sync_routing(self) -> None:
+    def sync_routing(self) -> None:
+        """Bring the routing settings every adapter layer reads (``model.routing``, peft's LoRA active adapters) in
+        line with ``config.active_languages`` / ``fusion_active`` / the adapters; called by every user call that
+        changes them (never per inference call: those route with a
+        :class:`~adaptspeech.adapters.routing.RoutingOverride`)."""
         self.routing.language_ids = self.adapter_languages
         self.routing.active_languages = list(self.config.active_languages)
         self.routing.fusion_active = bool(self.config.fusion_active)
@@ -517,7 +521,7 @@ class LanguageAdapterMixin(FusionMixin):
             self._add_adapter(language, plan.config)
         if replace and not activate:
             self.config.active_languages = active
-            self._sync_routing()
+            self.sync_routing()
         copy_tensors(self._adapter_type_of(language).tensors(self, language), plan.adapter)
         if plan.head_kind == "language":
             self._set_language_head(language, plan.head["weight"], plan.head["bias"])

@@ -9,7 +9,9 @@ SimAdapter residual), and how input samples map to encoder frames. Specs are sta
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
 import torch
@@ -18,6 +20,21 @@ from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
 from ..registry import Registry
 from .stream_front_end import StreamFrontEnd
+
+_LAYER_START: ContextVar[tuple[nn.ModuleList, int] | None] = ContextVar("adaptspeech_layer_start", default=None)
+
+
+class StartableLayers(nn.ModuleList):
+    """An encoder's layer list that, iterated inside :meth:`BackboneSpec.layers_from` in the same thread / context,
+    yields its layers from the start layer on; everywhere else it is the plain ``nn.ModuleList`` it was (same
+    modules, same parameter names)."""
+
+    def __iter__(self) -> Iterator[nn.Module]:
+        entry = _LAYER_START.get()
+        layers = super().__iter__()
+        if entry is not None and entry[0] is self:
+            return itertools.islice(layers, entry[1], None)
+        return layers
 
 
 class BackboneSpec:
@@ -60,14 +77,19 @@ class BackboneSpec:
 
     @contextlib.contextmanager
     def layers_from(self, model: nn.Module, start: int) -> Iterator[None]:
-        """Inside the block the encoder module runs its layers from ``start`` only (restored afterwards)."""
-        encoder = self.encoder_module(model)
-        layers = encoder.layers
-        encoder.layers = layers[start:]
+        """Inside the block the encoder module runs its layers from ``start`` only, for the calls of this thread /
+        context (the layer list becomes a :class:`StartableLayers` the first time; nothing else of the module
+        changes, so another thread's forward runs every layer)."""
+        layers = self.encoder_module(model).layers
+        if type(layers) is nn.ModuleList:
+            layers.__class__ = StartableLayers
+        if not isinstance(layers, StartableLayers):
+            raise TypeError(f"the encoder's layers are a {type(layers).__name__}; layers_from needs an nn.ModuleList")
+        token = _LAYER_START.set((layers, start))
         try:
             yield
         finally:
-            encoder.layers = layers
+            _LAYER_START.reset(token)
 
     def finish_encoder(self, model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
         """What the backbone's forward does to the encoder module's output ``[B, T, D]`` (wav2vec2's optional output

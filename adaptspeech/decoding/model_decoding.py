@@ -47,7 +47,7 @@ def model_decoding_inputs(
     hidden, frame_mask, _, _ = model.encode(inputs, attention_mask, lang_ids)
     ctc_log_probs = None
     if getattr(model, "ctc_head", None) is not None:
-        rows = model._row_languages(lang_ids) if hasattr(model, "_row_languages") else None
+        rows = model.row_languages(lang_ids) if hasattr(model, "row_languages") else None
         ctc_log_probs = model.ctc_head(hidden, row_languages=rows).float().log_softmax(-1)
     return DecodingInputs(ctc_log_probs, frame_mask.sum(-1), getattr(model, "las_head", None), hidden, frame_mask)
 

@@ -9,6 +9,8 @@ whenever that language is what the adapters run for:
 
 * one active language: its head (or the shared one);
 * fusion active: the head of the fusion's ``target_language`` (or the shared one);
+* a call routed by a :class:`~adaptspeech.adapters.routing.RoutingOverride` naming a ``target_language``: that
+  language's head (or the shared one), whatever the model's settings;
 * several active languages routed per utterance (``lang_ids``): the head of the rows' languages if they all use
   the same head; **a batch mixing languages whose heads differ is refused** (one line naming them): their logits
   have different vocabularies and cannot share one tensor or one CTC loss. Without per-utterance languages (e.g.
@@ -22,6 +24,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from ..adapters.routing import current_override, effective_routing
 
 CTC_REDUCTIONS = ("mean", "sum")
 #: the key of the shared output layer in messages and in :meth:`CTCHead.select`'s answer
@@ -107,9 +111,13 @@ class CTCHead(nn.Module):
         Raises:
             ValueError: the batch (or, without ``row_languages``, the active languages) would need different heads.
         """
-        routing = self.routing
-        if routing is None or not self.language_heads:
+        if self.routing is None or not self.language_heads:
             return SHARED
+        override = current_override()
+        if override is not None and override.target_language is not None:
+            target = override.target_language
+            return target if target in self.language_heads else SHARED
+        routing = effective_routing(self.routing)
         if routing.fusion_active:
             target = routing.fusion_target
             return target if target in self.language_heads else SHARED

@@ -20,6 +20,12 @@ computing it again:
 ``start = min(first adapter layer, pooled layer + 1, last layer)`` (:func:`shared_start`): the language-ID pass
 computes nothing above its pooled layer, and the last layer always runs (the encoder's final steps follow it).
 
+Nothing of a pass is left on the shared modules for other callers: the hooks that record the prefix, feed layer
+``start`` and stop the language-ID pass at its pooled layer act only on the calls of the context that registered
+them (:func:`call_scoped_hooks`), and the layers below ``start`` are left out through a context variable the
+encoder's layer list reads (:meth:`~adaptspeech.backbones.base.BackboneSpec.layers_from`), so two threads routing
+the same model by language ID never see each other's pass.
+
 The recognition pass's output equals the pass without the prefix exactly (the same modules on the same tensors); the
 prefix is used only in evaluation mode, without ``output_hidden_states`` and while ``start`` is still at or below the
 model's first adapter layer, else the encoder runs whole, as before.
@@ -29,7 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +44,30 @@ from typing import Any
 import torch
 
 _PREFIX: ContextVar[EncoderPrefix | None] = ContextVar("adaptspeech_encoder_prefix", default=None)
+_HOOK_OWNERS: ContextVar[frozenset[object]] = ContextVar("adaptspeech_call_scoped_hooks", default=frozenset())
+
+
+@contextlib.contextmanager
+def call_scoped_hooks() -> Iterator[Callable[[Callable[..., Any]], Callable[..., Any]]]:
+    """Yields ``scoped(hook)``: ``hook`` wrapped so that it acts only on module calls made inside this block in this
+    thread / context; elsewhere (another thread's forward of the same module while the hook is registered) it returns
+    None, i.e. changes nothing. Register the wrapped hooks inside the block and remove them before leaving it."""
+    owner = object()
+    token = _HOOK_OWNERS.set(_HOOK_OWNERS.get() | {owner})
+
+    def scoped(hook: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(hook)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if owner not in _HOOK_OWNERS.get():
+                return None
+            return hook(*args, **kwargs)
+
+        return guarded
+
+    try:
+        yield scoped
+    finally:
+        _HOOK_OWNERS.reset(token)
 
 
 @dataclass(frozen=True)
@@ -112,15 +143,17 @@ def capturing_prefix(model: Any, start: int) -> Iterator[dict[str, Any]]:
     def layer_call(module: Any, args: tuple, kwargs: dict) -> None:
         captured["layer_input"] = args[0] if args else kwargs["hidden_states"]
 
-    handles = [spec.encoder_module(model.backbone).register_forward_pre_hook(encoder_call, with_kwargs=True)]
-    if start > 0:
-        layer = spec.encoder_layers(model.backbone)[start]
-        handles.append(layer.register_forward_pre_hook(layer_call, with_kwargs=True))
-    try:
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()
+    with call_scoped_hooks() as scoped:
+        encoder = spec.encoder_module(model.backbone)
+        handles = [encoder.register_forward_pre_hook(scoped(encoder_call), with_kwargs=True)]
+        if start > 0:
+            layer = spec.encoder_layers(model.backbone)[start]
+            handles.append(layer.register_forward_pre_hook(scoped(layer_call), with_kwargs=True))
+        try:
+            yield captured
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 @contextlib.contextmanager
@@ -156,10 +189,11 @@ def encode_from_prefix(model: Any, prefix: EncoderPrefix) -> torch.Tensor:
                 return (prefix.layer_input, *args[1:]), kwargs
             return args, {**kwargs, "hidden_states": prefix.layer_input}
 
-        handle = layer.register_forward_pre_hook(feed, with_kwargs=True)
-        try:
-            with spec.layers_from(model.backbone, prefix.start):
-                outputs = encoder(*prefix.encoder_args, **prefix.encoder_kwargs)
-        finally:
-            handle.remove()
+        with call_scoped_hooks() as scoped:
+            handle = layer.register_forward_pre_hook(scoped(feed), with_kwargs=True)
+            try:
+                with spec.layers_from(model.backbone, prefix.start):
+                    outputs = encoder(*prefix.encoder_args, **prefix.encoder_kwargs)
+            finally:
+                handle.remove()
     return spec.finish_encoder(model.backbone, outputs.last_hidden_state)

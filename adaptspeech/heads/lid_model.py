@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from .encoder_prefix import EncoderPrefix, capturing_prefix, reusing_prefix, shared_start
+from ..adapters.routing import NO_ADAPTERS, routing_call
+from .encoder_prefix import EncoderPrefix, call_scoped_hooks, capturing_prefix, reusing_prefix, shared_start
 from .lid import LIDConfig, LIDHead
 
 
@@ -51,17 +52,10 @@ class LanguageIDMixin:
 
     @contextlib.contextmanager
     def without_adapters(self) -> Iterator[None]:
-        """Run the encoder with no adapter and no fusion inside the block (the routing settings are restored after
-        it, also on an error)."""
-        config = self.config
-        saved = (list(config.active_languages), bool(config.fusion_active))
-        config.active_languages, config.fusion_active = [], False
-        self._sync_routing()
-        try:
+        """Run the encoder with no adapter and no fusion inside the block: a routing override for the calls of this
+        thread / context only (the model's settings are never written; other threads are not affected)."""
+        with routing_call(override=NO_ADAPTERS):
             yield
-        finally:
-            config.active_languages, config.fusion_active = saved
-            self._sync_routing()
 
     def lid_logits(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Language-ID logits.
@@ -108,20 +102,23 @@ class LanguageIDMixin:
         layer = self.config.lid.resolved_layer(self.config.num_encoder_layers)
         start = shared_start(self, layer)
         captured: list[torch.Tensor] = []
+        signal = _LayerReachedSignal()
 
         def capture(module: Any, args: Any, output: Any) -> None:
             captured.append(output[0] if isinstance(output, tuple) else output)
-            raise _LayerReachedSignal  # the layers above the pooled one are not run
+            raise signal  # the layers above the pooled one are not run
 
-        handle = spec.encoder_layers(self.backbone)[layer].register_forward_hook(capture)
         recording = capturing_prefix(self, start) if keep_prefix else contextlib.nullcontext({})
-        try:
-            with self.without_adapters(), recording as calls:
-                self.encode(inputs, attention_mask)
-        except _LayerReachedSignal:
-            pass
-        finally:
-            handle.remove()
+        try:  # the hook acts on this call only: another thread's forward passes the layer untouched
+            with call_scoped_hooks() as scoped, self.without_adapters(), recording as calls:
+                handle = spec.encoder_layers(self.backbone)[layer].register_forward_hook(scoped(capture))
+                try:
+                    self.encode(inputs, attention_mask)
+                finally:
+                    handle.remove()
+        except _LayerReachedSignal as reached:
+            if reached is not signal:
+                raise
         hidden = captured[0]
         mask = None if attention_mask is None else attention_mask.to(torch.bool)
         frame_mask = spec.frame_mask(self.backbone, mask, hidden.shape[1], hidden.shape[0])

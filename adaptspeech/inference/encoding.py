@@ -104,7 +104,7 @@ def blank_log_probs(model: Any, num_frames: int, lang_ids: torch.Tensor | None =
     """``[num_frames, V]`` log-probabilities of frames outside speech: blank 0, every other label impossible; ``V`` is
     the output size of the CTC head ``lang_ids`` selects (a language head may have a vocabulary of its own)."""
     head = model.ctc_head
-    width = head.output_layer(head.select(model._row_languages(lang_ids))).out_features
+    width = head.output_layer(head.select(model.row_languages(lang_ids))).out_features
     return torch.from_numpy(blank_grid(num_frames, width, model.config.pad_token_id))
 
 

@@ -4,8 +4,8 @@ identifier finds in it.
 Which system runs for a language (:func:`routed_to`):
 
 * the fusion's target language, on a model with a SimAdapter fusion: the fusion;
-* a language with an adapter: that adapter alone (:meth:`set_target_language`: its own CTC head and vocabulary when
-  it has them);
+* a language with an adapter: that adapter alone, with its own CTC head and vocabulary when it has them (what
+  :meth:`set_target_language` would select);
 * a language without an adapter (the identifier knows more languages than the model routes): the encoder without
   adapters, with a warning naming the language.
 
@@ -13,6 +13,14 @@ With ``top_k > 1`` the utterance is decoded once per candidate language (the ``k
 with the best ``log p_CTC(hypothesis | audio, language's system) + prior_weight * log p_LID(language | audio)`` is kept:
 the re-ranking MMS's language-ID recipe does in fairseq. The CTC score is the forward-algorithm log-likelihood of the
 hypothesis's token ids under the routed model's CTC output, one encoder call over the whole recording.
+
+Routing is **per call**: :func:`routed_to` and :func:`batch_routed_by_lid` run their block inside a
+:func:`~adaptspeech.adapters.routing.routing_call` with a :class:`~adaptspeech.adapters.routing.RoutingOverride`
+(:func:`routing_override`) that every adapter layer and the CTC head read instead of the model's settings; they never
+write ``config.active_languages`` / ``fusion_active`` and never switch a shared tokenizer (a per-language MMS
+vocabulary is read from a per-call copy: :func:`routed_tokenizer`). Two threads (a server) or two interleaved streams
+routed to different languages on one model therefore compute exactly what each computes alone, and an error inside a
+routed block leaves the model as it was.
 
 Long recordings are identified from their first :data:`DEFAULT_LID_SECONDS` seconds.
 
@@ -24,6 +32,7 @@ identified one (a recording decoded whole, not longer than what the identifier r
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +40,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ..adapters.routing import RoutingOverride, routing_call
 
 DEFAULT_LID_SECONDS = 30.0
 """Seconds of a recording the identifier reads (the start of a longer one)."""
@@ -47,31 +58,81 @@ def system_for(model: Any, language: str) -> str:
     return ADAPTER if language in model.adapter_languages else BASE
 
 
+def routing_override(model: Any, language: str) -> RoutingOverride:
+    """The per-call routing that runs ``language``'s system (:func:`system_for`): the fusion, its adapter alone, or no
+    adapter; ``language`` is the override's target (its CTC head when it has one)."""
+    system = system_for(model, language)
+    if system == FUSION:
+        return RoutingOverride(tuple(model.config.fusion.languages), True, language)
+    if system == ADAPTER:
+        return RoutingOverride((language,), False, language)
+    return RoutingOverride((), False, language)
+
+
+def language_tokenizer(tokenizer: Any, language: str) -> Any:
+    """``tokenizer`` reading ``language``'s vocabulary: itself for a flat vocabulary (or a nested one already set to
+    ``language``), else a copy switched with ``set_target_lang`` (the shared tokenizer is never written; the copy
+    shares the read-only nested vocabulary)."""
+    from ..heads.ctc import language_vocab_size
+
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    _, nested = language_vocab_size(tokenizer, language)
+    if not nested or getattr(tokenizer, "target_lang", None) == language:
+        return tokenizer
+    switched = copy.deepcopy(tokenizer, memo={id(tokenizer.vocab): tokenizer.vocab})
+    switched.set_target_lang(language)
+    return switched
+
+
+def routed_tokenizer(model: Any, language: str, tokenizer: Any) -> Any:
+    """The tokenizer that decodes ``language``'s system: for an adapter, ``language``'s vocabulary (a per-language MMS
+    vocabulary read from a copy, :func:`language_tokenizer`), checked against the CTC head it runs with; else
+    ``tokenizer`` itself.
+
+    Raises:
+        ValueError: the head's size differs from the vocabulary's (transformers #24223), naming both.
+    """
+    from ..heads.ctc import check_head_fits_vocabulary, language_vocab_size
+
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    if system_for(model, language) != ADAPTER:
+        return tokenizer
+    size, _ = language_vocab_size(tokenizer, language)
+    if getattr(model, "ctc_head", None) is not None:
+        check_head_fits_vocabulary(model.ctc_head.vocab_size_of(language), size, language, tokenizer)
+    return language_tokenizer(tokenizer, language)
+
+
+def routed_processor(model: Any, language: str, processor: Any) -> Any:
+    """``processor`` with :func:`routed_tokenizer`'s tokenizer (itself when that is its own; else a shallow copy)."""
+    tokenizer = routed_tokenizer(model, language, processor.tokenizer)
+    if tokenizer is processor.tokenizer:
+        return processor
+    routed = copy.copy(processor)
+    routed.tokenizer = tokenizer
+    return routed
+
+
 @contextlib.contextmanager
 def routed_to(model: Any, language: str, tokenizer: Any = None) -> Iterator[str]:
-    """Inside the block ``model`` runs ``language``'s system (yielded: :func:`system_for`); its routing settings are
-    restored afterwards.
+    """Inside the block the calls of this thread / context run ``language``'s system (yielded: :func:`system_for`)
+    through a per-call routing override; the model's settings are never written (see the module docstring).
 
     Args:
-        tokenizer: the processor's tokenizer; a per-language (MMS) vocabulary is switched to ``language``.
+        tokenizer: the processor's tokenizer, checked against the head ``language`` runs with; decode with
+            :func:`routed_tokenizer` / :func:`routed_processor` (a per-language MMS vocabulary is not switched in
+            place).
     """
-    config = model.config
-    saved = (list(config.active_languages), bool(config.fusion_active))
+    override = routing_override(model, language)
+    if tokenizer is not None:
+        routed_tokenizer(model, language, tokenizer)
     system = system_for(model, language)
-    try:
-        if system == FUSION:
-            model.set_fusion_active(True)
-        elif system == ADAPTER:
-            model.set_target_language(language, tokenizer)
-        else:
-            warnings.warn(f"language {language!r} was identified but the model has no adapter for it (it has "
-                          f"{', '.join(model.adapter_languages) or 'none'}): decoded with the encoder without adapters",
-                          stacklevel=3)
-            model.set_active_languages([])
+    if system == BASE:
+        warnings.warn(f"language {language!r} was identified but the model has no adapter for it (it has "
+                      f"{', '.join(model.adapter_languages) or 'none'}): decoded with the encoder without adapters",
+                      stacklevel=3)
+    with routing_call(override=override):
         yield system
-    finally:
-        config.active_languages, config.fusion_active = saved
-        model._sync_routing()
 
 
 @torch.no_grad()
@@ -177,13 +238,14 @@ def transcribe_auto(
         candidates = top_languages(log_probs, identifier.languages, top_k)
         decoded = []
         for language, lid_log_prob in candidates:  # an encoder call on the identified input starts from its prefix
-            with routed_to(model, language, processor.tokenizer), model.reusing_encoder_prefix(prefix):
-                result = transcribe(model, processor, [waveform], **transcribe_options)[0]
+            routed = routed_processor(model, language, processor)
+            with routed_to(model, language), model.reusing_encoder_prefix(prefix):
+                result = transcribe(model, routed, [waveform], **transcribe_options)[0]
                 entry = {"language": language, "lid_log_prob": round(lid_log_prob, 6)}
                 if len(candidates) > 1:
-                    batch = model_collator(model, processor, ctc_labels=False)([{kind.input_name: kind.extract(
+                    batch = model_collator(model, routed, ctc_labels=False)([{kind.input_name: kind.extract(
                         np.asarray(waveform, np.float32))}])
-                    likelihood = float(ctc_log_likelihoods(model, batch, [result.text], processor.tokenizer)[0])
+                    likelihood = float(ctc_log_likelihoods(model, batch, [result.text], routed.tokenizer)[0])
                     entry.update(ctc_log_likelihood=round(likelihood, 6),
                                  score=round(likelihood + prior_weight * lid_log_prob, 6))
             decoded.append((entry, result))
@@ -203,17 +265,16 @@ AUTO = "auto"
 def batch_routed_by_lid(model: Any, inputs: torch.Tensor, attention_mask: torch.Tensor | None,
                         tokenizer: Any = None) -> Iterator[dict[str, torch.Tensor]]:
     """Identify each utterance of a batch with the model's own language-ID head and run the block with the batch
-    routed: one language -> :func:`routed_to`; several languages that each have an adapter -> those adapters
-    routed per utterance. A model call on the same batch inside the block starts from what the language-ID pass
-    computed before the first adapter layer (:mod:`adaptspeech.heads.encoder_prefix`). Yields
-    ``{"language_ids": [B] (positions in config.lid_languages), "language_log_probs": [B]}``.
+    routed per call (the model's settings are never written): one language -> :func:`routed_to`; several languages
+    that each have an adapter -> those adapters routed per utterance. A model call on the same batch inside the block
+    starts from what the language-ID pass computed before the first adapter layer
+    (:mod:`adaptspeech.heads.encoder_prefix`). Yields ``{"language_ids": [B] (positions in config.lid_languages),
+    "language_log_probs": [B]}``; decode with :func:`routed_tokenizer` of the first row's language.
 
     Raises:
         ValueError: a batch mixing languages of which one runs the fusion or has no adapter (one line: use batch
             size 1).
     """
-    from ..adapters.routing import routing_call
-
     logits, prefix = model.lid_logits_with_prefix(inputs, attention_mask)
     best, ids = logits.log_softmax(-1).max(-1)
     languages = [model.config.lid_languages[int(i)] for i in ids]
@@ -227,12 +288,6 @@ def batch_routed_by_lid(model: Any, inputs: torch.Tensor, attention_mask: torch.
         raise ValueError(f"target_lang='auto': this batch holds utterances of {', '.join(systems)} "
                          f"({', '.join(f'{k}: {v}' for k, v in systems.items())}); only adapters can be routed per "
                          "utterance in one batch: call the pipeline with batch_size=1")
-    config = model.config
-    saved = (list(config.active_languages), bool(config.fusion_active))
-    try:
-        model.set_active_languages(list(systems))
-        with routing_call(languages), model.reusing_encoder_prefix(prefix):
-            yield extras
-    finally:
-        config.active_languages, config.fusion_active = saved
-        model._sync_routing()
+    override = RoutingOverride(tuple(systems), False, None)
+    with routing_call(languages, override=override), model.reusing_encoder_prefix(prefix):
+        yield extras

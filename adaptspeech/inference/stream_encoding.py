@@ -13,6 +13,11 @@ blocks, layer norms, language adapters and the SimAdapter fusion work frame by f
 same hooks as in a whole-utterance forward. Chunk by chunk thus equals the whole-utterance forward under the same chunk
 mask (``with chunk_attention(chunk_size, num_left_chunks): model(...)``; tested to 1e-5).
 
+A stream keeps its own routing: the per-utterance languages (``lang_ids``) and the
+:class:`~adaptspeech.adapters.routing.RoutingOverride` of the block it was started in (or given to
+:meth:`~StreamingMixin.start_stream`) travel in its :class:`EncoderStream` and route every chunk, so interleaved
+streams routed to different languages, in one thread or several, never change one another or the model's settings.
+
 The cache's size is bounded when ``num_left_chunks >= 0``: per layer ``num_left_chunks * chunk_size`` keys and values
 and ``k - 1`` (causal) or ``(k - 1) / 2`` (dynamic chunk) convolution frames, plus the front end's remainder and the
 frames of an incomplete chunk.
@@ -26,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..adapters.routing import routing_call
+from ..adapters.routing import RoutingOverride, current_override, routing_call
 from ..attention.chunking import chunk_attention, streaming_kinds
 from ..backbones.causal_conv import conv_stream_refusal
 from ..backbones.stream_front_end import StreamFrontEnd
@@ -50,6 +55,7 @@ class EncoderStream:
         front_end: the front end's buffers. state: the attention and convolution caches of every layer.
         pending: encoder-input frames ``[B, n, D]`` waiting for a whole chunk (None: none).
         row_languages: the language of each utterance for the adapters (None: the model's active languages).
+        override: the stream's routing (None: the model's settings).
         frames_out: encoder frames emitted so far. finished: True after ``final=True``.
     """
 
@@ -59,6 +65,7 @@ class EncoderStream:
     state: StreamState = field(default_factory=StreamState)
     pending: torch.Tensor | None = None
     row_languages: tuple[str, ...] | None = None
+    override: RoutingOverride | None = None
     frames_out: int = 0
     finished: bool = False
 
@@ -133,13 +140,16 @@ class StreamingMixin:
         num_left_chunks: int = -1,
         row_languages: tuple[str, ...] | None = None,
         warn: bool = True,
+        override: RoutingOverride | None = None,
     ) -> EncoderStream:
-        """A new :class:`EncoderStream` (checked by :meth:`check_stream_chunks`)."""
+        """A new :class:`EncoderStream` (checked by :meth:`check_stream_chunks`) routed by ``override`` (None: the
+        override of the enclosing routing call, if any, else the model's settings) for its whole life."""
         self.check_stream_chunks(chunk_size, warn)
         if num_left_chunks < -1:
             raise ValueError(f"num_left_chunks must be -1 (all) or >= 0, got {num_left_chunks}")
         front_end = self.config.backbone_spec.stream_front_end(self.backbone)
-        return EncoderStream(chunk_size, num_left_chunks, front_end, row_languages=row_languages)
+        return EncoderStream(chunk_size, num_left_chunks, front_end, row_languages=row_languages,
+                             override=current_override() if override is None else override)
 
     @torch.no_grad()
     def encode_chunk(
@@ -169,7 +179,7 @@ class StreamingMixin:
         if self.training:
             raise ValueError("encode_chunk runs in evaluation mode: call model.eval() first")
         if cache is None:
-            cache = self.start_stream(chunk_size, num_left_chunks, self._row_languages(lang_ids))
+            cache = self.start_stream(chunk_size, num_left_chunks, self.row_languages(lang_ids))
         if cache.finished:
             raise ValueError("this stream was finalised (final=True); start a new one with cache=None")
         front_in = inputs.transpose(1, 2) if inputs.dim() == 3 else inputs[:, None]  # time last
@@ -203,7 +213,7 @@ class StreamingMixin:
         with (
             streaming(cache.state),
             chunk_attention(cache.chunk_size, cache.num_left_chunks),
-            routing_call(cache.row_languages),
+            routing_call(cache.row_languages, override=cache.override),
         ):
             for layer in layers:
                 hidden = _layer_output(layer(hidden, attention_mask=None, relative_position_embeddings=None))

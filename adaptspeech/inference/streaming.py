@@ -32,9 +32,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..adapters.routing import current_override, routing_call
 from ..data.feature_types import FeatureType
 from ..decoding.hypothesis import Hypothesis
 from ..decoding.streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
+from .language_routing import routed_tokenizer, routing_override
 from .local_norm import DEFAULT_NORM_WINDOW_S
 from .silero import DEFAULT_THRESHOLD, check_threshold
 from .speech_finders import SPEECH_FINDERS
@@ -109,6 +111,11 @@ class StreamingRecognizer:
         method: ``ctc_greedy`` or ``ctc_beam`` (prefix beam search).
         beam_size: prefix beam width (None: 8, or 32 with an LM as the offline LM decoder).
         lang_ids: ``[1]`` the stream's language index, for a model routing several languages.
+        language: route the stream to this language's system (its adapter, the fusion for the fusion's target, the
+            encoder alone for a language without adapter: :func:`~adaptspeech.inference.language_routing.system_for`)
+            for this stream only, without changing the model's settings: streams of different languages can share
+            one model, interleaved or in threads. None: the model's settings (or the routing of the block the
+            recognizer is made in).
         norm_window_s: seconds of past audio the features are normalised over.
         endpoint_silence_s: end an utterance after this many seconds of blank following some text (None: never; the
             stream is then one utterance): its text moves to :meth:`pop_segments` and the search starts afresh.
@@ -143,6 +150,7 @@ class StreamingRecognizer:
         beta: float | None = None,
         rescore: bool = False,
         ctc_weight: float = 0.5,
+        language: str | None = None,
     ) -> None:
         if getattr(model, "ctc_head", None) is None:
             raise ValueError(f"streaming decodes with a CTC head; this model has head={model.config.head!r}")
@@ -157,6 +165,9 @@ class StreamingRecognizer:
         model.check_stream_chunks(self.chunk_size)  # refuse / warn now, not at the first chunk
         default_beam = LM_BEAM_SIZE if self.fusion is not None else 8
         self.method, self.beam_size, self.lang_ids = method, beam_size or default_beam, lang_ids
+        self.routing = current_override() if language is None else routing_override(model, language)
+        self.tokenizer = processor.tokenizer if language is None else \
+            routed_tokenizer(model, language, processor.tokenizer)
         self.features = FeatureType.of(processor.feature_extractor)
         self.units_per_frame = model.config.inputs_to_logits_ratio // self.features.unit_hop
         self.step_units = self.chunk_size * self.units_per_frame
@@ -204,8 +215,9 @@ class StreamingRecognizer:
         """Forget the stream: the next sample starts a new one."""
         self.stream_features = StreamFeatures(self.features, self.window)
         self.pending = self.features.empty()
-        rows = self.model._row_languages(self.lang_ids)
-        self.cache = self.model.start_stream(self.chunk_size, self.num_left_chunks, rows, warn=False)
+        rows = self.model.row_languages(self.lang_ids)
+        self.cache = self.model.start_stream(self.chunk_size, self.num_left_chunks, rows, warn=False,
+                                             override=self.routing)
         self.search = self._new_search()
         blank = self.model.config.pad_token_id
         self.endpointer: Endpointer | VADEndpointer | None = None
@@ -264,7 +276,7 @@ class StreamingRecognizer:
         if hidden.shape[1]:
             if self.rescore:
                 self.hidden.append(hidden)
-            with torch.no_grad():
+            with torch.no_grad(), routing_call(self.cache.row_languages, override=self.cache.override):
                 logits = model.ctc_head(hidden, row_languages=self.cache.row_languages)
             log_probs = logits.float().log_softmax(dim=-1)[0].cpu()
             self.search.accept(log_probs)
@@ -280,7 +292,7 @@ class StreamingRecognizer:
         frame_s = self.model.frame_milliseconds() / 1000
         if event == "end":
             end = self.frames - self.endpointer.trailing
-            text = label_text(self.processor.tokenizer, self._final_hypothesis().tokens)
+            text = label_text(self.tokenizer, self._final_hypothesis().tokens)
             self.segments.append({"text": text, "start": round(self.segment_start * frame_s, 3),
                                   "end": round(end * frame_s, 3)})
         self.search = self._new_search()
@@ -323,7 +335,7 @@ class StreamingRecognizer:
         every block)."""
         key = (id(self.search), self.search.frames, len(self.segments), self.final is not None)
         if getattr(self, "_partial", (None, ""))[0] != key:
-            self._partial = (key, label_text(self.processor.tokenizer, self.tokens()))
+            self._partial = (key, label_text(self.tokenizer, self.tokens()))
         return self._partial[1]
 
     def finalize(self) -> str:

@@ -63,7 +63,7 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     from adaptspeech.data.prepared_data import load_prepared
     from adaptspeech.evaluation import evaluate_dataset
     from adaptspeech.inference.language_id import HeadIdentifier
-    from adaptspeech.inference.language_routing import routed_to, system_for
+    from adaptspeech.inference.language_routing import routed_processor, routed_to, system_for
     from adaptspeech.lid_evaluation import evaluate_dataset_auto, lid_accuracy
 
     options = dict(options or {})
@@ -80,8 +80,9 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     per_language: dict[str, Any] = {}
     for language in model.config.lid_languages:
         indices = [i for i, lang in enumerate(rows["language"]) if lang == language]
-        with routed_to(model, language, processor.tokenizer) as system:
-            known = evaluate_dataset(model, rows.select(indices), processor, method, batch_size, progress, **options)
+        with routed_to(model, language) as system:
+            known = evaluate_dataset(model, rows.select(indices), routed_processor(model, language, processor), method,
+                                     batch_size, progress, **options)
         per_language[language] = {
             "system": system,
             "utterances": len(indices),

@@ -257,3 +257,40 @@ def test_a_lora_language_joins_a_model_that_get_peft_model_wrapped(backbone_type
     model.remove_language_adapter("uk")
     peft_model.eval()
     assert lora_module_names(model) == [] and torch.equal(logits(peft_model, inputs), before)  # as before uk
+
+
+def test_a_routing_override_runs_its_lora_language_without_touching_peft_s_active_adapters() -> None:
+    import threading
+
+    from adaptspeech.adapters.routing import RoutingOverride, routing_call
+
+    model = make_model(adapters={"ro": LORA, "cs": LORA})
+    randomize_lora(model)
+    inputs = tiny_inputs(model.config)
+    expected = {}
+    for language in ("ro", "cs"):
+        model.set_active_languages([language])
+        expected[language] = logits(model, inputs)
+    expected["none"] = logits(plain_copy(model), inputs)
+    model.set_active_languages(["ro"])
+    peft_state = [list(layer.active_adapters) for layer in model.modules() if isinstance(layer, LoraLayer)]
+    overrides = {"ro": RoutingOverride(("ro",)), "cs": RoutingOverride(("cs",)), "none": RoutingOverride()}
+    barrier = threading.Barrier(3, timeout=30)
+    got: dict[str, list[bool]] = {}
+
+    def run(name: str) -> None:
+        same = []
+        for _ in range(10):
+            with routing_call(override=overrides[name]):
+                barrier.wait()
+                same.append(torch.equal(logits(model, inputs), expected[name]))
+        got[name] = same
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in overrides]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == {name: [True] * 10 for name in overrides}  # bit-identical to the settings' routing
+    assert [list(layer.active_adapters) for layer in model.modules() if isinstance(layer, LoraLayer)] == peft_state
+    assert model.config.active_languages == ["ro"]

@@ -14,6 +14,7 @@ from helpers.lid import LID_LANGUAGES, lid_stage, tone_clip, two_language_corpus
 from transformers import AutoProcessor, pipeline
 
 from adaptspeech import AdaptSpeechForCTC
+from adaptspeech.adapters.routing import effective_routing
 from adaptspeech.data.prepared_data import load_prepared
 from adaptspeech.evaluation import evaluate_dataset
 from adaptspeech.inference.language_id import HeadIdentifier
@@ -89,16 +90,30 @@ def test_top_k_keeps_the_best_ctc_log_likelihood_plus_the_lid_log_prior(routed_m
 
 
 def test_the_fusion_target_runs_the_fusion_and_a_language_without_adapter_the_bare_encoder(routed_model) -> None:
-    model, _ = _load(routed_model[0])
+    model, processor = _load(routed_model[0])
     model.add_fusion(list(LID_LANGUAGES), target_language="cs", activate=False)
+    inputs = processor.feature_extractor(tone_clip("cs", 8), sampling_rate=16000, return_tensors="pt").input_values
+
+    def logits():
+        with torch.no_grad():
+            return model(input_values=inputs).logits
+
     with routed_to(model, "cs") as system:
-        assert system == FUSION and model.config.fusion_active
+        routing, routed = effective_routing(model.routing), logits()
+        assert system == FUSION and routing.fusion_active and not model.config.fusion_active
+    model.set_fusion_active(True)
+    assert torch.equal(routed, logits())  # what the user's setting runs
+    model.set_active_languages([])
     with routed_to(model, "ro") as system:
-        assert system == ADAPTER and model.config.active_languages == ["ro"] and not model.config.fusion_active
+        routing, routed = effective_routing(model.routing), logits()
+        assert system == ADAPTER and routing.active_languages == ["ro"] and not routing.fusion_active
+    model.set_target_language("ro")
+    assert torch.equal(routed, logits())
+    model.set_active_languages([])
     with pytest.warns(UserWarning, match="language 'pl' was identified but the model has no adapter for it"), \
             routed_to(model, "pl") as system:
-        assert system == BASE and model.config.active_languages == []
-    assert model.config.active_languages == [] and not model.config.fusion_active  # restored
+        assert system == BASE and effective_routing(model.routing).active_languages == []
+    assert model.config.active_languages == [] and not model.config.fusion_active  # never written
 
 
 def test_a_recording_too_short_for_the_pooled_statistics_is_skipped_saying_why(routed_model) -> None:
@@ -190,3 +205,231 @@ def test_target_lang_auto_on_a_model_without_a_language_id_head_is_refused(tmp_p
     folder = model_folder(tmp_path, backbone="wav2vec2")
     with pytest.raises(ValueError, match=r"target_lang='auto': .* has no language-ID head; train one"):
         AdaptSpeechForCTC.from_pretrained(folder, target_lang="auto")
+
+
+# --- routing per call: threads, interleaved streams, errors -----------------------------------------------------------
+
+ROUTING_FIELDS = ("active_languages", "fusion_active")
+
+
+class _SettingsGuard:
+    """Makes ``model.config`` and ``model.routing`` refuse every write of the routing settings (restored on exit): the
+    inference paths must route per call, never through the model's settings."""
+
+    def __init__(self, model) -> None:
+        self.objects = [model.config, model.routing]
+
+    def __enter__(self) -> _SettingsGuard:
+        for obj in self.objects:
+            cls = type(obj)
+
+            def refuse(self, name, value, _cls=cls):
+                if name in ROUTING_FIELDS:
+                    raise AssertionError(f"an inference path wrote {type(self).__name__}.{name} = {value!r}")
+                _cls.__setattr__(self, name, value)
+
+            obj.__class__ = type(f"Guarded{cls.__name__}", (cls,), {"__setattr__": refuse})
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for obj in self.objects:
+            obj.__class__ = obj.__class__.__mro__[1]
+
+
+def _settings(model) -> tuple:
+    return (list(model.config.active_languages), model.config.fusion_active, list(model.routing.active_languages),
+            model.routing.fusion_active)
+
+
+def _in_threads(work, count: int = 2) -> list:
+    """``work(i)`` in ``count`` threads; returns their results (re-raising the first error)."""
+    import threading
+
+    results, errors = [None] * count, []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = work(i)
+        except BaseException as err:  # handed to the test thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def test_two_threads_routed_to_different_languages_get_exactly_what_each_gets_alone(routed_model) -> None:
+    import threading
+
+    model, processor = _load(routed_model[0])
+    before = _settings(model)
+    inputs = processor.feature_extractor(tone_clip("ro", 5), sampling_rate=16000, return_tensors="pt").input_values
+    alone = {}
+    for language in LID_LANGUAGES:
+        with torch.no_grad(), routed_to(model, language):
+            alone[language] = model(input_values=inputs).logits
+    assert not torch.equal(alone["ro"], alone["cs"])
+    barrier = threading.Barrier(2, timeout=30)
+
+    def work(i: int) -> int:
+        language, same = LID_LANGUAGES[i], 0
+        for _ in range(30):
+            with torch.no_grad(), routed_to(model, language):
+                barrier.wait()  # both threads inside their routed blocks at once
+                same += torch.equal(model(input_values=inputs).logits, alone[language])
+        return same
+
+    assert _in_threads(work) == [30, 30]
+    assert _settings(model) == before
+
+
+def test_automatic_routing_from_two_threads_gives_each_its_own_text(routed_model) -> None:
+    import threading
+
+    model, processor = _load(routed_model[0])
+    identifier = HeadIdentifier(model, processor)
+    before = _settings(model)
+    waves = {language: tone_clip(language, 9) for language in LID_LANGUAGES}
+    alone = {language: transcribe_auto(model, processor, [wave], identifier)[0].text for language, wave in
+             waves.items()}
+    known = {}
+    for language, wave in waves.items():
+        model.set_target_language(language)
+        known[language] = transcribe(model, processor, [wave])[0].text
+    model.set_active_languages([])
+    assert alone == known and alone["ro"] != alone["cs"]
+    barrier = threading.Barrier(2, timeout=30)
+
+    def work(i: int) -> list[tuple[str, str]]:
+        language, got = LID_LANGUAGES[i], []
+        for _ in range(20):
+            barrier.wait()
+            result = transcribe_auto(model, processor, [waves[language]], identifier)[0]
+            got.append((result.extra["language"], result.text))
+        return got
+
+    for i, got in enumerate(_in_threads(work)):
+        language = LID_LANGUAGES[i]
+        assert got == [(language, alone[language])] * 20
+    assert _settings(model) == before
+
+
+def test_a_language_id_pass_in_another_thread_leaves_this_thread_s_forward_alone(routed_model) -> None:
+    """While one thread is inside its language-ID pass (held there at the first encoder layer), another runs whole
+    routed forwards: they are neither stopped at the pooled layer nor run without adapters."""
+    import threading
+
+    model, processor = _load(routed_model[0])
+    inputs = processor.feature_extractor(tone_clip("cs", 4), sampling_rate=16000, return_tensors="pt").input_values
+    with torch.no_grad(), routed_to(model, "cs"):
+        alone = model(input_values=inputs).logits
+    lid_alone = model.lid_logits(inputs)
+    inside, done = threading.Event(), threading.Event()
+    lid_thread: list[threading.Thread] = []
+
+    def hold(module, args) -> None:
+        if lid_thread and threading.current_thread() is lid_thread[0] and not inside.is_set():
+            inside.set()
+            assert done.wait(60)
+
+    layer = model.config.backbone_spec.encoder_layers(model.backbone)[0]
+    handle = layer.register_forward_pre_hook(hold)
+
+    def work(i: int):
+        if i == 0:
+            lid_thread.append(threading.current_thread())
+            return model.lid_logits(inputs)
+        try:
+            assert inside.wait(60)
+            with torch.no_grad(), routed_to(model, "cs"):
+                return [model(input_values=inputs).logits for _ in range(3)]
+        finally:
+            done.set()
+
+    try:
+        lid, routed = _in_threads(work)
+    finally:
+        handle.remove()
+    assert torch.equal(lid, lid_alone)
+    assert all(torch.equal(logits, alone) for logits in routed)
+
+
+def test_the_pipeline_with_target_lang_auto_from_two_threads(routed_model) -> None:
+    import threading
+
+    folder = str(routed_model[0])
+    model = AdaptSpeechForCTC.from_pretrained(folder, target_lang="auto")
+    processor = AutoProcessor.from_pretrained(folder)
+    asr = [pipeline("automatic-speech-recognition", model=model, tokenizer=processor.tokenizer,
+                    feature_extractor=processor.feature_extractor) for _ in range(2)]
+    waves = {language: tone_clip(language, 13) for language in LID_LANGUAGES}
+    alone = {language: asr[0](np.array(wave))["text"] for language, wave in waves.items()}
+    barrier = threading.Barrier(2, timeout=30)
+
+    def work(i: int) -> list[tuple[str, str]]:
+        language, got = LID_LANGUAGES[i], []
+        for _ in range(15):
+            barrier.wait()
+            out = asr[i](np.array(waves[language]))
+            got.append((out["language"], out["text"]))
+        return got
+
+    for i, got in enumerate(_in_threads(work)):
+        assert got == [(LID_LANGUAGES[i], alone[LID_LANGUAGES[i]])] * 15
+    assert model.config.active_languages == [] and not model.config.fusion_active
+
+
+def test_no_inference_path_writes_the_model_s_routing_settings(routed_model) -> None:
+    model, processor = _load(routed_model[0])
+    dataset, _ = load_prepared(routed_model[1])
+    identifier = HeadIdentifier(model, processor)
+    model.add_fusion(list(LID_LANGUAGES), target_language="cs", activate=False)
+    wave = tone_clip("ro", 3)
+    with _SettingsGuard(model):
+        for language in (*LID_LANGUAGES, "pl"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with routed_to(model, language, processor.tokenizer):
+                    transcribe(model, processor, [wave])
+        transcribe_auto(model, processor, [wave, tone_clip("cs", 3)], identifier, top_k=2)
+        evaluate_dataset_auto(model, dataset["test"], processor, identifier, batch_size=4, progress=False)
+        with model.without_adapters():
+            model.lid_logits(torch.from_numpy(wave)[None])
+    assert model.config.active_languages == [] and not model.config.fusion_active
+
+
+def test_an_error_inside_a_routed_call_leaves_the_model_s_settings_unchanged(routed_model) -> None:
+    model, processor = _load(routed_model[0])
+    model.set_target_language("ro")
+    before = _settings(model)
+    inputs = processor.feature_extractor(tone_clip("cs", 6), sampling_rate=16000, return_tensors="pt").input_values
+    with torch.no_grad():
+        expected = model(input_values=inputs).logits
+    with pytest.raises(RuntimeError, match="inside"), routed_to(model, "cs"):
+        with torch.no_grad():
+            model(input_values=inputs)
+        raise RuntimeError("inside the routed block")
+    with pytest.raises(ValueError, match="top_k must be at least 1"):
+        transcribe_auto(model, processor, [tone_clip("cs", 6)], HeadIdentifier(model, processor), top_k=0)
+    assert _settings(model) == before
+    with torch.no_grad():
+        assert torch.equal(model(input_values=inputs).logits, expected)
+
+
+def test_inference_modules_hold_no_write_of_the_routing_settings() -> None:
+    import re
+    from pathlib import Path
+
+    import adaptspeech
+
+    root = Path(adaptspeech.__file__).parent
+    files = [*sorted((root / "inference").rglob("*.py")), root / "pipeline.py", root / "lid_evaluation.py"]
+    writes = [f"{path.relative_to(root)}:{n}" for path in files
+              for n, line in enumerate(path.read_text().splitlines(), 1)
+              if re.search(r"\b(active_languages|fusion_active)\s*=[^=]", line)]
+    assert writes == []

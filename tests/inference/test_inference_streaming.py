@@ -137,3 +137,51 @@ def test_endpointing_ends_an_utterance_after_silence(streaming_folder) -> None:
     say(word, 0.6)
     recognizer.finalize()
     assert recognizer.text() == f"{segment['text']} {recognizer.partial()}"
+
+
+def test_two_interleaved_streams_routed_to_different_languages_equal_each_alone(tmp_path) -> None:
+    import threading
+
+    folder = save_tiny_model(tmp_path / "two", streaming=True)
+    model, processor = load(folder)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "language_adapters" in name or "ctc_head" in name:
+                parameter.normal_(0.0, 0.5)
+    before = (list(model.config.active_languages), model.config.fusion_active)
+    waves = {"ro": audio(1.9, seed=4), "cs": audio(1.9, seed=5)}
+
+    def recognizer(language: str) -> StreamingRecognizer:
+        return StreamingRecognizer(model, processor, chunk_ms=160, language=language)
+
+    alone = {}
+    for language, wave in waves.items():
+        alone[language] = feed(recognizer(language), wave, 1600)
+    other = feed(recognizer("ro"), waves["cs"], 1600)
+    assert other != alone["cs"]  # the language changes the text
+    streams = {language: recognizer(language) for language in waves}
+    together: dict[str, list[str]] = {language: [] for language in waves}
+    for start in range(0, len(waves["ro"]), 1600):  # interleaved block by block in one thread
+        for language, stream in streams.items():
+            together[language].append(stream.accept_waveform(waves[language][start : start + 1600]))
+    for language, stream in streams.items():
+        together[language].append(stream.finalize())
+    assert together == alone
+    barrier = threading.Barrier(2, timeout=30)
+    results: dict[str, list[str]] = {}
+
+    def run(language: str) -> None:
+        stream, partials = recognizer(language), []
+        for start in range(0, len(waves[language]), 1600):
+            barrier.wait()
+            partials.append(stream.accept_waveform(waves[language][start : start + 1600]))
+        results[language] = [*partials, stream.finalize()]
+
+    threads = [threading.Thread(target=run, args=(language,)) for language in waves]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == alone
+    assert (list(model.config.active_languages), model.config.fusion_active) == before

@@ -14,7 +14,7 @@ from ..bottleneck import BottleneckAdapter
 from ..config import FusionConfig
 from ..engine import fuse, route
 from ..fusion import SimAdapterFusion
-from ..routing import current_call, routing_call
+from ..routing import current_call, current_override, routing_call
 from .config import SpeechAdapterConfig
 
 
@@ -117,8 +117,16 @@ class SpeechAdapterLayer(nn.Module, BaseTunerLayer):
 
     # --- forward -------------------------------------------------------------------------------------------------
     def _active(self) -> tuple[list[str], list[str]]:
-        """(active bottleneck adapters, active fusion adapters) present on this layer."""
+        """(active bottleneck adapters, active fusion adapters) present on this layer. A call with a routing override
+        (:class:`~adaptspeech.adapters.routing.RoutingOverride`) runs the override's languages (its fusion on: the
+        active fusion adapters; off: none) instead of peft's active adapters."""
         active = self.active_adapters
+        override = current_override()
+        if override is not None:
+            fusions = [a for a in active if a in self.speech_adapter_fusion] if override.fusion_active else []
+            if fusions:
+                return [], fusions
+            return [a for a in override.active_languages if a in self.speech_adapter_bottleneck], []
         return (
             [a for a in active if a in self.speech_adapter_bottleneck],
             [a for a in active if a in self.speech_adapter_fusion],
