@@ -26,7 +26,7 @@ shift || true
 case "$cmd" in
   demo)
     # OpenMP threads that wait at a barrier sleep instead of spinning: on a machine where other work runs, 2 spinning
-    # threads made a training step 15-38x slower (docs/benchmarks.md, "Threads on a busy machine"); read when torch
+    # threads made a training step 15-37x slower (docs/benchmarks.md, "Threads on a busy machine"); read when torch
     # loads, so it is set here, before Python starts
     export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
     exec adaptspeech demo "$@" ;;

@@ -2,9 +2,10 @@
 cores busy.
 
 OpenMP threads meet at a barrier after every parallel operation. On a machine where another process runs, one of
-them is descheduled now and then and the others wait for it at each barrier: on 2 cores beside one CPU-bound process
-a training step on 2 threads took 3-5 times as long as on 1 (``scripts/bench_threads_busy.py``,
-docs/benchmarks.md). ``auto`` measures, when the run starts, how many cores' worth of CPU the other processes use
+them is descheduled now and then and the others wait for it at each barrier, spinning by default: on a busy 2-core
+machine the demo base's step on 2 threads took 15-37 times as long as on 1 (``scripts/bench_threads_busy.py``,
+docs/benchmarks.md; ``OMP_WAIT_POLICY=PASSIVE``, set before torch loads, removes most of it).
+``auto`` measures, when the run starts, how many cores' worth of CPU the other processes use
 (``/proc/stat`` over :data:`SAMPLE_SECONDS`, less this process's own CPU time; the 1-minute load average where
 ``/proc/stat`` is missing) and trains with the cores they leave free (:func:`choose_threads`), at least one.
 
