@@ -34,11 +34,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, Protocol
 
-import torch
-
 from ..overrides import apply_overrides, load_yaml
 from ..progress import library_progress_bars
 from ..registry import Registry
+from ..training.threads import apply_threads
 from .spec import DEFAULT_TASK, RecipeError, RecipeSpec
 
 RECIPE_FILE = "recipe.yaml"
@@ -343,9 +342,9 @@ def schedule(
 
 
 def set_threads(spec: RecipeSpec) -> None:
-    """Use the recipe's ``threads`` torch threads (None: leave torch's setting)."""
-    if spec.threads:
-        torch.set_num_threads(int(spec.threads))
+    """Use the recipe's ``threads`` torch threads: a count, ``auto`` (the cores other processes leave free now; one
+    line when the machine is busy, :func:`~adaptspeech.training.threads.apply_threads`) or None (torch's setting)."""
+    apply_threads(spec.threads)
 
 
 def print_outputs(folder: Path, names: Sequence[str]) -> None:

@@ -8,7 +8,7 @@ setting by key or meets a value of the wrong type hours into training.
     python: [study.py]   # the folder's own Python (paths inside the folder), imported first: it registers its task
     name: my_recipe
     output_dir: runs/my_recipe
-    threads: null        # torch threads (null: torch's default)
+    threads: null        # torch threads: a count, auto (the cores other processes leave free) or null (torch's default)
     seed: 0
     progress: true       # progress bars (false: log lines only; also hides datasets' and transformers' bars)
 
@@ -38,6 +38,7 @@ from ..training.spec_types import (
     check_section,
     optional,
 )
+from ..training.threads import THREADS
 
 DEFAULT_TASK = "simadapter"
 """The task of a ``recipe.yaml`` without ``task:``: the SimAdapter protocol."""
@@ -139,7 +140,8 @@ class RecipeSpec:
         task: the registered task that runs it.
         python: the folder's own modules, paths inside the folder.
         name: the recipe's name.
-        threads: torch threads (None: torch's default).
+        threads: torch threads: a count, ``"auto"`` (:func:`~adaptspeech.training.threads.apply_threads`: the cores
+            the other processes leave free when the run starts) or None (torch's default).
         seed: the recipe's seed.
         progress: progress bars (False: log lines only).
     """
@@ -149,7 +151,7 @@ class RecipeSpec:
     task: str = DEFAULT_TASK
     python: tuple[str, ...] = ()
     name: str | None = None
-    threads: int | None = None
+    threads: int | str | None = None
     seed: int = 0
     progress: bool = True
 
@@ -159,7 +161,7 @@ class RecipeSpec:
         "python": STRINGS,
         "name": optional(STR),
         "output_dir": NON_EMPTY_STR,
-        "threads": optional(POSITIVE_INT),
+        "threads": optional(THREADS),
         "seed": INT,
         "progress": BOOL,
     }

@@ -144,7 +144,8 @@ def test_the_command_line_names_no_recipe():
     ("folder", "override", "message"),
     [
         ("synthetic_demo", "progress=maybe", r"recipe\.progress: expected true or false, got 'maybe'"),
-        ("synthetic_demo", "threads=0", r"recipe\.threads: expected a positive integer or null, got 0"),
+        ("synthetic_demo", "threads=0", r"recipe\.threads: expected a positive integer or 'auto' or null, got 0"),
+        ("synthetic_demo", "threads=two", r"recipe\.threads: expected a positive integer or 'auto' or null, got 'two'"),
         ("synthetic_demo", "corpus.kind=synthetic", r"corpus\.kind: the corpus's type is set as corpus\.type"),
         ("common_voice", "corpus.clips=3", r"corpus: unknown setting\(s\) clips; allowed settings: clips_per_lang"),
         ("synthetic_demo", "evaluation.method=viterbi", r"evaluation\.method 'viterbi' unknown"),
@@ -156,6 +157,12 @@ def test_the_command_line_names_no_recipe():
 def test_settings_are_typed_and_checked_at_load(folder, override, message):
     with pytest.raises(RecipeError, match=message):
         load_recipe(f"recipes/{folder}", [override])
+
+
+def test_threads_take_a_count_auto_or_null_and_the_demo_defaults_to_auto():
+    assert load_recipe("recipes/synthetic_demo").threads == "auto"  # fewer threads on a busy machine
+    assert load_recipe("recipes/synthetic_demo", ["threads=1"]).threads == 1
+    assert load_recipe("recipes/synthetic_demo", ["threads=null"]).threads is None
 
 
 def test_stage_overrides_and_corpus_settings():
