@@ -40,7 +40,15 @@ from .engine import RECIPE_TASKS, Action, RecipeTask, check_only, recipe_task, s
 from .languages import retarget_stages
 from .protocol_evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
 from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
-from .protocol_stages import PlannedStage, load_stage_outputs, prepare_data, recipe_plan, stage_spec, train_recipe_stage
+from .protocol_stages import (
+    PREPARED,
+    PlannedStage,
+    load_stage_outputs,
+    prepare_data,
+    recipe_plan,
+    stage_spec,
+    train_recipe_stage,
+)
 from .self_training_settings import SELF_TRAINING_STEP
 from .spec import RecipeSpec
 
@@ -61,10 +69,10 @@ def run_protocol(spec: SimAdapterRecipe, only: Sequence[str] | None = None) -> d
     set_threads(spec)
     spec.output_dir.mkdir(parents=True, exist_ok=True)
     total_start = time.perf_counter()
-    prepared = prepare_data(spec)
     plan = recipe_plan(spec)
-    for stage in plan:
-        stage_spec(spec, stage, prepared)  # validate every stage before the long work
+    for stage in plan:  # validate every stage (its overrides too) before the long work: the corpus, the data
+        stage_spec(spec, stage, spec.output_dir / PREPARED)
+    prepared = prepare_data(spec)
     results: dict[str, Any] = {}
     histories: dict[str, list[dict[str, Any]]] = {}
     for stage, action in schedule(task, spec, only):

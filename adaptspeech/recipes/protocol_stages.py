@@ -16,6 +16,9 @@ from ..training.stage import StageSpec, run_stage
 from .protocol_spec import SimAdapterRecipe
 from .spec import RecipeError
 
+#: the prepared data's folder inside the recipe's ``output_dir``
+PREPARED = "prepared"
+
 
 @dataclass(frozen=True)
 class PlannedStage:
@@ -40,7 +43,7 @@ def prepare_data(spec: SimAdapterRecipe) -> Path:
     out = spec.output_dir
     corpus = spec.corpus
     languages = [*spec.sources, spec.target]
-    prepared_dir = out / "prepared"
+    prepared_dir = out / PREPARED
     if (prepared_dir / "dataset" / "dataset_dict.json").is_file() and (prepared_dir / "processor").is_dir():
         log(f"prepared data found in {prepared_dir}: reusing it")
         return prepared_dir
