@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ..data.array_rows import column_list, take_rows, with_array_rows
 from ..data.feature_types import FeatureType
-from ..data.output_folder import atomic_output_folder
+from ..data.output_folder import atomic_output_folder, check_output_folder
 from ..data.prepared_corpus import COMPLETE_MARKER
 from ..data.pseudo_labelled import LABELS_FILE, PSEUDO_SPLIT, SUMMARY_FILE, ConfidenceFilter, check_vocabulary
 from ..decoding.confidence import best_path_words, utterance_confidence
@@ -194,6 +194,7 @@ def pseudo_label(
         on_batch: called with the number of rows labelled so far after each batch is written (progress hooks).
 
     Raises:
+        NotADirectoryError, FileExistsError: ``out_dir`` is a file, or a folder of other files (checked first).
         ValueError: the pool's inputs are not the model's, a labelling vocabulary lacks target characters, a work
             folder of another run, or the filter keeps nothing.
     """
@@ -203,6 +204,7 @@ def pseudo_label(
     from ..data.prepared_data import load_prepared, select_languages
 
     out = Path(out_dir).absolute()
+    check_output_folder(out, COMPLETE_MARKER, "adaptspeech pseudo-label")  # before any segment is decoded
     confidence_filter = confidence_filter or ConfidenceFilter()
     rows, pool_extractor = load_pool(pool_dir)
     made, read = FeatureType.of(pool_extractor), FeatureType.of(processor.feature_extractor)
