@@ -375,4 +375,5 @@ def print_outputs(folder: Path, names: Sequence[str]) -> None:
     if first.is_file():
         print(first.read_text())
     written = [str(folder / name) for name in names if (folder / name).exists()]
-    print(f"wrote {', '.join(written)}")
+    if written:
+        print(f"wrote {', '.join(written)}")

@@ -125,6 +125,11 @@ def train_recipe_stage(
     return summary, result.log_history
 
 
+def stage_finished(spec: SimAdapterRecipe, name: str) -> bool:
+    """Whether the stage ``name`` ran before (its ``stage_summary.json``, written last, is there)."""
+    return (spec.output_dir / name / "stage_summary.json").is_file()
+
+
 def load_stage_outputs(spec: SimAdapterRecipe, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``stage_summary.json`` and ``log_history.json`` of a stage that ran before (e.g. skipped by ``--only``)."""
     stage_dir = spec.output_dir / name
