@@ -226,3 +226,20 @@ def test_a_bad_out_is_refused_before_the_pool_is_decoded(setup, tmp_path, capsys
     assert code == 1 and one_error_line(err).startswith(f"adaptspeech: error: --out {out}: ")
     assert not (tmp_path / ".out.labelling").exists()
     assert (out.read_text() == "notes") if kind == "file" else ((out / "notes.txt").read_text() == "mine")
+
+
+def test_a_model_that_decodes_nothing_is_named_so(setup, tmp_path, capsys):
+    """Every label empty: the line says the model decoded nothing, not that the filter removed every label."""
+    import torch
+
+    root, model_dir = setup
+    model, processor = _load(model_dir)
+    with torch.no_grad():
+        model.ctc_head.lm_head.bias[model.config.pad_token_id] += 100.0  # the blank on every frame
+    model.save_pretrained(tmp_path / "blank")
+    processor.save_pretrained(tmp_path / "blank")
+    code, _, err = run_main(["pseudo-label", "--model", tmp_path / "blank", "--data", root / "pool", "--out",
+                             tmp_path / "q", "--keep-fraction", "0.8", "--no-progress"], capsys)
+    assert code == 1 and one_error_line(err) == (f"adaptspeech: error: --data {root / 'pool'}: the labelling model "
+                                                 f"decoded nothing: empty text for all {ROWS} utterances (is it "
+                                                 "trained, and on this language?)")
