@@ -133,7 +133,13 @@ def prepare_adapter_folder(
     return folder
 
 
-def _endpoint_reachable(timeout: float = 3.0) -> bool:
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set (``1``, ``true``, ``yes``): nothing is fetched from or pushed to the Hub."""
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub's endpoint (``HF_ENDPOINT``, else huggingface.co) accepts a connection within ``timeout`` s."""
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     host = urlparse(endpoint).hostname or "huggingface.co"
     port = urlparse(endpoint).port or 443
@@ -160,9 +166,9 @@ def push_folder(
     folder = Path(folder)
     if not folder.is_dir() or not any(folder.iterdir()):
         raise PushError(f"nothing to push: {folder} is missing or empty")
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+    if hub_offline():
         raise PushError(f"cannot push to {repo_id}: HF_HUB_OFFLINE is set (the folder {folder} is ready to upload)")
-    if not _endpoint_reachable():
+    if not hub_reachable():
         raise PushError(f"cannot push to {repo_id}: the Hub is unreachable (no network); {folder} is ready to upload")
     from huggingface_hub import HfApi
 

@@ -68,7 +68,8 @@ def _add_pseudo_label(subparsers: argparse._SubParsersAction) -> None:
                          help="the target's labelled data: its vocabulary writes the labels (the model's must cover "
                          "it) and its dev split is the confidence reference of the pool check")
     command.add_argument("--language", default=None,
-                         help="the adapter to use when the model routes several languages")
+                         help="the adapter to use when the model routes several languages (it then labels with that "
+                         "language's adapter alone)")
     command.add_argument("--beam-size", type=_positive_int, default=None,
                          help="beam width of the LM beam search (default 32)")
     command.add_argument("--batch-size", type=_positive_int, default=16, help="segments per batch (default 16)")
@@ -92,9 +93,8 @@ def _run_pseudo_label(args: argparse.Namespace) -> int:
         raise CommandError(f"--model {args.model}: pseudo-labelling reads a CTC head; this model has "
                            f"head={model.config.head!r}")
     _check_vocabulary(model, processor, args.model)
-    if _model_language(model, args.language, args.model) is not None:
-        raise CommandError(f"--model {args.model} routes several languages per utterance: label with a model of one "
-                           "language (or its fusion)")
+    if _model_language(model, args.language, args.model) is not None:  # a routed model: that language's adapter
+        model.set_target_language(args.language, processor)
     options: dict[str, float | int] = {} if args.beam_size is None else {"beam_size": args.beam_size}
     lm_decoder, _ = _lm_decoder(args, model, processor, "ctc_beam", dict(options))
     lm_key = None

@@ -48,6 +48,9 @@ POOL_SPLIT = "pool"
 """The one split of a pool's ``DatasetDict``."""
 POOL_MARKER = "pool_config.json"
 """Written last into a pool folder: a folder without it is not a pool."""
+OTHER_TSV_SOURCE = " (other.tsv)"
+"""How ``pool_config.json``'s ``source`` of a Common Voice ``other.tsv`` pool ends (after the release folder); an
+audio folder's pool records the folder alone."""
 AUDIO_EXTENSIONS: tuple[str, ...] = (".wav", ".flac", ".mp3", ".ogg")
 """The files :func:`prepare_audio_folder` reads (any case)."""
 POOL_SAMPLING_RATE = 16000
@@ -298,8 +301,8 @@ def prepare_common_voice_other(root: str | os.PathLike[str], language: str, out_
     """A pool of the release's ``other.tsv`` clips of ``language`` (sentences dropped); ``settings`` as
     :func:`prepare_pool`'s. A clip listed but missing on disk is skipped as ``missing``."""
     clips = common_voice_other(root, language)
-    return prepare_pool(clips, language, out_dir, feature_extractor, source=f"{Path(root).absolute()} (other.tsv)",
-                        **settings)
+    return prepare_pool(clips, language, out_dir, feature_extractor,
+                        source=f"{Path(root).absolute()}{OTHER_TSV_SOURCE}", **settings)
 
 
 def load_pool(pool_dir: str | os.PathLike[str]) -> tuple[Any, Any]:

@@ -29,6 +29,15 @@ class VocabularyMismatchError(ValueError):
     """A labelling model that cannot write some characters of the target's vocabulary."""
 
 
+class NothingDecodedError(ValueError):
+    """The labelling model decoded nothing: every label is empty (so no filter can keep one)."""
+
+    def __init__(self, where: str, utterances: int) -> None:
+        self.utterances = utterances
+        super().__init__(f"{where}: the labelling model decoded nothing: empty text for all {utterances} utterances "
+                         "(is it trained, and on this language?)")
+
+
 def vocabulary_characters(tokenizer: Any) -> set[str]:
     """The characters a CTC tokenizer writes (its vocabulary less the special tokens)."""
     return {token for token in tokenizer.get_vocab() if token not in SPECIAL_TOKENS and len(token) == 1}
@@ -91,10 +100,14 @@ class ConfidenceFilter:
             return keep & labelled
         return labelled
 
-    def check_kept(self, kept: np.ndarray, confidences: Sequence[float], where: str) -> None:
-        """Refuse a filter that keeps nothing: one line naming it and the confidence quantiles."""
+    def check_kept(self, kept: np.ndarray, confidences: Sequence[float], where: str,
+                   texts: Sequence[str] | None = None) -> None:
+        """Refuse a filter that keeps nothing: one line naming it and the confidence quantiles, or, when every label
+        of ``texts`` is empty, saying that the model decoded nothing (:class:`NothingDecodedError`)."""
         if kept.any():
             return
+        if texts is not None and len(texts) and not any(t.strip() for t in texts):
+            raise NothingDecodedError(where, len(texts))
         values = np.asarray(confidences, dtype=np.float64)
         quantiles = ", ".join(f"{name} {np.quantile(values, q):.3f}" for name, q in
                               (("min", 0.0), ("10%", 0.1), ("50%", 0.5), ("90%", 0.9), ("max", 1.0))) \

@@ -163,14 +163,27 @@ class SequenceClassificationIdentifier(LanguageIdentifier):
         """Load ``folder`` with ``AutoModelForAudioClassification`` and ``AutoFeatureExtractor``.
 
         Raises:
-            LanguageIDError: the folder does not load as an audio classifier, or its labels do not fit.
+            LanguageIDError: a file; no local folder and no Hub model that can be reached; a folder that does not load
+                as an audio classifier, or whose labels do not fit.
         """
         from transformers import AutoFeatureExtractor, AutoModelForAudioClassification
 
+        from ..hub import hub_offline, hub_reachable
+
+        if Path(folder).is_file():
+            raise LanguageIDError(f"--lid-model {folder}: a file, not a folder (a Wav2Vec2ForSequenceClassification "
+                                  "folder, or its Hub id)")
+        if not Path(folder).is_dir() and (hub_offline() or not hub_reachable()):  # not the Hub's retries
+            reason = "HF_HUB_OFFLINE is set" if hub_offline() else "no connection to the Hub"
+            raise LanguageIDError(f"--lid-model {folder}: neither a local folder nor a model on the Hub that can be "
+                                  f"reached (offline: {reason})")
         try:
             model = AutoModelForAudioClassification.from_pretrained(folder).eval()
             extractor = AutoFeatureExtractor.from_pretrained(folder)
         except (OSError, ValueError, KeyError) as err:
+            if not Path(folder).is_dir():  # tried as a Hub id
+                raise LanguageIDError(f"--lid-model {folder}: neither a local folder nor a model on the Hub that can "
+                                      "be loaded (no such model, or no access)") from None
             raise LanguageIDError(f"--lid-model {folder}: not an audio classification folder "
                                   f"(Wav2Vec2ForSequenceClassification with its feature extractor): "
                                   f"{' '.join(str(err).split())[:200]}") from None

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ..data.array_rows import column_list, take_rows, with_array_rows
 from ..data.feature_types import FeatureType
-from ..data.output_folder import atomic_output_folder, check_output_folder
+from ..data.output_folder import atomic_output_folder, check_output_folder, owned_folder
 from ..data.prepared_corpus import COMPLETE_MARKER
 from ..data.pseudo_labelled import LABELS_FILE, PSEUDO_SPLIT, SUMMARY_FILE, ConfidenceFilter, check_vocabulary
 from ..decoding.confidence import best_path_words, utterance_confidence
@@ -120,17 +120,20 @@ def _drop_partial_line(labels: Path) -> None:
             handle.truncate(end)
 
 
-def _start_work(work: Path, key: dict[str, Any], out: Path) -> dict[int, dict[str, Any]]:
-    """Create the work folder, or continue one of the same run (its labels so far); refuse one of another run."""
+def _start_work(work: Path, key: dict[str, Any], out: Path,
+                replace_other_run: bool = False) -> dict[int, dict[str, Any]]:
+    """Start the work folder (held by this process), or continue one of the same run (its labels so far); one of
+    another run is refused, or started afresh with ``replace_other_run``."""
     key_file = work / "run.json"
     if key_file.is_file():
         stored = json.loads(key_file.read_text(encoding="utf-8"))
-        if stored != key:
+        if stored == key:
+            _drop_partial_line(work / LABELS_FILE)
+            return _read_done(work / LABELS_FILE)
+        if not replace_other_run:
             differ = ", ".join(k for k in key if stored.get(k) != key[k])
             raise ValueError(f"--out {out}: {work} holds the labels of a run with another {differ}; remove {work} "
                              "to start afresh, or choose another --out")
-        _drop_partial_line(work / LABELS_FILE)
-        return _read_done(work / LABELS_FILE)
     work.mkdir(parents=True, exist_ok=True)
     (work / LABELS_FILE).unlink(missing_ok=True)
     key_file.write_text(json.dumps(key, indent=1), encoding="utf-8")
@@ -179,6 +182,29 @@ def _warning(check: dict[str, Any], per_file: dict[str, dict[str, float]]) -> st
             f"{named}{more}; is the pool another language or noise?")
 
 
+def _label_rows(model: Any, processor: Any, rows: Any, done: dict[int, dict[str, Any]], work: Path, lm_decoder: Any,
+                batch_size: int, beam_size: int | None, progress: bool,
+                on_batch: Callable[[int], None] | None) -> tuple[list[int], float, float]:
+    """Decode the rows not in ``done`` (shortest first), appending each batch to the work folder's labels and to
+    ``done``; returns ``(rows decoded, their audio seconds, decoding seconds)``."""
+    lengths = column_list(rows, "input_length")
+    todo = [i for i in sorted(range(len(rows)), key=lambda i: lengths[i]) if i not in done]
+    audio_seconds = float(np.sum(np.asarray(column_list(rows, "duration"), dtype=np.float64)[todo])) if todo else 0.0
+    started = time.perf_counter()
+    with (work / LABELS_FILE).open("a", encoding="utf-8") as handle, \
+            tqdm(total=len(rows), initial=len(done), desc="pseudo-labelling", unit="segment",
+                 disable=not progress) as bar:
+        for batch in label_batches(model, processor, rows, todo, lm_decoder, batch_size, beam_size):
+            for record in batch:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                done[record["index"]] = record
+            handle.flush()
+            bar.update(len(batch))
+            if on_batch is not None:
+                on_batch(len(done))
+    return todo, audio_seconds, time.perf_counter() - started
+
+
 def pseudo_label(
     model: Any,
     processor: Any,
@@ -195,6 +221,7 @@ def pseudo_label(
     progress: bool = True,
     on_batch: Callable[[int], None] | None = None,
     overwrite: bool = False,
+    replace_other_run: bool = False,
 ) -> PseudoLabels:
     """Label every row of the pool at ``pool_dir`` and write the kept ones to ``out_dir`` (module docstring).
 
@@ -210,8 +237,12 @@ def pseudo_label(
         on_batch: called with the number of rows labelled so far after each batch is written (progress hooks).
         overwrite: replace an earlier complete output in ``out_dir``; without it one is refused before anything is
             decoded (:func:`~adaptspeech.data.output_folder.check_output_folder`).
+        replace_other_run: start afresh over the work folder of a run with another model, LM or pool (the caller
+            owns the output, as a recipe its rounds' folders) instead of refusing it; a work folder that another
+            live process is writing is refused either way.
 
     Raises:
+        NotADirectoryError, FileExistsError: ``out_dir`` is a file, or a folder of other files (checked first).
         ValueError: the pool's inputs are not the model's, a labelling vocabulary lacks target characters, a work
             folder of another run, or the filter keeps nothing.
     """
@@ -222,7 +253,7 @@ def pseudo_label(
     from ..data.prepared_data import load_prepared, select_languages
 
     out = Path(out_dir).absolute()
-    check_output_folder(out, COMPLETE_MARKER, PSEUDO_LABEL_OUTPUT, overwrite=overwrite)
+    check_output_folder(out, COMPLETE_MARKER, PSEUDO_LABEL_OUTPUT, overwrite=overwrite)  # before any segment is decoded
     confidence_filter = confidence_filter or ConfidenceFilter()
     rows, pool_extractor = load_pool(pool_dir)
     made, read = FeatureType.of(pool_extractor), FeatureType.of(processor.feature_extractor)
@@ -241,27 +272,14 @@ def pseudo_label(
     key = {"model": model_id, "lm": lm_key, "beam_size": beam_size, "rows": len(rows),
            "pool": hashlib.sha256(json.dumps(pool_config, sort_keys=True).encode()).hexdigest()[:16]}
     work = _work_folder(out)
-    done = _start_work(work, key, out)
-    lengths = column_list(rows, "input_length")
-    todo = [i for i in sorted(range(len(rows)), key=lambda i: lengths[i]) if i not in done]
-    audio_seconds = float(np.sum(np.asarray(column_list(rows, "duration"), dtype=np.float64)[todo])) if todo else 0.0
-    started = time.perf_counter()
-    with (work / LABELS_FILE).open("a", encoding="utf-8") as handle, \
-            tqdm(total=len(rows), initial=len(done), desc="pseudo-labelling", unit="segment",
-                 disable=not progress) as bar:
-        for batch in label_batches(model, processor, rows, todo, lm_decoder, batch_size, beam_size):
-            for record in batch:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                done[record["index"]] = record
-            handle.flush()
-            bar.update(len(batch))
-            if on_batch is not None:
-                on_batch(len(done))
-    seconds = time.perf_counter() - started
+    with owned_folder(work, "--out"):  # another live run labelling into it is refused
+        done = _start_work(work, key, out, replace_other_run)
+        todo, audio_seconds, seconds = _label_rows(model, processor, rows, done, work, lm_decoder, batch_size,
+                                                   beam_size, progress, on_batch)
     texts = [done[i]["text"] for i in range(len(rows))]
     confidences = np.array([done[i]["confidence"] for i in range(len(rows))], dtype=np.float64)
     kept = confidence_filter.keep(confidences, texts)
-    confidence_filter.check_kept(kept, confidences, f"--data {pool_dir}")
+    confidence_filter.check_kept(kept, confidences, f"--data {pool_dir}", texts)
     per_file = _per_file(rows, confidences)
     summary: dict[str, Any] = {
         "model": model_id, "lm": lm_key, "pool": str(pool_dir), "language": language, "rows": len(rows),

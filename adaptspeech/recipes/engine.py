@@ -29,6 +29,7 @@ import importlib.util
 import os
 import re
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -226,7 +227,12 @@ def _folder_package(folder: Path) -> str:
 
 def recipe_module(folder: str | os.PathLike, path: str) -> ModuleType:
     """Import the module ``path`` (``study.py``, ``curve/runner.py``) of the recipe folder (once; later calls return
-    the same module). ``folder``: the recipe folder or its ``recipe.yaml``."""
+    the same module). ``folder``: the recipe folder or its ``recipe.yaml``.
+
+    Raises:
+        RecipeError: the file is not there, or importing it fails (a syntax error, a failing import, an exception it
+            raises): one line naming the file, the line and the error.
+    """
     folder = recipe_folder(folder)
     relative = Path(path)
     if relative.suffix != ".py" or relative.is_absolute() or ".." in relative.parts:
@@ -234,7 +240,22 @@ def recipe_module(folder: str | os.PathLike, path: str) -> ModuleType:
     if not (folder / relative).is_file():
         raise RecipeError(f"python: {folder / relative} not found")
     package = _folder_package(folder)
-    return importlib.import_module(".".join([package, *relative.with_suffix("").parts]))
+    try:
+        return importlib.import_module(".".join([package, *relative.with_suffix("").parts]))
+    except Exception as err:  # the folder's own code: a syntax error, a failing import, an exception it raises
+        raise RecipeError(f"python: {_error_place(err, folder, folder / relative)}: {type(err).__name__}: "
+                          f"{' '.join(str(getattr(err, 'msg', None) or err).split())}") from err
+
+
+def _error_place(err: BaseException, folder: Path, module: Path) -> str:
+    """``FILE, line N`` of ``err`` raised while importing ``module`` of the recipe folder ``folder``: the line of a
+    syntax error, else the deepest frame in the folder's files (the module itself when none is)."""
+    if isinstance(err, SyntaxError) and err.filename:
+        return f"{err.filename}, line {err.lineno}"
+    folder = folder.resolve()
+    inside = [frame for frame in traceback.extract_tb(err.__traceback__)
+              if Path(frame.filename).resolve().is_relative_to(folder)]
+    return f"{inside[-1].filename}, line {inside[-1].lineno}" if inside else str(module)
 
 
 def task_of(folder: Path, values: Mapping[str, Any]) -> RecipeTask:
@@ -353,4 +374,5 @@ def print_outputs(folder: Path, names: Sequence[str]) -> None:
     if first.is_file():
         print(first.read_text())
     written = [str(folder / name) for name in names if (folder / name).exists()]
-    print(f"wrote {', '.join(written)}")
+    if written:
+        print(f"wrote {', '.join(written)}")

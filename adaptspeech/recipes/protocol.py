@@ -36,12 +36,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..progress import log
 from . import dry_run
 from .engine import RECIPE_TASKS, Action, RecipeTask, check_only, recipe_task, schedule, set_threads
 from .languages import retarget_stages
 from .protocol_evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
 from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
-from .protocol_stages import PlannedStage, load_stage_outputs, prepare_data, recipe_plan, stage_spec, train_recipe_stage
+from .protocol_stages import (
+    PREPARED,
+    PlannedStage,
+    load_stage_outputs,
+    prepare_data,
+    recipe_plan,
+    stage_finished,
+    stage_spec,
+    train_recipe_stage,
+)
+from .self_training import check_pool_setting, ensure_pool
 from .self_training_settings import SELF_TRAINING_STEP
 from .spec import RecipeSpec
 
@@ -51,28 +62,47 @@ def run_protocol(spec: SimAdapterRecipe, only: Sequence[str] | None = None) -> d
 
     Args:
         spec: from :func:`~adaptspeech.recipes.engine.load_recipe`.
-        only: run only these stages / baselines (the others must have run before: their models are reused); a step
-            of the recipe's own task that names no stage (the synthetic demo's ``lm``) trains nothing and
-            re-evaluates.
+        only: run only these stages / baselines (the others are reused from an earlier run; when one of them has
+            not run yet, the stages named are trained and the line naming the skipped ones ends the run, without a
+            results table); a step of the recipe's own task that names no stage (the synthetic demo's ``lm``) trains
+            nothing and re-evaluates.
 
     Returns:
-        What ``results.json`` holds.
+        What ``results.json`` holds (``{"rows": [], "trained": [...], "skipped": [...]}`` when stages were skipped).
+
+    Raises:
+        RecipeError: a stage or the ``self_training.pool`` that cannot work (before the corpus is prepared or
+            anything trains); nothing to train and a stage that never ran.
     """
     task = recipe_task(spec)
     set_threads(spec)
     spec.output_dir.mkdir(parents=True, exist_ok=True)
     total_start = time.perf_counter()
-    prepared = prepare_data(spec)
     plan = recipe_plan(spec)
-    for stage in plan:
-        stage_spec(spec, stage, prepared)  # validate every stage before the long work
+    for stage in plan:  # validate every stage (its overrides too) before the long work: the corpus, the data
+        stage_spec(spec, stage, spec.output_dir / PREPARED)
+    if spec.self_training.enabled:
+        check_pool_setting(spec, spec.self_training)
+    prepared = prepare_data(spec)
+    if spec.self_training.enabled and spec.self_training.pool:
+        ensure_pool(spec, spec.self_training, prepared)  # a given pool shares nothing with dev / test: before training
+    scheduled = schedule(task, spec, only)
+    never_ran = [stage.name for stage, action in scheduled
+                 if action is not Action.RUN and not stage_finished(spec, stage.name)]
+    if never_ran and all(action is not Action.RUN for _, action in scheduled):
+        load_stage_outputs(spec, never_ran[0])  # nothing to train and nothing to evaluate: one line naming the stage
     results: dict[str, Any] = {}
     histories: dict[str, list[dict[str, Any]]] = {}
-    for stage, action in schedule(task, spec, only):
+    for stage, action in scheduled:
         if action is Action.RUN:
             results[stage.name], histories[stage.name] = train_recipe_stage(spec, stage, prepared, spec.progress)
-        else:
+        elif stage.name not in never_ran:
             results[stage.name], histories[stage.name] = load_stage_outputs(spec, stage.name)
+    if never_ran:
+        trained = [stage.name for stage, action in scheduled if action is Action.RUN]
+        log(f"trained {', '.join(trained)}; skipped {', '.join(never_ran)} (left out by --only, not run before): "
+            "no results table until every stage has run")
+        return {"rows": [], "trained": trained, "skipped": never_ran}
     return evaluate_recipe(spec, prepared, results, histories, total_start=total_start)
 
 

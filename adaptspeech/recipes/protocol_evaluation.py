@@ -255,6 +255,11 @@ def evaluate_recipe(
 
     Returns:
         What ``results.json`` holds.
+
+    Raises:
+        RecipeError: the rows the recipe's task adds (:meth:`~adaptspeech.recipes.protocol.SimAdapterProtocol.
+            extra_rows`: self-training, the LM rows) failed with an expected error: its line, raised once the
+            table of the trained systems is written (another error is raised as it is, after the table too).
     """
     from ..evaluation import evaluate_dataset
     from ..modeling import AdaptSpeechForCTC
@@ -327,7 +332,11 @@ def evaluate_recipe(
         dataset, processor, device, rows, target_edits, ref_units,
         {stage: system for system, stage in TARGET_SYSTEMS}, batch_size, spec.progress,
     )  # fmt: skip
-    extras = recipe_task(spec).extra_rows(spec, context)
+    failure: Exception | None = None
+    try:
+        extras = recipe_task(spec).extra_rows(spec, context)
+    except Exception as err:  # the rows the task adds failed: write the table of what finished, then fail
+        extras, failure = [], err
     for extra in extras:
         rows.extend(extra.rows)
         target_edits.update(extra.edits)
@@ -359,4 +368,9 @@ def evaluate_recipe(
                 fh.write("\n" + x.markdown)
         fh.write(f"\n### Source languages, {split} set\n\n" + "\n".join(_source_markdown(source_rows, source_average)))
         fh.write(f"\n\nTotal wall time: {total_seconds / 60:.1f} min. Decoding: {method} on {device}.\n")
+    if failure is not None:
+        if isinstance(failure, (ValueError, OSError, KeyError)):  # an expected error: its line, and where the rest is
+            message = " ".join(str(failure.args[0] if isinstance(failure, KeyError) else failure).split())
+            raise RecipeError(f"{message} (the trained systems' results are in {out / 'results.md'})") from failure
+        raise failure
     return {"rows": rows, **extra}

@@ -16,6 +16,9 @@ from ..training.stage import StageSpec, run_stage
 from .protocol_spec import SimAdapterRecipe
 from .spec import RecipeError
 
+#: the prepared data's folder inside the recipe's ``output_dir``
+PREPARED = "prepared"
+
 
 @dataclass(frozen=True)
 class PlannedStage:
@@ -40,7 +43,7 @@ def prepare_data(spec: SimAdapterRecipe) -> Path:
     out = spec.output_dir
     corpus = spec.corpus
     languages = [*spec.sources, spec.target]
-    prepared_dir = out / "prepared"
+    prepared_dir = out / PREPARED
     if (prepared_dir / "dataset" / "dataset_dict.json").is_file() and (prepared_dir / "processor").is_dir():
         log(f"prepared data found in {prepared_dir}: reusing it")
         return prepared_dir
@@ -171,6 +174,11 @@ def train_recipe_stage(
     summary = json.loads((spec.output_dir / stage.name / "stage_summary.json").read_text())
     log(f"stage {stage.name}: {result.train_seconds:.0f} s, dev CER {100 * result.eval['overall']['cer']:.2f}%")
     return summary, result.log_history
+
+
+def stage_finished(spec: SimAdapterRecipe, name: str) -> bool:
+    """Whether the stage ``name`` ran before (its ``stage_summary.json``, written last, is there)."""
+    return (spec.output_dir / name / "stage_summary.json").is_file()
 
 
 def load_stage_outputs(spec: SimAdapterRecipe, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -95,6 +95,23 @@ class SystemRun:
 # ---- the pool ----------------------------------------------------------------------------------------------------
 
 
+def check_pool_setting(spec: SimAdapterRecipe, settings: SelfTrainingSettings) -> None:
+    """Refuse a ``self_training.pool`` that is no pool folder or holds another language than the target (read from
+    its ``pool_config.json`` alone: checked before the corpus is prepared and anything trains)."""
+    from ..data.pools import POOL_MARKER
+
+    if not settings.pool:
+        return
+    marker = Path(settings.pool) / POOL_MARKER
+    if not marker.is_file():
+        raise RecipeError(f"self_training.pool {settings.pool}: no {POOL_MARKER}, not a pool written by `adaptspeech "
+                          "prepare audio-folder` / `common-voice-other`")
+    language = json.loads(marker.read_text()).get("language")
+    if language != spec.target:
+        raise RecipeError(f"self_training.pool {settings.pool}: a pool of {language!r}, the recipe's target is "
+                          f"{spec.target!r}")
+
+
 def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared: Path) -> Path:
     """The pool folder of the target: ``settings.pool``, else (built once into ``self_training/pool``) the synthetic
     corpus's ``pool_clips`` unlabelled clips, or the Common Voice release's ``other.tsv``; refused when it shares a
@@ -105,6 +122,7 @@ def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared
 
     held = held_out(prepared, spec.target)
     if settings.pool:
+        check_pool_setting(spec, settings)
         rows, _ = load_pool(settings.pool)
         try:
             check_pool_rows(rows, held, f"self_training.pool {settings.pool}")
@@ -138,11 +156,14 @@ def held_aside_sentences(spec: SimAdapterRecipe, pool: Path) -> dict[str, str] |
     """What each pool clip says (normalised), when the corpus knows it (the synthetic corpus's
     ``unlabelled_sentences.tsv``; read only to measure the labels' error), else None."""
     from ..data.common_voice import find_language_dir, read_tsv
+    from ..data.pools import OTHER_TSV_SOURCE, POOL_MARKER
     from ..data.synthetic import UNLABELLED_SENTENCES
     from ..data.text import normalize_text
 
-    config = json.loads((pool / "pool_config.json").read_text())
-    root = Path(str(config.get("source", "")).removesuffix(" (other.tsv)"))
+    source = str(json.loads((pool / POOL_MARKER).read_text()).get("source", ""))
+    if not source.endswith(OTHER_TSV_SOURCE):  # an audio folder's pool: nobody knows what its clips say
+        return None
+    root = Path(source.removesuffix(OTHER_TSV_SOURCE))
     if not root.is_dir():
         return None
     tsv = find_language_dir(root, spec.target) / UNLABELLED_SENTENCES
@@ -290,6 +311,7 @@ class SelfTrainingRunner:
         return decoder, best["alpha"], best["beta"]
 
     def _label(self, teacher: Path, out: Path) -> tuple[Any, float | None, float | None, float]:
+        from ..data.pseudo_labelled import NothingDecodedError
         from ..inference.pseudo_label import pseudo_label
         from ..modeling import AdaptSpeechForCTC
 
@@ -299,10 +321,16 @@ class SelfTrainingRunner:
         lm_key = None if decoder is None else {"lm": str(self.lm.folder), "alpha": alpha, "beta": beta,
                                                "beam_size": self.settings.beam_size}
         model_id = f"{teacher}@{model_fingerprint(teacher)[:12]}"
-        result = pseudo_label(model, self.processor, self.pool, out, model_id=model_id,
-                              lm_decoder=decoder, lm_key=lm_key, target=self.prepared,
-                              confidence_filter=self.settings.confidence_filter(), beam_size=self.settings.beam_size,
-                              progress=self.spec.progress, overwrite=True)  # the round's own folder
+        try:  # the round's folder is the recipe's: labels of an earlier teacher left there are started afresh
+            result = pseudo_label(model, self.processor, self.pool, out, model_id=model_id,
+                                  lm_decoder=decoder, lm_key=lm_key, target=self.prepared,
+                                  confidence_filter=self.settings.confidence_filter(),
+                                  beam_size=self.settings.beam_size, progress=self.spec.progress,
+                                  overwrite=True, replace_other_run=True)  # the round's own folder
+        except NothingDecodedError as err:
+            raise RecipeError(f"self-training: the teacher {teacher} decoded nothing: empty text for all "
+                              f"{err.utterances} utterances of the pool {self.pool} (is it trained, and on this "
+                              "language?)") from err
         return result, alpha, beta, time.perf_counter() - started
 
     def run_system(self, system: str, start: Path | None = None, *, teacher: Path | None = None,

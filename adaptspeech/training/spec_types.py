@@ -30,7 +30,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,8 +233,9 @@ _HINTS = {
 # ---- checking --------------------------------------------------------------------------------------------------
 
 
-def unknown_settings_message(section: str, unknown: list[str], allowed: list[str]) -> str:
-    """``section: unknown setting(s) a (did you mean b?); allowed settings: ...``."""
+def unknown_keys(section: str, unknown: list[str], allowed: Iterable[str]) -> str:
+    """``a (did you mean b?), c``: the unknown keys of ``section``, each with its hint or the closest allowed key."""
+    allowed = list(allowed)
     parts = []
     for key in unknown:
         hint = _HINTS.get(f"{section}.{key}")
@@ -245,7 +246,13 @@ def unknown_settings_message(section: str, unknown: list[str], allowed: list[str
             parts.append(f"{key} (did you mean {close[0]}?)")
         else:
             parts.append(str(key))
-    return f"{section}: unknown setting(s) {', '.join(parts)}; allowed settings: {', '.join(sorted(allowed))}"
+    return ", ".join(parts)
+
+
+def unknown_settings_message(section: str, unknown: list[str], allowed: list[str]) -> str:
+    """``section: unknown setting(s) a (did you mean b?); allowed settings: ...``."""
+    return f"{section}: unknown setting(s) {unknown_keys(section, unknown, allowed)}; allowed settings: " \
+        f"{', '.join(sorted(allowed))}"
 
 
 def check_value(setting: str, setting_type: SettingType, value: Any) -> Any:

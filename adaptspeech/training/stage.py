@@ -73,6 +73,7 @@ from .spec_types import (
     TRAINABLE_TYPES,
     check_model_section,
     check_section,
+    unknown_keys,
 )
 
 STAGE_SECTIONS = tuple(STAGE_TYPES)
@@ -139,7 +140,7 @@ class StageSpec:
         unknown = sorted(set(training) - allowed)
         if unknown:
             raise StageConfigError(
-                f"training: unknown TrainingArguments field(s) {', '.join(unknown)} "
+                f"training: unknown TrainingArguments field(s) {unknown_keys('training', unknown, sorted(allowed))} "
                 "(see transformers.TrainingArguments for the allowed ones)"
             )
         from .checks import check_training_values

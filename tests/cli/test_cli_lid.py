@@ -169,3 +169,12 @@ def test_the_commands_of_docs_lid_run_at_toy_size(tmp_path, capsys) -> None:
         if argv[0] == "transcribe":
             assert all(json.loads(row)["language"] in ("ro", "cs") for row in out.splitlines())
     assert json.loads((tmp_path / "routed.json").read_text())["lid"]["num_utterances"] == 8
+
+
+def test_a_lid_model_that_is_neither_a_folder_nor_reachable_is_one_line(setup, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, _, err = run_main(["transcribe", setup["files"][0], "--model", setup["model"], "--device", "cpu",
+                             "--language", "auto", "--lid-model", "nonexist"], capsys)
+    assert code == 1 and one_error_line(err) == ("adaptspeech: error: --lid-model nonexist: neither a local folder nor "
+                                                 "a model on the Hub that can be reached (offline: HF_HUB_OFFLINE is "
+                                                 "set)"), err

@@ -54,3 +54,22 @@ def test_label_map_entries_that_cannot_work_are_refused_naming_them(classifier) 
 def test_a_folder_that_is_no_audio_classifier_is_refused_in_one_line(tmp_path) -> None:
     with pytest.raises(LanguageIDError, match="not an audio classification folder"):
         SequenceClassificationIdentifier.from_folder(tmp_path, ["ro"])
+
+
+def test_a_lid_model_that_is_no_folder_and_not_reachable_is_named_in_one_line(tmp_path, monkeypatch) -> None:
+    """A value that is no local folder is tried as a Hub id; offline that is one line naming the value, not the Hub's
+    connection error."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = tmp_path / "nonexist"
+    with pytest.raises(LanguageIDError) as caught:
+        SequenceClassificationIdentifier.from_folder(str(missing), ["ro"])
+    assert str(caught.value) == (f"--lid-model {missing}: neither a local folder nor a model on the Hub that can be "
+                                 "reached (offline: HF_HUB_OFFLINE is set)")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: no connection
+    with pytest.raises(LanguageIDError) as caught:
+        SequenceClassificationIdentifier.from_folder(str(missing), ["ro"])
+    assert str(caught.value).endswith("that can be reached (offline: no connection to the Hub)")
+    (tmp_path / "file.bin").write_bytes(b"0")
+    with pytest.raises(LanguageIDError, match=r"--lid-model .*file\.bin: a file, not a folder"):
+        SequenceClassificationIdentifier.from_folder(tmp_path / "file.bin", ["ro"])

@@ -225,3 +225,62 @@ def test_a_threshold_outside_its_interval_is_one_usage_line(option, value, inter
     code, _, err = run_main(["pseudo-label", "--model", str(tmp_path), "--data", str(tmp_path), "--out",
                              str(tmp_path / "out"), option, value], capsys)
     assert code == 2 and f"{option}: expected a number in {interval}" in err and "Traceback" not in err
+
+
+def test_language_picks_the_adapter_of_a_routed_model(setup, tmp_path, capsys):
+    """``--language`` on a model that routes several languages labels with that language's adapter alone (what
+    ``--help`` documents): the labels are those of the model set to that language."""
+    root, _ = setup
+    routed = model_folder(tmp_path / "routed", languages=("ro", "cs"), active_languages=["ro", "cs"])
+    model, processor = _load(routed)
+    assert model.config.active_languages == ["ro", "cs"] and not model.config.fusion_active
+    code, _, err = run_main(["pseudo-label", "--model", routed, "--data", root / "pool", "--out", tmp_path / "q",
+                             "--no-progress"], capsys)
+    assert code == 1 and "routes several languages (ro, cs): pass --language" in one_error_line(err)
+    code, out, _ = run_main(["pseudo-label", "--model", routed, "--data", root / "pool", "--out", tmp_path / "q",
+                             "--language", "cs", "--no-progress"], capsys)
+    assert code == 0 and f"labelled {ROWS} segments" in out
+    model.set_active_languages(["cs"])
+    pseudo_label(model, processor, root / "pool", tmp_path / "alone", model_id="m", progress=False)
+    labelled = [json.loads(line) for line in (tmp_path / "q" / "labels.jsonl").read_text().splitlines()]
+    expected = [json.loads(line) for line in (tmp_path / "alone" / "labels.jsonl").read_text().splitlines()]
+    assert [(r["index"], r["text"]) for r in labelled] == [(r["index"], r["text"]) for r in expected]
+    assert any(r["text"] for r in expected)
+
+
+@pytest.mark.parametrize("kind", ["file", "folder of other files"])
+def test_a_bad_out_is_refused_before_the_pool_is_decoded(setup, tmp_path, capsys, kind):
+    root, model_dir = setup
+    out = tmp_path / "out"
+    if kind == "file":
+        out.write_text("notes")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    decoded = []
+    model, processor = _load(model_dir)
+    with pytest.raises((NotADirectoryError, FileExistsError), match=f"--out {out}: "):
+        pseudo_label(model, processor, root / "pool", out, model_id="m", progress=False, on_batch=decoded.append)
+    assert decoded == [] and not (tmp_path / ".out.labelling").exists()  # nothing decoded, no work folder
+    code, _, err = run_main(["pseudo-label", "--model", model_dir, "--data", root / "pool", "--out", out,
+                             "--no-progress"], capsys)
+    assert code == 1 and one_error_line(err).startswith(f"adaptspeech: error: --out {out}: ")
+    assert not (tmp_path / ".out.labelling").exists()
+    assert (out.read_text() == "notes") if kind == "file" else ((out / "notes.txt").read_text() == "mine")
+
+
+def test_a_model_that_decodes_nothing_is_named_so(setup, tmp_path, capsys):
+    """Every label empty: the line says the model decoded nothing, not that the filter removed every label."""
+    import torch
+
+    root, model_dir = setup
+    model, processor = _load(model_dir)
+    with torch.no_grad():
+        model.ctc_head.lm_head.bias[model.config.pad_token_id] += 100.0  # the blank on every frame
+    model.save_pretrained(tmp_path / "blank")
+    processor.save_pretrained(tmp_path / "blank")
+    code, _, err = run_main(["pseudo-label", "--model", tmp_path / "blank", "--data", root / "pool", "--out",
+                             tmp_path / "q", "--keep-fraction", "0.8", "--no-progress"], capsys)
+    assert code == 1 and one_error_line(err) == (f"adaptspeech: error: --data {root / 'pool'}: the labelling model "
+                                                 f"decoded nothing: empty text for all {ROWS} utterances (is it "
+                                                 "trained, and on this language?)")

@@ -196,3 +196,25 @@ def test_a_spec_round_trips_through_its_dict(folder):
     spec = load_recipe(folder, ["target=ro"] if "study" not in folder else ["sources=[cs, pl]"])
     values = json.loads(json.dumps(spec.to_dict()))
     assert spec_from_dict(values, spec.folder) == spec
+
+
+@pytest.mark.parametrize(
+    ("source", "line", "error"),
+    [
+        ("x = 1\ndef f(:\n    pass\n", 2, "SyntaxError: invalid syntax"),
+        ("import os\nimport adaptspeech_no_such_module\n", 2,
+         "ModuleNotFoundError: No module named 'adaptspeech_no_such_module'"),
+        ("def fail():\n    raise RuntimeError('the study is broken')\n\n\nfail()\n", 2,
+         "RuntimeError: the study is broken"),
+    ],
+)
+def test_a_broken_python_file_of_the_folder_is_one_line(tmp_path, capsys, source, line, error):
+    """The folder's Python is imported while the command line is parsed: an error in it is one line naming the file,
+    the line and the error, not a traceback through argparse."""
+    (tmp_path / "recipe.yaml").write_text("task: engine_test_broken\npython: study.py\noutput_dir: out\n")
+    (tmp_path / "study.py").write_text(source)
+    assert main(["recipe", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == f"adaptspeech: error: python: {tmp_path / 'study.py'}, line {line}: {error}"
+    with pytest.raises(RecipeError, match=re.escape(f"study.py, line {line}: {error}")):
+        load_recipe(tmp_path)

@@ -131,6 +131,17 @@ def test_overrides_and_validation(tmp_path):
         load_recipe("recipes/synthetic_demo", ["target=cs"])
 
 
+def test_a_misspelt_stage_override_is_refused_before_the_data_is_built(tmp_path, capsys):
+    from adaptspeech.cli import main
+
+    out = tmp_path / "run"
+    assert main(["recipe", "recipes/synthetic_demo", *_toy_run(out), "base.training.max_step=5"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("adaptspeech: error: training: unknown TrainingArguments field(s) max_step (did you mean "
+                          "max_steps?)") and "\n" not in err
+    assert not (out / "corpus").exists() and not (out / "prepared").exists()  # no corpus built, no data prepared
+
+
 def test_evaluation_runs_on_the_device_the_stages_trained_on(monkeypatch):
     import torch
 
