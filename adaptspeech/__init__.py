@@ -16,7 +16,7 @@ What registers with transformers, and when:
 - importing :mod:`adaptspeech.adapters.peft_method` (``from adaptspeech import SpeechAdapterConfig``) registers the
   ``speech_adapter`` PEFT method.
 
-Taking any model-side name from the package (``adaptspeech.AdaptSpeechConfig`` ...) does the first two, as the
+Taking any public name from the package (``from adaptspeech import AdaptSpeechConfig`` ...) does all three, as the
 eager import of the whole stack did before.
 """
 
@@ -62,9 +62,10 @@ _EXPORTS: dict[str, str] = {
 }
 """Each public name and the submodule that defines it."""
 
-_REGISTERS = ".pipeline"
-"""Imported before any public name is taken: it imports the model (Auto classes, feature extractor, processor) and
-adapts the ASR pipeline, so that a name taken from the package finds transformers' Auto classes ready."""
+_REGISTERS = (".pipeline", ".adapters.peft_method")
+"""Imported before any public name is taken: the model (Auto classes, feature extractor, processor), the ASR
+pipeline and the PEFT method register, so that a name taken from the package finds transformers and peft ready (the
+model imports peft anyway, for its LoRA adapters)."""
 
 __all__ = [
     "AdaptSpeechConfig",
@@ -91,7 +92,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    importlib.import_module(_REGISTERS, __name__)
+    for registers in _REGISTERS:
+        importlib.import_module(registers, __name__)
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
