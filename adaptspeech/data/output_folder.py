@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..run_lock import process_alive
+
 OWNER_FILE = ".owner_pid"
 
 
@@ -50,17 +52,6 @@ def check_output_folder(out: Path, marker: str, what: str) -> None:
             f"--out {out}: the folder holds files but no {marker}, so it is not a complete {what} output; "
             "remove it or choose another --out"
         )
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this host (also one owned by another user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def writing_process(folder: Path) -> int | None:
