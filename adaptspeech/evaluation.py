@@ -1,4 +1,5 @@
-"""Decode a prepared dataset with a model and score it: WER / CER overall and per language."""
+"""Decode a prepared dataset with a model and score it: WER / CER overall and per language (a model's batches:
+:func:`~adaptspeech.data.collator.model_collator`)."""
 
 from __future__ import annotations
 
@@ -11,35 +12,9 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 
 from .data.array_rows import column_list, take_rows, with_array_rows
-from .data.collator import DataCollatorCTCWithPadding
-from .data.feature_types import feature_type_of_model
+from .data.collator import model_collator
 from .decoding import transcribe_batch
 from .metrics import compute_error_rates
-
-
-def routes_languages(model: Any) -> bool:
-    """True when the model routes each utterance to its language's adapter (needs ``lang_ids``), in the running call
-    (its routing override, if any, else the model's settings)."""
-    from .adapters.routing import effective_routing
-
-    settings = getattr(model, "routing", None)
-    routing = model.config if settings is None else effective_routing(settings)
-    return len(routing.active_languages) > 1 and not routing.fusion_active
-
-
-def model_collator(model: Any, processor: Any, lid_targets: bool = False,
-                   ctc_labels: bool = True) -> DataCollatorCTCWithPadding:
-    """The collator of ``model``'s batches: the features the model reads, and ``lang_ids`` when it routes languages
-    (:func:`routes_languages`); with ``lid_targets`` each row's index in ``config.lid_languages`` (training the
-    language-ID head), with ``ctc_labels=False`` no transcript labels."""
-    lid_languages = model.config.lid_languages if lid_targets else None
-    return DataCollatorCTCWithPadding(
-        processor,
-        language_to_id=model.language_to_id if routes_languages(model) and ctc_labels else None,
-        feature_type=feature_type_of_model(model),
-        lid_language_to_id=None if lid_languages is None else {lang: i for i, lang in enumerate(lid_languages)},
-        ctc_labels=ctc_labels,
-    )
 
 
 @torch.no_grad()

@@ -181,7 +181,7 @@ def evaluate_dataset_auto(
 def _ctc_scores(model: Any, subset: Any, processor: Any, texts: Sequence[str], batch_size: int,
                 score: Any) -> list[float]:
     """``log p_CTC(text | row)`` of every row of ``subset`` under the model as routed now."""
-    from .evaluation import model_collator
+    from .data.collator import model_collator
 
     collator = model_collator(model, processor, ctc_labels=False)
     rows = with_array_rows(subset)

@@ -10,6 +10,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCTC, AutoModelForSpeechSeq2Seq, PreTrainedModel
 from transformers import initialization as init
 
+from . import feature_extraction  # noqa: F401  (registers the fbank feature extractor and the processor)
 from .adapters.adapter_types import ADAPTER_MODULE_NAME
 from .adapters.block import LanguageAdapterBlock, mark_initialized
 from .adapters.fusion import guide_loss

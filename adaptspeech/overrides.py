@@ -2,7 +2,7 @@
 ``section.key=value`` overrides applied to it (:func:`apply_overrides`).
 
 Values are read by :mod:`adaptspeech.yaml_loader` (YAML 1.2: ``3e-4`` is a float, ``no`` a string). Every error is a
-:class:`~adaptspeech.training.errors.StageConfigError`, one line naming the file or the override.
+:class:`~adaptspeech.errors.StageConfigError`, one line naming the file or the override.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import yaml_loader
-from .training.errors import StageConfigError
+from .errors import StageConfigError
 
 __all__ = ["apply_overrides", "load_yaml", "parse_override"]
 

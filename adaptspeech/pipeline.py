@@ -3,7 +3,8 @@
 What the stock pipeline needs and adaptspeech provides elsewhere: a feature extractor for fbank models
 (:mod:`adaptspeech.feature_extraction`), ``config.inputs_to_logits_ratio`` for chunking and timestamps and
 ``from_pretrained(target_lang=...)`` (:mod:`adaptspeech.inference.model_mixin`), ``generate()`` for attention models
-(:mod:`adaptspeech.generation`). Two things are set here, when adaptspeech is imported:
+(:mod:`adaptspeech.generation`). Two things are set here, when this module is imported (``import
+adaptspeech.pipeline``, or taking any model name from the package, ``from adaptspeech import AdaptSpeechForCTC``):
 
 - ``AdaptSpeechForJointCTCAttention`` is listed among transformers' speech seq2seq classes, which is how the pipeline
   recognises a model that it must run with ``generate()`` (the ``AutoModelForSpeechSeq2Seq`` registration alone only

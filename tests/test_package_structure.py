@@ -164,3 +164,83 @@ def test_the_repository_names_no_session_or_issue_numbers():
             if pattern.search(line):
                 hits.append(f"{relative}:{number}: {line.strip()[:120]}")
     assert not hits, f"{len(hits)} lines name a session or an issue:\n" + "\n".join(hits[:40])
+
+
+# ---- floors: each module imports only from its own floor and the floors below ----------------------------------------
+
+FLOORS: dict[str, int] = {
+    # 0: the ground floor, numpy + onnxruntime: features, CTC searches, pauses and long-form planning, the ONNX
+    # recognizer. The package's own __init__ is light (its public names load on first use), so importing it is free.
+    "": 0, "runtime": 0,
+    # 1: settings, errors, the registry and the small helpers every floor above uses
+    "settings": 1, "errors": 1, "registry": 1, "run_lock": 1, "yaml_loader": 1, "overrides": 1, "progress": 1,
+    "devices": 1, "memory": 1, "shortcuts": 1, "stream_state": 1,
+    # 2: the parts of a model, its data, decoders, LMs and metrics
+    "attention": 2, "backbones": 2, "adapters": 2, "heads": 2, "decoding": 2, "lm": 2, "metrics": 2, "data": 2,
+    # 3: the model
+    "configuration": 3, "modeling": 3, "modeling_outputs": 3, "generation": 3, "feature_extraction": 3,
+    "saved_model": 3,
+    # 4: recognizers
+    "inference": 4,
+    # 5: what runs a model: export, training, evaluation, the pipeline, the Hub
+    "export": 5, "training": 5, "evaluation": 5, "pipeline": 5, "lid_evaluation": 5, "hub": 5, "model_card": 5,
+    "smoke": 5, "testing": 5,
+    # 6: recipes; 7: the command line
+    "recipes": 6, "cli": 7,
+}
+"""The floor of each top-level module or subpackage of ``adaptspeech`` (docs: DESIGN's layout, from the ground up)."""
+
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("adaptspeech.modeling", "adaptspeech.inference.model_mixin"):
+        "the model class is built from its inference mixin (from_pretrained(target_lang=...), the frame ratio); the "
+        "mixin sits in inference/ until inference/ is grouped into folders, then beside the model",
+    ("adaptspeech.modeling", "adaptspeech.inference.stream_encoding"):
+        "the model class is built from its streaming mixin (encode_chunk with a cache); same move as above",
+    ("adaptspeech.runtime.recognizer", "adaptspeech.lm.decoder"):
+        "the ONNX recognizer's --decoder lm: the n-gram LM decoder (pyctcdecode, numpy), imported lazily, the one "
+        "thing of the package the runtime may use",
+}
+"""The imports from a higher floor that stay, each with its reason (at most three)."""
+
+
+def floor_of(module: str) -> int:
+    """The floor of ``adaptspeech.<part>...`` from :data:`FLOORS` (KeyError: a module without a floor)."""
+    parts = module.split(".")
+    return FLOORS[parts[1] if len(parts) > 1 else ""]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """``(importer, imported)`` pairs whose imported module sits on a higher floor than its importer."""
+    return {(name, target) for name, targets in graph.items() for target in targets
+            if floor_of(target) > floor_of(name)}
+
+
+def test_every_module_has_a_floor():
+    missing = sorted({name.split(".")[1] for name in modules() if "." in name} - set(FLOORS))
+    assert not missing, f"give these a floor in FLOORS: {missing}"
+
+
+def test_no_module_imports_from_a_higher_floor_but_the_named_few():
+    found = upward_imports(import_graph())
+    assert len(ALLOWED_UPWARD) <= 3
+    new = sorted(found - set(ALLOWED_UPWARD))
+    assert not new, "imports from a higher floor:\n" + "\n".join(f"{a} imports {b}" for a, b in new)
+    stale = sorted(set(ALLOWED_UPWARD) - found)
+    assert not stale, f"allowed upward imports that no longer exist (remove them): {stale}"
+
+
+def test_the_floor_check_finds_an_upward_import():
+    graph = {"adaptspeech.runtime.x": {"adaptspeech.inference.y"}, "adaptspeech.cli.z": {"adaptspeech.runtime.x"}}
+    assert upward_imports(graph) == {("adaptspeech.runtime.x", "adaptspeech.inference.y")}
+
+
+def test_the_runtime_imports_only_the_runtime_and_the_lm_decoder():
+    graph = import_graph()
+    allowed = {"adaptspeech", "adaptspeech.lm.decoder"}
+    found = sorted(f"{name} imports {target}" for name, targets in graph.items()
+                   if name.startswith("adaptspeech.runtime")
+                   for target in targets
+                   if not target.startswith("adaptspeech.runtime") and target not in allowed)
+    assert not found, "\n".join(found)
+    # that the LM decoder's own module-level imports stay torch-free (its word confidence imports torch lazily, for
+    # pseudo-labels) is checked by importing it: tests/runtime/test_runtime_torch_free.py

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,34 +32,6 @@ def torch_missing_line(command: str, err: ImportError) -> str | None:
     return (f"`{PROG} {command}` needs PyTorch, which is not installed ({err}): install the full package, "
             f"`pip install {PROG}` (torch, transformers ...); the `runtime` extra alone (`pip install "
             f"{PROG}[runtime]`) runs `{PROG} transcribe --onnx` only")
-
-
-class LazyChoices:
-    """The ``choices`` of an option read from a registry when first needed (the option is parsed, or ``--help``
-    shows it), not when the parser is built: the registries of the training side import torch, and building the
-    parser must not (``adaptspeech transcribe --onnx`` runs without it). Give the option a ``metavar``: argparse
-    spells the choices into the metavar when the option is added otherwise. Where the registry cannot be imported
-    (no PyTorch), every value passes here and the subcommand's runner stops with :func:`torch_missing_line`."""
-
-    def __init__(self, names: Callable[[], Iterable[str]]) -> None:
-        self._load = names
-        self._names: tuple[str, ...] | None = None
-
-    def names(self) -> tuple[str, ...] | None:
-        """The registry's names; None where it cannot be imported."""
-        if self._names is None:
-            try:
-                self._names = tuple(self._load())
-            except ImportError:
-                return None
-        return self._names
-
-    def __contains__(self, value: object) -> bool:
-        names = self.names()
-        return names is None or value in names
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names() or ("(the registry needs PyTorch)",))
 
 
 def _positive_int(text: str) -> int:

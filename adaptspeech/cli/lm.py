@@ -78,7 +78,7 @@ def _run_build(args: argparse.Namespace) -> int:
 
 
 def _run_tune(args: argparse.Namespace) -> int:
-    from ..training.run_lock import OutputDirLock
+    from ..run_lock import OutputDirLock
 
     save = args.save and Path(args.model).is_dir()  # (a folder that is not there: _load_model says so)
     if save and not os.access(args.model, os.W_OK | os.X_OK):  # checked before the encoder and the grid run

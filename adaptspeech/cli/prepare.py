@@ -5,20 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import LazyChoices, _float_range, _positive_float, _positive_int
+from .common import _float_range, _positive_float, _positive_int
+from .names import FEATURE_TYPE_NAMES
 
 # ---- prepare -------------------------------------------------------------------------------------------
 
 
-def _feature_type_names() -> tuple[str, ...]:
-    from ..data.feature_types import FEATURE_TYPES
-
-    return tuple(FEATURE_TYPES.names())
-
-
-_FEATURE_TYPE_NAMES = LazyChoices(_feature_type_names)
-"""``--feature-type``'s values: the feature-type registry, read when the option is parsed or shown (it imports torch,
-which building the parser does not)."""
+_FEATURE_TYPE_NAMES = FEATURE_TYPE_NAMES
+"""``--feature-type``'s values: the feature-type registry's names, from a table that imports no torch."""
 _DEFAULT_HELP = "waveform, what a pretrained checkpoint's feature extractor computes"
 
 

@@ -17,10 +17,10 @@ from ..inference import (
     DEFAULT_STRIDE_LENGTH_S,
     LONG_FORM_SPLITS,
 )
-from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from ..inference.silero import DEFAULT_THRESHOLD
 from ..inference.speech_finders import DEFAULT_SPEECH_FINDER, SILERO_MIN_PAUSE_S, SPEECH_FINDERS, SpeechFinderSettings
 from ..runtime.command import add_onnx_options, escape_field, split_settings, transcribe_files
+from ..runtime.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from .common import (
     PROG,
     CommandError,
@@ -181,7 +181,7 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
     language choice is made active."""
     import torch
 
-    from ..evaluation import routes_languages
+    from ..data.collator import routes_languages
 
     config = model.config
     if language is not None:

@@ -6,8 +6,10 @@ runs it for transformers' pipeline and processors. What each feature type comput
 ``AdaptSpeechFeatureExtractor`` is a ``SequenceFeatureExtractor`` whose per-utterance computation is its feature
 type's: ``feature_type="fbank"`` gives per-utterance normalised 80-dim log-mel ``input_features`` ``[T, n_mels]``
 (10 ms hop), ``"waveform"`` gives zero-mean unit-variance ``input_values`` ``[S]``. Batches are padded with
-``padding_value`` and get a frame-level ``attention_mask``. Importing adaptspeech registers the class with
-transformers' Auto classes (:mod:`adaptspeech.feature_extraction`).
+``padding_value`` and get a frame-level ``attention_mask``. Importing this module registers the class with
+``AutoFeatureExtractor`` under the model type ``"adaptspeech"`` (a string key, which transformers' mapping takes), so
+that a processor folder naming it (``prepare``'s) loads wherever this module is imported; the model's config class
+is registered as its key too when the model loads (:mod:`adaptspeech.feature_extraction`).
 
 A folder saved before this class existed names ``Wav2Vec2FeatureExtractor`` with ``feature_type="fbank"``;
 :func:`upgrade_feature_extractor` turns such an extractor into this class (same settings, same features).
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from transformers import BatchFeature, Wav2Vec2FeatureExtractor
+from transformers import AutoFeatureExtractor, BatchFeature, Wav2Vec2FeatureExtractor
 
 from .feature_types import FEATURE_TYPES, FeatureType, feature_type_of
 
@@ -125,6 +127,12 @@ class AdaptSpeechFeatureExtractor(Wav2Vec2FeatureExtractor):
             ),
             return_tensors=return_tensors,
         )
+
+
+MODEL_TYPE = "adaptspeech"
+"""The model type of adaptspeech's config (``AdaptSpeechConfig.model_type``; a test holds them equal)."""
+
+AutoFeatureExtractor.register(MODEL_TYPE, AdaptSpeechFeatureExtractor, exist_ok=True)
 
 
 def _as_batch(raw_speech: Any) -> list[np.ndarray]:

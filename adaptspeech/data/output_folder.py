@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..run_lock import process_alive
+
 OWNER_FILE = ".owner_pid"
 
 
@@ -110,17 +112,6 @@ def check_output_file(
     if not overwrite:
         raise FileExistsError(f"{label} {path} already holds an earlier {what} output: pass --overwrite to replace "
                               f"it, or choose another {label}")
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process ``pid`` runs on this host (also one owned by another user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def writing_process(folder: Path) -> int | None:

@@ -1,13 +1,14 @@
 """Utterance-sized segments of an untranscribed recording: where a long recording is cut before a model reads it.
 
 A recording no longer than ``max_segment_s`` is one segment. A longer one is cut at pauses with the library's
-speech-region stage (:func:`~adaptspeech.inference.regions.find_speech`, the pause rule of
-:mod:`~adaptspeech.inference.pauses`) on a grid of its own: fbank units every 10 ms, 40-ms output frames (the fbank
-Conformer's), so that the segments do not depend on the model that will label them. Each speech region is a piece;
-a region longer than ``max_segment_s`` is cut inside at its quietest frames (:func:`~adaptspeech.inference.
-segmenting.plan_cuts` over the frame energies, as attention decoding cuts a long recording). Neighbouring pieces are
-merged while the pause between them is at most ``merge_gap_s`` and the merged segment at most ``max_segment_s``
-(a sentence with short pauses stays one utterance); a segment shorter than ``min_segment_s`` is dropped.
+speech-region rule (:func:`~adaptspeech.runtime.long_form.speech_spans`, the pause rule of
+:mod:`~adaptspeech.runtime.pauses`, as ``transcribe``'s energy finder applies it) on a grid of its own: fbank units
+every 10 ms, 40-ms output frames (the fbank Conformer's), so that the segments do not depend on the model that will
+label them. Each speech region is a piece; a region longer than ``max_segment_s`` is cut inside at its quietest
+frames (:func:`~adaptspeech.runtime.long_form.plan_cuts` over the frame energies, as attention decoding cuts a long
+recording). Neighbouring pieces are merged while the pause between them is at most ``merge_gap_s`` and the merged
+segment at most ``max_segment_s`` (a sentence with short pauses stays one utterance); a segment shorter than
+``min_segment_s`` is dropped.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inference.pauses import DEFAULT_MIN_PAUSE_S, energy_cost
-from ..inference.recording import FrameGrid
-from ..inference.regions import find_speech
-from ..inference.segmenting import DEFAULT_SMOOTHING_S, plan_cuts
-from ..inference.speech_finders import SpeechFinderSettings
+from ..runtime.long_form import DEFAULT_SMOOTHING_S, FrameGeometry, plan_cuts, speech_spans
+from ..runtime.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost
 from .feature_types.fbank import FbankFeatures
 
 SEGMENT_SAMPLES_PER_FRAME = 640
@@ -75,9 +73,11 @@ def utterance_segments(waveform: np.ndarray, settings: SegmentSettings = Segment
     features = FbankFeatures(sampling_rate=sampling_rate)
     samples_per_frame = round(SEGMENT_SAMPLES_PER_FRAME * sampling_rate / 16000)
     samples_per_frame -= samples_per_frame % features.unit_hop
-    grid = FrameGrid.of_features(features, samples_per_frame)
+    units_per_frame = samples_per_frame // features.unit_hop
+    grid = FrameGeometry(samples_per_frame, features.unit_hop, features.unit_window,
+                         lambda units: units // units_per_frame)  # no model: the whole frames the units fill
     num_units = features.num_units(total)
-    regions = find_speech(grid, num_units, waveform, SpeechFinderSettings("energy", settings.min_pause_s))
+    regions = speech_spans(grid, num_units, waveform, settings.min_pause_s, DEFAULT_SPEECH_PAD_S, DEFAULT_PAUSE_DB)
     energy = energy_cost(waveform, samples_per_frame, grid.frames_of(num_units))
     max_frames = int(settings.max_segment_s * sampling_rate // samples_per_frame)
     search = max(1, min(max_frames, round(_SEARCH_S * sampling_rate / samples_per_frame)))

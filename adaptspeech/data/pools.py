@@ -101,7 +101,7 @@ def feature_extractor_for(feature_type: str = DEFAULT_FEATURE_TYPE, processor_di
     if processor_dir is not None:
         from transformers import AutoFeatureExtractor
 
-        from .. import feature_extraction  # noqa: F401  (registers the AdaptSpeechFeatureExtractor)
+        from . import features  # noqa: F401  (registers the AdaptSpeechFeatureExtractor)
 
         return AutoFeatureExtractor.from_pretrained(processor_dir)
     from .processor import _feature_extractor

@@ -78,8 +78,8 @@ class HeadIdentifier(LanguageIdentifier):
 
     @torch.no_grad()
     def log_probs_with_prefix(self, waveforms: Sequence[np.ndarray]) -> tuple[torch.Tensor, Any]:
+        from ..data.collator import model_collator
         from ..data.feature_types import FeatureType
-        from ..evaluation import model_collator
 
         kind = FeatureType.of(self.processor.feature_extractor)
         rows = [{kind.input_name: kind.extract(np.asarray(w, np.float32))} for w in waveforms]

@@ -211,8 +211,8 @@ def transcribe_auto(
         lid_seconds: seconds of each recording the identifier reads.
         **transcribe_options: passed to ``transcribe`` (method, chunking, timestamps, LM ...; not ``lang_ids``).
     """
+    from ..data.collator import model_collator
     from ..data.feature_types import FeatureType
-    from ..evaluation import model_collator
     from ..heads.lid import UtteranceTooShortError
     from .recording import nothing_to_decode
     from .stitching import Transcription

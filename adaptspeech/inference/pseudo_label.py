@@ -64,7 +64,7 @@ def label_batches(model: Any, processor: Any, rows: Any, indices: list[int], lm_
                   batch_size: int = 16, beam_size: int | None = None) -> Iterator[list[dict[str, Any]]]:
     """Decode rows ``indices`` of prepared-style ``rows`` in batches of ``batch_size`` (in the order given); yield per
     batch ``[{"index", "text", "confidence", "words": [[text, confidence], ...]}, ...]``."""
-    from ..evaluation import model_collator
+    from ..data.collator import model_collator
 
     collator = model_collator(model, processor)
     array_rows = with_array_rows(rows)

@@ -1,7 +1,7 @@
 """Stage 1 of inference: the speech regions of a recording, on its model input units.
 
 The regions come from a speech-region finder on the recording's output frames (:mod:`.speech_finders`: the energy
-rule of :mod:`~adaptspeech.inference.pauses`, or silero-vad). Region
+rule of :mod:`~adaptspeech.runtime.pauses`, or silero-vad). Region
 ``[a, b)`` of output frames is input units ``[a u, b u)`` (``u`` input units per output frame; the last region up to
 the end of the input) less the units at either end that read digital silence (``prepare``'s utterances hold none);
 a region then shorter than ``MIN_SPEECH_S``, or too short for the front end to give one frame, is dropped. The middle

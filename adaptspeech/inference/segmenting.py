@@ -26,7 +26,7 @@ texts are joined.
   moving average over ``smoothing_s`` (so that a pause wins over one quiet frame inside a word); among equal lowest
   values (digital silence) the middle of their first run is taken. The next segment starts at ``c``.
 - Cut costs: ``"energy"`` (default, any model): the log power, in dB, of the waveform samples of each output frame
-  (:func:`~adaptspeech.inference.pauses.energy_cost`); ``"ctc_blank"`` (models with a CTC head): ``-log P(blank)``
+  (:func:`~adaptspeech.runtime.pauses.energy_cost`); ``"ctc_blank"`` (models with a CTC head): ``-log P(blank)``
   per frame from a chunked CTC pass over the recording (:func:`blank_cost`), so cuts fall where CTC emits nothing.
 - Segments do not overlap; their texts are joined with one space. Where the zone holds no pause, the cut falls at
   the quietest frame and can split a word.
@@ -43,12 +43,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..runtime.long_form import (
+    DEFAULT_SMOOTHING_S,
     EPS_S,
     Segment,
     SegmentInput,
     SpeechRegions,
     fits_ctc_call,
     plan_ctc_segments,
+    plan_cuts,
     whole_recording,
 )
 from . import DEFAULT_SEARCH_LENGTH_S
@@ -59,10 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SMOOTHING_S", "Segment", "SegmentInput", "blank_cost", "fits_ctc_call", "fits_segment",
            "max_segment_frames", "plan_ctc_segments", "plan_cuts", "plan_segments", "whole_recording"]
-
-DEFAULT_SMOOTHING_S = 0.2
-"""Width of the moving average over the cut cost."""
-
 
 # ---- attention and joint decoders ----------------------------------------------------------------------------------
 
@@ -83,43 +81,6 @@ def max_segment_frames(grid: FrameGrid, chunk_length_s: float) -> int:
 def fits_segment(grid: FrameGrid, num_units: int, chunk_length_s: float) -> bool:
     """A recording of at most ``M`` output frames: one attention segment."""
     return grid.frames_of(num_units) <= max_segment_frames(grid, chunk_length_s)
-
-
-def plan_cuts(cost: np.ndarray, max_frames: int, search_frames: int, smoothing_frames: int = 1) -> list[int]:
-    """Frames where segments start after the first (see the module docstring's rule), ``[]`` for one segment.
-
-    Args:
-        cost: ``[T]`` cut cost per output frame (lower: better place to cut).
-        max_frames: most output frames per segment (``M``).
-        search_frames: width of the search zone before a segment's longest end (``Z``).
-        smoothing_frames: width of the moving average applied to ``cost``.
-    """
-    if max_frames < 1 or search_frames < 1 or smoothing_frames < 1:
-        raise ValueError(f"segment of {max_frames} frames, search zone of {search_frames} frames and smoothing of "
-                         f"{smoothing_frames} frames: each must be at least one frame")
-    total = len(cost)
-    smoothed = _moving_average(np.asarray(cost, dtype=np.float64), smoothing_frames)
-    cuts: list[int] = []
-    start = 0
-    while total - start > max_frames:
-        high = start + max_frames
-        low = max(start + 1, high - search_frames)
-        zone = smoothed[low : high + 1]
-        best = int(np.argmin(zone))
-        run = best
-        while run + 1 < len(zone) and zone[run + 1] == zone[best]:
-            run += 1
-        start = low + (best + run) // 2
-        cuts.append(start)
-    return cuts
-
-
-def _moving_average(values: np.ndarray, width: int) -> np.ndarray:
-    """``[T]`` centred moving average of ``width`` frames, edges padded with the end values."""
-    if width == 1 or len(values) == 0:
-        return values
-    padded = np.pad(values, (width // 2, width - 1 - width // 2), mode="edge")
-    return np.convolve(padded, np.ones(width) / width, mode="valid")
 
 
 def blank_cost(log_probs: torch.Tensor, blank_id: int, num_frames: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 :data:`SPEECH_FINDERS` maps a name (``speech_finder``, ``--speech-finder``) to a :class:`SpeechFinder`:
 
-- ``"energy"``: the two-threshold rule on each frame's log power (:mod:`~adaptspeech.inference.pauses`); levels are
+- ``"energy"``: the two-threshold rule on each frame's log power (:mod:`~adaptspeech.runtime.pauses`); levels are
   percentiles over the whole recording, so it needs the whole recording and cannot endpoint a stream;
 - ``"silero"``: silero-vad's speech probability per 32 ms window (:mod:`~adaptspeech.inference.silero`), turned into
   regions by silero's own rule (``get_speech_timestamps_from_probs``: speech from a window at ``vad_threshold``, ended
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..registry import Registry
-from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost, speech_regions
+from ..runtime.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost, speech_regions
 from .silero import (
     DEFAULT_THRESHOLD,
     StreamingSileroVAD,

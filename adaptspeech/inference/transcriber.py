@@ -5,7 +5,7 @@ Each recording makes one pass through the stages, in order, each with one input 
 0. the recording: the reason it has nothing to decode, or its unnormalised model input, computed once, on the model's
    frame grid (:mod:`.recording`, :func:`~.local_norm.recording_input`);
 1. speech regions: where it holds speech, cut at pauses (:mod:`.regions`, from a finder of :mod:`.speech_finders`:
-   the energy rule of :mod:`.pauses`, silero-vad, or ``auto``);
+   the energy rule of :mod:`adaptspeech.runtime.pauses`, silero-vad, or ``auto``);
 2. segments: the pieces decoded on their own (:mod:`.segmenting`);
 3. features: each segment's model input, normalised over its own audio (:mod:`.local_norm`; a view that normalises
    each encoder call's input as the encoder reads it);
@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from ..decoding import DECODING_METHODS, decode, evaluating
+from ..runtime.pauses import DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost
 from . import (
     CUT_COSTS,
     DEFAULT_CHUNK_LENGTH_S,
@@ -57,7 +58,6 @@ from . import (
 from .encoding import chunked_ctc_log_probs, encode_segment, stitch_ctc
 from .local_norm import DEFAULT_NORM_WINDOW_S, ModelInput, check_norm_window, recording_input, segment_input
 from .model_mixin import MODEL_SAMPLING_RATE
-from .pauses import DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost
 from .recording import FrameGrid, nothing_to_decode
 from .regions import find_speech
 from .segmenting import (

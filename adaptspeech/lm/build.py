@@ -6,7 +6,7 @@ unigrams, the same model as SRILM's ``ngram-count -ukndiscount -kn-modify-counts
 are the text's lines, read as UTF-8 bytes (kaldingram splits on spaces and tabs only, so any script works), each
 wrapped in ``<s> ... </s>``. Beside ``lm.arpa`` the folder gets ``unigrams.txt`` (the words, one a line), which
 pyctcdecode uses to tell in-vocabulary words from partial ones. A second ``build_arpa`` into an ``out_dir`` that
-another one is writing is refused (the ``adaptspeech.lock`` of :mod:`adaptspeech.training.run_lock`).
+another one is writing is refused (the ``adaptspeech.lock`` of :mod:`adaptspeech.run_lock`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int =
     import kaldingram.train as kaldingram_train
 
     from ..data.common_voice import first_non_utf8_line
-    from ..training.run_lock import OutputDirLock
+    from ..run_lock import OutputDirLock
 
     if not 2 <= order <= MAX_ORDER:
         raise ValueError(f"order={order}; allowed values: 2..{MAX_ORDER} (kaldingram's estimator)")

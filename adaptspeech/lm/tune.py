@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from datasets import Dataset
 
+from ..data.collator import model_collator
 from ..decoding import evaluating, model_decoding_inputs
-from ..evaluation import model_collator
 from ..metrics import compute_error_rates
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..training.errors import StageConfigError
+from ..errors import StageConfigError
 from ..training.spec_types import (
     INT,
     LANGUAGE_CODE,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from ..training.errors import StageConfigError
+from ..errors import StageConfigError
 from ..training.spec_types import (
     BOOL,
     INT,

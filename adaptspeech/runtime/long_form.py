@@ -3,7 +3,7 @@ encoder call each, and the CTC log-probabilities of its pieces stitched on one g
 
 The PyTorch path (:mod:`adaptspeech.inference`: stages 1, 2 and 4) and the ONNX runtime
 (:class:`~adaptspeech.runtime.recognizer.OnnxRecognizer`) both call these functions, so a recording is split the same
-way with or without PyTorch. The rules are those of :mod:`adaptspeech.inference.pauses` (which pause ends an
+way with or without PyTorch. The rules are those of :mod:`adaptspeech.runtime.pauses` (which pause ends an
 utterance), :mod:`adaptspeech.inference.regions` (a region on the input units), :mod:`adaptspeech.inference.encoding`
 (chunks and the stitched grid) and :meth:`adaptspeech.inference.local_norm.RecordingInput.utterance` (an fbank
 utterance re-read from its own samples next to digital silence).
@@ -20,8 +20,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inference.pauses import MIN_SPEECH_S, energy_cost, speech_regions
 from .audio import digital_silence
+from .pauses import MIN_SPEECH_S, energy_cost, speech_regions
+
+DEFAULT_CHUNK_LENGTH_S = 30.0
+"""Seconds of audio per encoder call when a recording is transcribed chunk by chunk."""
+DEFAULT_STRIDE_LENGTH_S = 5.0
+"""Seconds of context on each side of a chunk's kept frames."""
+LONG_FORM_SPLITS = ("pauses", "chunks")
+"""How a recording longer than the chunk length is split: at pauses (speech regions, each decoded as an utterance), or
+in chunks (CTC: overlapping chunks stitched frame by frame; attention / joint: consecutive segments of at most the
+chunk length)."""
+DEFAULT_SMOOTHING_S = 0.2
+"""Width of the moving average over the cut cost (:func:`plan_cuts`)."""
 
 EPS_S = 1e-9
 """Seconds of slack when a length is compared with the chunk length (float rounding)."""
@@ -100,7 +111,7 @@ def speech_spans(geometry: FrameGeometry, num_units: int, waveform: np.ndarray, 
         geometry: the model's frame geometry.
         num_units: length of the recording's model input.
         waveform: ``[S]`` the recording.
-        min_pause_s, speech_pad_s, pause_db: the pause rule's settings (:mod:`adaptspeech.inference.pauses`).
+        min_pause_s, speech_pad_s, pause_db: the pause rule's settings (:mod:`adaptspeech.runtime.pauses`).
 
     Returns:
         The regions in order, and the middle frame of every pause between two regions.
@@ -117,7 +128,7 @@ def region_spans(geometry: FrameGeometry, num_units: int, waveform: np.ndarray, 
                  boundaries: list[int]) -> SpeechRegions:
     """Speech regions ``[(start frame, end frame), ...]`` on the output-frame grid (of any speech finder) as spans of
     input units: each trimmed to the units that read more than digital silence, and dropped when shorter than
-    :data:`~adaptspeech.inference.pauses.MIN_SPEECH_S` or than one output frame. ``boundaries``: kept as given."""
+    :data:`~adaptspeech.runtime.pauses.MIN_SPEECH_S` or than one output frame. ``boundaries``: kept as given."""
     per_frame, num_frames = geometry.units_per_frame, geometry.frames_of(num_units)
     touching = units_touching(digital_silence(np.asarray(waveform)), num_units, geometry.unit_hop,
                               geometry.unit_window)
@@ -216,6 +227,46 @@ def plan_ctc_segments(grid: FrameGeometry, num_units: int, chunk_length_s: float
         segments.append(Segment(start, end, start // per_frame, -(-end // per_frame),
                                 SegmentInput.UTTERANCE if short else SegmentInput.RECORDING))
     return segments
+
+
+# ---- cuts inside a long region (attention / joint decoders, untranscribed pools) ----------------------------------
+
+
+def plan_cuts(cost: np.ndarray, max_frames: int, search_frames: int, smoothing_frames: int = 1) -> list[int]:
+    """Frames where segments start after the first (see the module docstring's rule), ``[]`` for one segment.
+
+    Args:
+        cost: ``[T]`` cut cost per output frame (lower: better place to cut).
+        max_frames: most output frames per segment (``M``).
+        search_frames: width of the search zone before a segment's longest end (``Z``).
+        smoothing_frames: width of the moving average applied to ``cost``.
+    """
+    if max_frames < 1 or search_frames < 1 or smoothing_frames < 1:
+        raise ValueError(f"segment of {max_frames} frames, search zone of {search_frames} frames and smoothing of "
+                         f"{smoothing_frames} frames: each must be at least one frame")
+    total = len(cost)
+    smoothed = _moving_average(np.asarray(cost, dtype=np.float64), smoothing_frames)
+    cuts: list[int] = []
+    start = 0
+    while total - start > max_frames:
+        high = start + max_frames
+        low = max(start + 1, high - search_frames)
+        zone = smoothed[low : high + 1]
+        best = int(np.argmin(zone))
+        run = best
+        while run + 1 < len(zone) and zone[run + 1] == zone[best]:
+            run += 1
+        start = low + (best + run) // 2
+        cuts.append(start)
+    return cuts
+
+
+def _moving_average(values: np.ndarray, width: int) -> np.ndarray:
+    """``[T]`` centred moving average of ``width`` frames, edges padded with the end values."""
+    if width == 1 or len(values) == 0:
+        return values
+    padded = np.pad(values, (width // 2, width - 1 - width // 2), mode="edge")
+    return np.convolve(padded, np.ones(width) / width, mode="valid")
 
 
 @dataclass(frozen=True)

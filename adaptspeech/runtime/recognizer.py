@@ -32,13 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from ..inference import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
-from ..inference.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S
 from .audio import check_samples, digital_silence, load_audio
 from .ctc import greedy_decode, log_softmax
 from .features import log_mel_numpy
 from .folder import ExportedModel, ExportFolderError, check_vocabulary, read_export
 from .long_form import (
+    DEFAULT_CHUNK_LENGTH_S,
+    DEFAULT_STRIDE_LENGTH_S,
+    LONG_FORM_SPLITS,
     Segment,
     SegmentInput,
     blank_grid,
@@ -50,6 +51,7 @@ from .long_form import (
     stitch_log_probs,
     utterance_samples,
 )
+from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S
 from .prefix_beam import prefix_beam_search
 
 DECODERS = ("greedy", "beam", "lm")
@@ -80,7 +82,7 @@ class OnnxRecognizer:
             split (``adaptspeech transcribe --chunk-length``).
         stride_length_s: seconds of context on each side of a chunk.
         split_by: ``"pauses"`` or ``"chunks"``: how a recording longer than one call is split.
-        min_pause_s, speech_pad_s: the pause rule's settings (:mod:`adaptspeech.inference.pauses`).
+        min_pause_s, speech_pad_s: the pause rule's settings (:mod:`adaptspeech.runtime.pauses`).
 
     Raises:
         ExportFolderError: the folder is not a usable export (see :func:`~.folder.read_export`), or its tokens or

@@ -1,8 +1,8 @@
 """Training on the stock ``transformers.Trainer``."""
 
+from ..errors import StageConfigError, TrainingError
 from .callbacks import AdapterCheckpointCallback, FusionGuideScheduleCallback, write_adapter_only_checkpoint
 from .decoding_evaluation import DecodingEvaluation
-from .errors import StageConfigError, TrainingError
 from .gradient_check import GradientCheckCallback
 from .trainer import LOSS_TERMS, AdaptSpeechTrainer
 

@@ -11,7 +11,7 @@ from typing import Any
 from safetensors.torch import save_file
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from .errors import TrainingError
+from ..errors import TrainingError
 
 ADAPTER_ONLY_WEIGHTS = "trainable.safetensors"
 ADAPTER_ONLY_INDEX = "trainable.json"

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+from ..errors import StageConfigError
 from ..settings import is_int
-from .errors import StageConfigError
 
 _SIMPLE_TYPES: dict[type, str] = {
     bool: "true or false",

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .errors import StageConfigError
+from ..errors import StageConfigError
 
 CHECKPOINTING_KEYS = (("activation_checkpointing", "activation_checkpointing_kwargs"),
                       ("gradient_checkpointing", "gradient_checkpointing_kwargs"))

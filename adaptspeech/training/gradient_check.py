@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from ..errors import TrainingError
 from .callbacks import unwrap
-from .errors import TrainingError
 
 DEFAULT_GRADIENT_CHECK_STEPS = 10
 

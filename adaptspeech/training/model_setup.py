@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import StageConfigError
+from ..errors import StageConfigError
 
 __all__ = ["build_model", "check_vocabulary", "load_adapters"]
 

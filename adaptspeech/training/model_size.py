@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .errors import StageConfigError
+from ..errors import StageConfigError
 
 BYTES_PER_PARAMETER = 4
 """float32 weights; training needs about four times that (gradients and two Adam moments)."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import StageConfigError
+from ..errors import StageConfigError
 
 STAGE_SPEC_FILE = "stage_spec.json"
 RESUMABLE_CHANGES: tuple[str, ...] = (

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..adapters.fusion import FUSION_PATHS
+from ..errors import StageConfigError
 from ..settings import is_int as _is_int
-from .errors import StageConfigError
 
 _ISO_LIKE = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
 

@@ -61,7 +61,7 @@ from typing import Any
 
 import torch
 
-from .errors import StageConfigError
+from ..errors import StageConfigError
 from .model_setup import build_model
 from .resume import STAGE_SPEC_FILE, checkpoint_problem, last_checkpoint
 from .spec_types import (
@@ -329,8 +329,8 @@ def run_stage(
             ``model/``, ``stage_summary.json``, ``log_history.json``, ``stage_spec.json``). A recipe passes it for
             the stage folders it owns.
     """
+    from ..run_lock import OutputDirLock
     from .resume import check_output_dir_free, check_resumed_spec
-    from .run_lock import OutputDirLock
 
     if isinstance(spec, dict):
         spec = StageSpec.from_dict(spec)
@@ -372,7 +372,7 @@ def _record_start(spec: StageSpec, resume_from: str | None, overwrite: bool, che
 def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: bool = False) -> StageResult:
     from transformers import set_seed
 
-    from ..evaluation import model_collator
+    from ..data.collator import model_collator
     from .callbacks import StageSpecCheckpointCallback, unwrap
     from .checks import check_model_fits
     from .decoding_evaluation import DecodingEvaluation, default_method
@@ -467,7 +467,7 @@ def save_final_model(model: Any, processor: Any, model_dir: Path, checkpoints: P
     """
     import shutil
 
-    from .errors import TrainingError
+    from ..errors import TrainingError
 
     partial = model_dir.with_name(f".{model_dir.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)

@@ -38,9 +38,9 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from ..errors import StageConfigError, TrainingError
 from .callbacks import AdapterCheckpointCallback, FusionGuideScheduleCallback, unwrap
 from .decoding_evaluation import DecodingEvaluation
-from .errors import StageConfigError, TrainingError
 from .gradient_check import DEFAULT_GRADIENT_CHECK_STEPS, GradientCheckCallback
 from .resume import last_checkpoint
 

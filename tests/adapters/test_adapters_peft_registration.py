@@ -41,13 +41,16 @@ def test_a_foreign_method_under_the_same_name_is_refused():
     assert PEFT_TYPE_TO_TUNER_MAPPING["SPEECH_ADAPTER"] is SpeechAdapterModel
 
 
-def test_import_adaptspeech_registers_and_a_reimport_is_idempotent():
+def test_taking_the_config_from_the_package_registers_and_a_reimport_is_idempotent():
     script = textwrap.dedent(
         """
         import importlib
+        import sys
         import adaptspeech
+        assert "peft" not in sys.modules, "a bare import adaptspeech imported peft"
+        from adaptspeech import SpeechAdapterConfig
         from peft.mapping import PEFT_TYPE_TO_TUNER_MAPPING as tuners
-        assert "SPEECH_ADAPTER" in tuners, "import adaptspeech did not register the speech_adapter method"
+        assert "SPEECH_ADAPTER" in tuners, "importing SpeechAdapterConfig did not register the speech_adapter method"
         import adaptspeech.adapters.peft_method as pm
         for module in (pm.config, pm.layer, pm.model, pm):
             importlib.reload(module)

@@ -29,8 +29,8 @@ from helpers.cli import one_error_line, run_main, stage_spec, write_yaml
 from helpers.files import folder_bytes
 
 from adaptspeech.cli import main
+from adaptspeech.run_lock import LOCK_FILE
 from adaptspeech.training.resume import checkpoint_problem
-from adaptspeech.training.run_lock import LOCK_FILE
 
 pytestmark = pytest.mark.slow
 

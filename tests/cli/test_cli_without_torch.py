@@ -69,3 +69,18 @@ def test_a_subcommand_that_needs_torch_says_what_to_install(argv):
     line = one_error_line(done.stderr)
     assert f"`adaptspeech {argv[0]}` needs PyTorch" in line and "pip install adaptspeech`" in line
     assert "adaptspeech[runtime]" in line and "transcribe --onnx" in line
+
+
+def test_transcribe_onnx_imports_no_torch_where_torch_is_installed(exported):
+    """The ONNX path never waits for PyTorch's start-up, also on a machine that has it (found: the package's eager
+    ``__init__`` imported torch, transformers and peft before the parser was built)."""
+    root, wavs = exported
+    body = MAIN + (
+        "heavy = sorted({'torch', 'transformers', 'peft'} & set(sys.modules))\n"
+        "if heavy:\n"
+        "    print('imported:', heavy, file=sys.stderr)\n"
+        "    code = 4\n"
+    )
+    done = run_without((), body, ["transcribe", "--onnx", root / "onnx", "--precision", "fp32", *wavs])
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == len(wavs)

@@ -72,3 +72,34 @@ def test_fbank_rows_prepared_as_waveforms_are_featurised_when_collated() -> None
     np.testing.assert_array_equal(fbank.collate_input({"input_values": x}), fbank.extract(x))
     with pytest.raises(KeyError, match="needs 'input_values'"):
         FEATURE_TYPES.get("waveform")().collate_input({"input_features": fbank.extract(x)})
+
+
+def test_the_feature_extractor_is_registered_under_the_configs_model_type() -> None:
+    """``data.features`` registers the extractor under the model type string, so that an fbank processor folder loads
+    without importing the model; the string must be the config's."""
+    from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING
+
+    from adaptspeech.configuration import AdaptSpeechConfig
+    from adaptspeech.data.features import MODEL_TYPE, AdaptSpeechFeatureExtractor
+
+    assert AdaptSpeechConfig.model_type == MODEL_TYPE
+    assert FEATURE_EXTRACTOR_MAPPING._extra_content[MODEL_TYPE] is AdaptSpeechFeatureExtractor
+
+
+def test_an_fbank_processor_folder_loads_after_importing_the_data_package_alone(tmp_path) -> None:
+    """``prepare`` reloads the processor it wrote without importing the model (found: "Unrecognized feature
+    extractor" once the package's import became light)."""
+    import subprocess
+    import sys
+
+    from adaptspeech.data.processor import build_processor
+    from adaptspeech.data.text import build_vocab
+
+    build_processor(build_vocab(["a b"]), tmp_path / "processor", feature_type="fbank")
+    script = ("import sys\nimport adaptspeech.data\nfrom transformers import Wav2Vec2Processor\n"
+              "assert 'adaptspeech.modeling' not in sys.modules\n"
+              "print(type(Wav2Vec2Processor.from_pretrained(sys.argv[1]).feature_extractor).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "processor")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["AdaptSpeechFeatureExtractor"]

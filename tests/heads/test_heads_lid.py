@@ -146,7 +146,7 @@ def test_a_stage_trains_the_head_alone_and_it_tells_two_clearly_different_langua
 def test_a_stage_s_lid_settings_are_checked_before_training(tmp_path) -> None:
     from helpers.lid import lid_stage
 
-    from adaptspeech.training.errors import StageConfigError
+    from adaptspeech.errors import StageConfigError
     from adaptspeech.training.stage import StageSpec
 
     spec = lid_stage(tmp_path / "prepared", tmp_path / "run", lid={"languages": ["ro", "cs"], "pooling": "mean_std"})
@@ -170,7 +170,7 @@ def test_the_trainer_still_finds_labels_only_among_the_forward_arguments() -> No
 def test_a_head_that_would_not_train_or_would_replace_the_model_s_own_is_refused(corpus, tmp_path) -> None:
     from helpers.lid import lid_stage, model_with_lid_head
 
-    from adaptspeech.training.errors import StageConfigError
+    from adaptspeech.errors import StageConfigError
     from adaptspeech.training.stage import run_stage
 
     spec = lid_stage(corpus, tmp_path / "a", lid={"pooling": "mean_std"})

@@ -1,4 +1,4 @@
-"""CTC decoding of long recordings one speech region at a time (adaptspeech.inference.pauses and
+"""CTC decoding of long recordings one speech region at a time (adaptspeech.runtime.pauses and
 ``recording_ctc_log_probs``): the pause rule against a frame-by-frame reference, the regions against each utterance
 decoded alone, the word boundary at every pause, and ``transcribe`` / the command's ``--split-by``."""
 
@@ -21,9 +21,9 @@ from adaptspeech.data.feature_types import FbankFeatures, WaveformFeatures
 from adaptspeech.inference.encoding import IMPOSSIBLE_LOG_PROB, chunked_ctc_log_probs
 from adaptspeech.inference.local_norm import recording_input
 from adaptspeech.inference.model_mixin import inputs_to_logits_ratio
-from adaptspeech.inference.pauses import MIN_SPEECH_S, edge_threshold, find_pauses, pause_threshold, speech_regions
 from adaptspeech.inference.segmenting import SegmentInput
 from adaptspeech.inference.transcriber import LongFormSettings, attention_segments, recording_ctc_log_probs, transcribe
+from adaptspeech.runtime.pauses import MIN_SPEECH_S, edge_threshold, find_pauses, pause_threshold, speech_regions
 
 FRAME = 640  # samples per output frame of the fbank front end
 

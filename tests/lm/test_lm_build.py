@@ -114,7 +114,7 @@ def test_a_second_lm_build_into_the_same_out_is_refused(lm_setup: SimpleNamespac
     import os
     import socket
 
-    from adaptspeech.training.run_lock import LOCK_FILE
+    from adaptspeech.run_lock import LOCK_FILE
 
     before = folder_bytes(lm_setup.lm)
     lock = lm_setup.lm / LOCK_FILE

@@ -14,7 +14,8 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCTC, AutoModelForSpeechSeq2Seq, Wav2Vec2ForCTC
 
-import adaptspeech  # noqa: F401  (registers the model classes and the peft method)
+import adaptspeech.adapters.peft_method  # registers the peft method
+import adaptspeech.modeling  # noqa: F401  (registers the model classes)
 
 FIXTURES = FORMAT_0_1_0
 TOL = 1e-5

@@ -14,10 +14,10 @@ import pytest
 from helpers.recipes import DEMO, STUDY
 
 from adaptspeech.cli import main
+from adaptspeech.errors import StageConfigError
 from adaptspeech.overrides import load_yaml
 from adaptspeech.recipes import RECIPE_TASKS, RecipeError, load_recipe, recipe_module, run_recipe
 from adaptspeech.recipes.engine import Action, folder_task, schedule, spec_from_dict
-from adaptspeech.training.errors import StageConfigError
 
 TOY_TASK = '''
 from dataclasses import dataclass

@@ -1,6 +1,7 @@
 """The bottleneck adapter and SimAdapter fusion as a PEFT method (``peft_type = "SPEECH_ADAPTER"``).
 
-After ``import adaptspeech`` the method works through peft's own API on HF ``Wav2Vec2ForCTC`` /
+Once this module is imported (``from adaptspeech import SpeechAdapterConfig``; a bare ``import adaptspeech`` is
+light and imports no peft) the method works through peft's own API on HF ``Wav2Vec2ForCTC`` /
 ``Wav2Vec2ConformerForCTC`` models and on ``AdaptSpeechForCTC``: ``get_peft_model(model,
 SpeechAdapterConfig(...), adapter_name="ro")``, ``add_adapter``, ``set_adapter``, ``save_pretrained``,
 ``PeftModel.from_pretrained`` and ``load_adapter``.

@@ -26,7 +26,7 @@ class SpeechAdapterModel(BaseTuner):
     Example:
         ```python
         >>> from peft import PeftModel, get_peft_model
-        >>> import adaptspeech  # registers the method
+        >>> import adaptspeech.adapters.peft_method  # registers the method
         >>> from adaptspeech.adapters.peft_method import SpeechAdapterConfig
         >>> model = get_peft_model(Wav2Vec2ForCTC(config), SpeechAdapterConfig(bottleneck=32), adapter_name="ro")
         >>> model.add_adapter("cs", SpeechAdapterConfig(bottleneck=32))

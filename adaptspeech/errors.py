@@ -1,4 +1,5 @@
-"""The errors a training stage ends with: each is one line that names the setting, file or step at fault.
+"""The errors a stage spec or a training run ends with (below every floor but the runtime: the settings, the
+overrides, the run lock and the trainer raise them): each is one line that names the setting, file or step at fault.
 
 Both are ``ValueError`` subclasses, which the command line prints as one line without a traceback; a fault during
 training is also a ``RuntimeError``.

@@ -18,8 +18,19 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from ..data.output_folder import process_alive
 from .errors import StageConfigError
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (also one owned by another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
 
 LOCK_FILE = "adaptspeech.lock"
 
