@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
+from .hub_connection import hub_offline, hub_reachable
 from .model_card import card_data, metrics_from_rates
 
 MODEL_CARD_TEMPLATE = """---
@@ -131,23 +130,6 @@ def prepare_adapter_folder(
     )
     ModelCard(card).save(folder / "README.md")
     return folder
-
-
-def hub_offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` is set (``1``, ``true``, ``yes``): nothing is fetched from or pushed to the Hub."""
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes")
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hub's endpoint (``HF_ENDPOINT``, else huggingface.co) accepts a connection within ``timeout`` s."""
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = urlparse(endpoint).hostname or "huggingface.co"
-    port = urlparse(endpoint).port or 443
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def push_folder(

@@ -174,7 +174,7 @@ FLOORS: dict[str, int] = {
     "": 0, "runtime": 0,
     # 1: settings, errors, the registry and the small helpers every floor above uses
     "settings": 1, "errors": 1, "registry": 1, "run_lock": 1, "yaml_loader": 1, "overrides": 1, "progress": 1,
-    "devices": 1, "memory": 1, "shortcuts": 1, "stream_state": 1,
+    "devices": 1, "memory": 1, "shortcuts": 1, "stream_state": 1, "hub_connection": 1,
     # 2: the parts of a model, its data, decoders, LMs and metrics
     "attention": 2, "backbones": 2, "adapters": 2, "heads": 2, "decoding": 2, "lm": 2, "metrics": 2, "data": 2,
     # 3: the model

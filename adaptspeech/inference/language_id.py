@@ -168,7 +168,7 @@ class SequenceClassificationIdentifier(LanguageIdentifier):
         """
         from transformers import AutoFeatureExtractor, AutoModelForAudioClassification
 
-        from ..hub import hub_offline, hub_reachable
+        from ..hub_connection import hub_offline, hub_reachable
 
         if Path(folder).is_file():
             raise LanguageIDError(f"--lid-model {folder}: a file, not a folder (a Wav2Vec2ForSequenceClassification "
