@@ -19,7 +19,7 @@ from adaptspeech.inference.stitching import label_text, specials_as_blank
 TASK = "automatic-speech-recognition"
 
 
-@pytest.fixture(scope="module", params=["fbank_conformer", "wav2vec2"])
+@pytest.fixture(scope="module", params=["fbank_conformer", "wav2vec2", "wav2vec2_bert"])
 def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return model_folder(tmp_path_factory.mktemp(request.param), backbone=request.param)
 

@@ -139,7 +139,8 @@ def swap_encoder_attention(encoder_layers: nn.ModuleList, attr_name: str, config
             ``"self_attn"`` for wav2vec2-conformer).
         config: the attention settings; ``hidden_size`` / ``num_heads`` left at 0 and ``dropout`` left at None are
             read from the replaced module. With ``init_from_pretrained`` the new module starts from the old one's
-            weights (:meth:`EncoderAttention.init_from_hf`).
+            weights (:meth:`EncoderAttention.init_from_hf`); refused (ValueError) where the old one holds a learned
+            relative-key distance embedding (w2v-BERT's ``relative_key`` attention), which no kind can take over.
 
     Returns:
         The swapped layer indices (empty for ``kind="default"``).
@@ -154,6 +155,14 @@ def swap_encoder_attention(encoder_layers: nn.ModuleList, attr_name: str, config
             "'self_attn' for wav2vec2-conformer layers"
         )
     first = getattr(encoder_layers[0], attr_name)
+    if config.init_from_pretrained and getattr(first, "distance_embedding", None) is not None:
+        table = first.distance_embedding
+        raise ValueError(
+            f"attention.kind={config.kind!r} with init_from_pretrained: the replaced attention's learned relative-key "
+            f"distance embedding ({attr_name}.distance_embedding, {table.num_embeddings} distances x "
+            f"{table.embedding_dim}, w2v-BERT's) has no counterpart in any adaptspeech kind and would be dropped; "
+            "set attention.init_from_pretrained: false to train the swapped layers from scratch"
+        )
     hidden, heads = _infer_dims(first)
     config = config.for_model(hidden, heads, len(encoder_layers), dropout=_infer_dropout(first))
     indices = config.layer_indices(len(encoder_layers))

@@ -48,6 +48,9 @@ class BackboneSpec:
     main_input_name: ClassVar[str] = "input_values"
     #: the attribute of each encoder layer holding its self-attention module.
     attention_attr: ClassVar[str] = "attention"
+    #: the feature type the backbone reads (:mod:`adaptspeech.data.feature_types`) where its ``main_input_name``
+    #: alone does not tell (None: the type reading that input).
+    feature_type: ClassVar[str | None] = None
 
     # --- construction ----------------------------------------------------------------------------------------
     def build_config(self, backbone_config: dict[str, Any] | PretrainedConfig | None) -> PretrainedConfig:

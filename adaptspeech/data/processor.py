@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from transformers import Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor, Wav2Vec2Processor
+from transformers import Wav2Vec2CTCTokenizer, Wav2Vec2Processor
 
 from .feature_types import DEFAULT_FEATURE_TYPE, FEATURE_TYPES
 from .features import AdaptSpeechFeatureExtractor
@@ -74,13 +74,10 @@ def build_processor(
 
 
 def _feature_extractor(feature_type: str, sampling_rate: int, n_mels: int) -> Any:
-    """transformers' ``Wav2Vec2FeatureExtractor`` for a feature type it computes itself (waveforms, what
-    transformers' wav2vec2 models expect), else the :class:`~adaptspeech.data.features.
-    AdaptSpeechFeatureExtractor` (log-mel ``input_features`` for fbank)."""
+    """transformers' own feature extractor for a feature type it computes itself (``Wav2Vec2FeatureExtractor`` for
+    waveforms, ``SeamlessM4TFeatureExtractor`` for w2v-BERT's stacked filterbanks), else the
+    :class:`~adaptspeech.data.features.AdaptSpeechFeatureExtractor` (log-mel ``input_features`` for fbank)."""
     features = FEATURE_TYPES.get(feature_type)(sampling_rate=sampling_rate, n_mels=n_mels)
     if features.stock_extractor:
-        return Wav2Vec2FeatureExtractor(
-            feature_size=features.feature_size, sampling_rate=sampling_rate, padding_value=0.0, do_normalize=True,
-            return_attention_mask=True, feature_type=feature_type, n_mels=n_mels,
-        )
+        return features.build_stock_extractor()
     return AdaptSpeechFeatureExtractor(feature_type=feature_type, sampling_rate=sampling_rate, n_mels=n_mels)

@@ -98,6 +98,15 @@ def check_exportable(model: Any) -> None:
     Raises:
         ExportError: naming the kind (and the kinds that export) or the head.
     """
+    from ..data.feature_types import feature_type_of_model
+
+    if feature_type_of_model(model) == "stacked_fbank":
+        raise ExportError(
+            "the wav2vec2_bert backbone reads stacked_fbank features (SeamlessM4T's Kaldi filterbank, normalised "
+            "and stacked by 2), which the torch-free runtime does not compute (its numpy front end is the fbank "
+            "Conformer's log-mel): export the graph alone with adaptspeech.export.graph.ExportableCTC(model, "
+            "normalize=False) and feed it StackedFbankFeatures.extract"
+        )
     kind = model.config.attention.kind
     if not model.config.attention.is_default and kind not in EXPORTABLE_ATTENTION:
         reason = UNEXPORTABLE_ATTENTION.get(kind, "its export is not tested")

@@ -43,6 +43,10 @@ TINY_BACKBONES: dict[str, dict[str, Any]] = {
     "wav2vec2": dict(_WAV2VEC2, do_stable_layer_norm=False),
     "wav2vec2_conformer": dict(_WAV2VEC2, conv_depthwise_kernel_size=3, position_embeddings_type="relative"),
     "fbank_conformer": dict(_ENCODER, num_mel_bins=16, conv_depthwise_kernel_size=3),
+    # w2v-BERT 2.0's layer at width 32: relative-key positions clipped at 4 left / 2 right (64 / 8 in the real model)
+    "wav2vec2_bert": dict(_ENCODER, feature_projection_input_dim=160, conv_depthwise_kernel_size=3,
+                          left_max_position_embeddings=4, right_max_position_embeddings=2, feat_proj_dropout=0.0,
+                          conformer_conv_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0),
 }
 
 
@@ -100,8 +104,8 @@ def save_tiny_model(
 
     Args:
         folder: where to write (created).
-        backbone_type: ``fbank_conformer`` (log-mel input, 16 mel bins) or ``wav2vec2`` / ``wav2vec2_conformer``
-            (waveform input).
+        backbone_type: ``fbank_conformer`` (log-mel input, 16 mel bins), ``wav2vec2`` / ``wav2vec2_conformer``
+            (waveform input) or ``wav2vec2_bert`` (80 mel bins stacked by 2).
         head: ``ctc``, ``las`` or ``ctc_las``.
         languages: languages with an adapter (none active).
         texts: the text whose characters make the vocabulary.
@@ -121,7 +125,7 @@ def save_tiny_model(
             extra["backbone_overrides"]["feat_extract_norm"] = "layer"
     config = tiny_config(backbone_type, vocab_size=len(vocab), adapter_languages=list(languages), head=head, **extra)
     features = _feature_type(config)
-    build_processor(vocab, folder, feature_type=features.name, n_mels=TINY_BACKBONES["fbank_conformer"]["num_mel_bins"])
+    build_processor(vocab, folder, feature_type=features.name, n_mels=features.n_mels)
     torch.manual_seed(seed)
     get_head(head).model_class(config).eval().save_pretrained(folder)
     return Path(folder)

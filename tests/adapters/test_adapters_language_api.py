@@ -61,7 +61,7 @@ def test_per_utterance_routing_equals_single_language_runs():
         model(**inputs)
 
 
-@pytest.mark.parametrize("backbone_type", ["wav2vec2", "wav2vec2_conformer", "fbank_conformer"])
+@pytest.mark.parametrize("backbone_type", ["wav2vec2", "wav2vec2_conformer", "fbank_conformer", "wav2vec2_bert"])
 def test_optimizer_step_changes_exactly_the_target_adapter_and_fusion(backbone_type):
     """Compares the whole state dict, buffers included: the conformers' BatchNorm statistics must not move."""
     model = make_model(backbone_type)

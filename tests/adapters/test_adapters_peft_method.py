@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers.numerics import assert_paths_agree
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import Wav2Vec2ConformerForCTC, Wav2Vec2ForCTC
+from transformers import Wav2Vec2BertForCTC, Wav2Vec2ConformerForCTC, Wav2Vec2ForCTC
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.adapters.peft_method import SpeechAdapterConfig, SpeechAdapterLayer
@@ -17,6 +17,7 @@ HF_MODELS = {
     "wav2vec2": (Wav2Vec2ForCTC, "wav2vec2", False),
     "wav2vec2_stable": (Wav2Vec2ForCTC, "wav2vec2", True),
     "wav2vec2_conformer": (Wav2Vec2ConformerForCTC, "wav2vec2_conformer", False),
+    "wav2vec2_bert": (Wav2Vec2BertForCTC, "wav2vec2_bert", False),
 }
 
 
@@ -30,7 +31,9 @@ def hf_model(kind="wav2vec2", seed=0):
 
 
 def hf_inputs(model):
-    return tiny_inputs(tiny_config("wav2vec2"))
+    """Inputs in the feature type the model reads (w2v-BERT: stacked filterbanks; the others: waveforms)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return tiny_inputs(tiny_config("wav2vec2_bert" if base.main_input_name == "input_features" else "wav2vec2"))
 
 
 def adaptspeech_model(backbone_type="fbank_conformer", seed=0, **kwargs):
@@ -162,6 +165,7 @@ def copy_native_adapters(native, peft_model, languages):
         ("wav2vec2", True, "ffn_input"),
         ("fbank_conformer", False, "ffn_input"),
         ("fbank_conformer", False, "query"),
+        ("wav2vec2_bert", False, "ffn_input"),
     ],
 )
 def test_peft_path_equals_the_native_adapters_and_fusion(backbone_type, stable, residual):

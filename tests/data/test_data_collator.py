@@ -94,7 +94,7 @@ def test_prepared_rows_collate(prepared_corpus, processor):
 
 
 def test_collator_errors_name_the_problem(toy_processor):
-    with pytest.raises(ValueError, match="allowed values: fbank, waveform"):
+    with pytest.raises(ValueError, match="allowed values: fbank, stacked_fbank, waveform"):
         DataCollatorCTCWithPadding(toy_processor, feature_type="mfcc")
     with pytest.raises(KeyError, match=r"'sl' of clip a\.mp3 is not in language_to_id; allowed values: ro, cs"):
         DataCollatorCTCWithPadding(toy_processor, {"ro": 0, "cs": 1})(

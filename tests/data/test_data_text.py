@@ -115,7 +115,7 @@ def test_per_language_processor_switches_vocabularies(tmp_path):
 
 
 def test_bad_processor_settings_list_the_allowed_values(tmp_path):
-    with pytest.raises(ValueError, match="allowed values: fbank, waveform"):
+    with pytest.raises(ValueError, match="allowed values: fbank, stacked_fbank, waveform"):
         build_processor(build_vocab(["a"]), tmp_path, feature_type="mfcc")
     with pytest.raises(ValueError, match="allowed values: ro"):
         build_processor({"ro": build_vocab(["a"])}, tmp_path, target_lang="xx")

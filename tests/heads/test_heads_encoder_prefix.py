@@ -50,7 +50,10 @@ class _Calls:
 
 def _front_end(model: AdaptSpeechForCTC) -> torch.nn.Module:
     backbone = model.backbone
-    return backbone.subsampling if hasattr(backbone, "subsampling") else backbone.feature_extractor
+    for name in ("subsampling", "feature_extractor", "feature_projection"):  # fbank, wav2vec2, w2v-BERT
+        if hasattr(backbone, name):
+            return getattr(backbone, name)
+    raise AssertionError(f"no front end on {type(backbone).__name__}")
 
 
 @pytest.mark.parametrize(("backbone", "stable", "adapter_layers", "lid_layer", "start"), [
@@ -59,6 +62,7 @@ def _front_end(model: AdaptSpeechForCTC) -> torch.nn.Module:
     ("wav2vec2", False, [2, 3], 0, 1),  # pooled at 0: the layer above it is where the recognition pass starts
     ("wav2vec2", True, [1, 2, 3], 2, 1),
     ("wav2vec2_conformer", False, None, -1, 0),
+    ("wav2vec2_bert", False, [1, 2, 3], 1, 1),
 ])
 def test_a_routed_pass_from_the_prefix_equals_the_pass_without_it(backbone, stable, adapter_layers, lid_layer,
                                                                    start) -> None:

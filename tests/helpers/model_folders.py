@@ -31,9 +31,9 @@ def model_folder(
 ) -> Path:
     """Write a random tiny model with its processor into ``folder``; returns ``folder``."""
     vocab = build_vocab(TEXTS)
-    feature_type = "fbank" if backbone == "fbank_conformer" else "waveform"
+    feature_type = {"fbank_conformer": "fbank", "wav2vec2_bert": "stacked_fbank"}.get(backbone, "waveform")
     build_processor({lang: vocab for lang in languages} if per_language_vocab else vocab, folder,
-                    feature_type=feature_type, n_mels=N_MELS)
+                    feature_type=feature_type, n_mels=80 if backbone == "wav2vec2_bert" else N_MELS)
     config = tiny_config(backbone, vocab_size=len(vocab), adapter_languages=list(languages), head=head,
                          las=LAS if head != "ctc" else None, **overrides)
     torch.manual_seed(seed)

@@ -57,10 +57,10 @@ def test_invalid_values_are_refused_with_allowed_values(kwargs, fragments):
 
 
 def test_registry_lists_all_backbones():
-    assert BACKBONES.names() == ["fbank_conformer", "wav2vec2", "wav2vec2_conformer"]
+    assert BACKBONES.names() == ["fbank_conformer", "wav2vec2", "wav2vec2_bert", "wav2vec2_conformer"]
 
 
-@pytest.mark.parametrize("backbone_type", ["wav2vec2", "wav2vec2_conformer", "fbank_conformer"])
+@pytest.mark.parametrize("backbone_type", ["wav2vec2", "wav2vec2_conformer", "fbank_conformer", "wav2vec2_bert"])
 def test_config_round_trip_through_auto_config(tmp_path, backbone_type):
     config = tiny_config(
         backbone_type,
@@ -104,5 +104,5 @@ def test_the_backbone_of_a_checkpoint_is_found_by_its_model_type():
     for name in BACKBONES.names():
         assert backbone_type_of_model_type(BACKBONES.get(name).model_type) == name
     with pytest.raises(ValueError, match="model_type 'whisper' is not a supported backbone; supported: "
-                                         "adaptspeech_fbank_conformer, wav2vec2, wav2vec2-conformer"):
+                                         "adaptspeech_fbank_conformer, wav2vec2, wav2vec2-bert, wav2vec2-conformer"):
         backbone_type_of_model_type("whisper", "openai/whisper-tiny")

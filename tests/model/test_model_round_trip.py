@@ -12,6 +12,7 @@ BACKBONES = [
     ("wav2vec2", True),
     ("wav2vec2_conformer", False),
     ("fbank_conformer", False),
+    ("wav2vec2_bert", False),
 ]
 
 

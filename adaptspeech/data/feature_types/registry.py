@@ -51,6 +51,8 @@ class FeatureType:
         stock_extractor: transformers' ``Wav2Vec2FeatureExtractor`` computes these features itself (a processor
             saves it as it is); otherwise the processor holds an
             :class:`~adaptspeech.feature_extraction.AdaptSpeechFeatureExtractor`.
+        stock_class: the class name of that transformers extractor (``Wav2Vec2FeatureExtractor``,
+            ``SeamlessM4TFeatureExtractor``); :meth:`build_stock_extractor` builds it.
         encoder_stride: samples per encoder output frame that ``prepare`` assumes when it drops clips too short for
             their transcript (wav2vec2's 320; the fbank Conformer's 640).
 
@@ -64,6 +66,8 @@ class FeatureType:
     input_name: ClassVar[str]
     stock_extractor: ClassVar[bool]
     encoder_stride: ClassVar[int]
+    #: the class name of transformers' feature extractor that computes these features (``stock_extractor``).
+    stock_class: ClassVar[str | None] = None
 
     sampling_rate: int = 16000
     n_mels: int = 80
@@ -88,6 +92,11 @@ class FeatureType:
     def of_model(model: Any) -> FeatureType:
         """The feature type a model reads (default settings: 16 kHz), from its ``main_input_name``."""
         return FEATURE_TYPES.get(feature_type_of_model(model))()
+
+    def build_stock_extractor(self) -> Any:
+        """transformers' feature extractor computing these features with these settings, carrying ``feature_type``
+        and ``n_mels`` (which transformers saves with it); only for ``stock_extractor`` types."""
+        raise NotImplementedError(f"feature_type={self.name!r} has no stock transformers feature extractor")
 
     @property
     def feature_size(self) -> int:
@@ -171,19 +180,26 @@ def register_feature_type(cls: type[FeatureType]) -> type[FeatureType]:
 
 
 def feature_type_of(feature_extractor: Any) -> str:
-    """The name of the feature type a feature extractor computes: its ``feature_type`` attribute, or
-    :data:`DEFAULT_FEATURE_TYPE` when it has none.
+    """The name of the feature type a feature extractor computes: its ``feature_type`` attribute, else the type whose
+    stock extractor class it is (:attr:`FeatureType.stock_class`: a pretrained checkpoint's
+    ``SeamlessM4TFeatureExtractor``), else :data:`DEFAULT_FEATURE_TYPE`.
 
     Raises:
         ValueError: an unknown ``feature_type`` (listing the registered ones).
     """
-    name = getattr(feature_extractor, "feature_type", DEFAULT_FEATURE_TYPE)
+    stock = [n for n in FEATURE_TYPES if FEATURE_TYPES.get(n).stock_class == type(feature_extractor).__name__]
+    name = getattr(feature_extractor, "feature_type", stock[0] if stock else DEFAULT_FEATURE_TYPE)
     FEATURE_TYPES.check(name, "feature extractor: feature_type")
     return name
 
 
 def feature_type_of_model(model: Any) -> str:
-    """The name of the feature type a model reads: the one whose ``input_name`` is the model's ``main_input_name``
-    (:data:`DEFAULT_FEATURE_TYPE` for any other)."""
+    """The name of the feature type a model (or a backbone spec) reads: the one its backbone spec names
+    (:attr:`~adaptspeech.backbones.base.BackboneSpec.feature_type`), else the one whose ``input_name`` is the
+    model's ``main_input_name`` (:data:`DEFAULT_FEATURE_TYPE` for any other)."""
+    spec = getattr(getattr(model, "config", None), "backbone_spec", model)
+    declared = getattr(spec, "feature_type", None)
+    if isinstance(declared, str):
+        return declared
     names = [name for name in FEATURE_TYPES if FEATURE_TYPES.get(name).input_name == model.main_input_name]
     return names[0] if names else DEFAULT_FEATURE_TYPE

@@ -19,7 +19,17 @@ class WaveformFeatures(FeatureType):
     name = "waveform"
     input_name = "input_values"
     stock_extractor = True
+    stock_class = "Wav2Vec2FeatureExtractor"
     encoder_stride = 320  # wav2vec2's feature encoder: 20 ms at 16 kHz
+
+    def build_stock_extractor(self) -> Any:
+        """transformers' ``Wav2Vec2FeatureExtractor`` (zero padding, per-utterance normalisation, attention mask)."""
+        from transformers import Wav2Vec2FeatureExtractor
+
+        return Wav2Vec2FeatureExtractor(
+            feature_size=self.feature_size, sampling_rate=self.sampling_rate, padding_value=0.0,
+            do_normalize=self.do_normalize, return_attention_mask=True, feature_type=self.name, n_mels=self.n_mels,
+        )
 
     @property
     def feature_size(self) -> int:
