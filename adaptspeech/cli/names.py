@@ -4,5 +4,5 @@ showing a parser imports no torch, transformers or peft (``adaptspeech --help``,
 
 from __future__ import annotations
 
-FEATURE_TYPE_NAMES: tuple[str, ...] = ("fbank", "waveform")
+FEATURE_TYPE_NAMES: tuple[str, ...] = ("fbank", "stacked_fbank", "waveform")
 """``--feature-type``: the names of :data:`adaptspeech.data.feature_types.FEATURE_TYPES`, in its order."""
