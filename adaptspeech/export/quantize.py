@@ -7,14 +7,14 @@ static quantisation (calibrated activation ranges, QDQ ``Conv``) would need cali
 
 Formats (:data:`INT8_FORMATS`; activations are uint8 in all of them, quantised per call with their own range):
 
-- ``u8s8_7bit`` (the default): signed weights in 7 bits (``reduce_range=True``: -64..63 per output channel). On x86
-  CPUs without AVX-512 VNNI (AVX2, and AVX-512 without VNNI: most AMD CPUs before Zen 4, Intel before Cascade Lake)
-  onnxruntime's uint8 x int8 kernels multiply with ``VPMADDUBSW``, which adds two uint8 x int8 products into a
-  saturating int16: 2 x 255 x 127 = 64770 overflows 32767, 2 x 255 x 64 = 32640 does not. With 8-bit weights the
-  logits of the same graph then differ by CPU (measured: docs/export.md); with 7-bit weights every x86 CPU computes
-  the same exact integer sums, at twice the weight rounding step.
-- ``u8s8``: signed 8-bit weights (-128..127): half the weight rounding of ``u8s8_7bit`` on CPUs with AVX-512 VNNI
-  (``VPDPBUSD`` sums into int32 without saturation), ARM and GPUs; wrong sums on the CPUs above. Only for a graph
+- ``u8s8_7bit`` (the default): signed weights in 7 bits (``reduce_range=True``: -64..64 per output channel, a step of
+  1/64 of the channel's largest weight). On x86 CPUs without VNNI (AVX2 only: AMD Zen 1 to 3, Intel Haswell to Comet
+  Lake; AVX-512 without VNNI: Intel Skylake-SP) onnxruntime's uint8 x int8 kernels multiply with ``VPMADDUBSW``, which
+  adds two uint8 x int8 products into a saturating int16: 2 x 255 x 127 = 64770 overflows 32767, 2 x 255 x 64 = 32640
+  does not. With 8-bit weights the logits of the same graph then differ by CPU (measured: docs/export.md); with 7-bit
+  weights every x86 CPU computes the same exact integer sums, at twice the weight rounding step.
+- ``u8s8``: signed 8-bit weights (-127..127): half the weight rounding of ``u8s8_7bit`` on CPUs with AVX-512 VNNI
+  (``VPDPBUSD`` sums into int32 without saturation); wrong sums on the CPUs above. Only for a graph
   that runs on known CPUs with VNNI.
 - ``u8u8``: unsigned 8-bit weights with a zero point: no saturation on any x86 CPU (the uint8 x uint8 kernels widen
   to int16 first), 8-bit rounding, but slower than ``u8s8`` where VNNI runs ``u8s8`` (measured: docs/export.md).
