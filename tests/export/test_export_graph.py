@@ -128,18 +128,12 @@ def test_a_row_fed_alone_without_lengths_is_the_whole_row(exported):
 
 def test_the_int8_graph_runs_and_stays_near_the_float_graph(exported, tmp_path):
     """int8 weights (dynamic quantisation of the MatMul weights, activations quantised per call) move the logits by
-    the rounding of weights and activations, and by nothing else on any CPU:
-
-    - the int8 graph computes its exact integer sums (:func:`exact_integer_graph`): equal logits up to float
-      rounding (measured: 0), where 8-bit weights (``u8s8``) on an x86 CPU without VNNI (AVX2) are off by 0.23 to 1.1
-      of the logits' spread (saturated int16 sums, docs/export.md; the bound below was missed there);
-    - the exact integer graph computes in float from the rounded integers: its distance from the float graph is a
-      property of the weights and inputs, the same on every CPU. With 7-bit weights (the default; a step of 1/64 of
-      each output channel's largest weight) measured at 0.06 to 0.14 of the spread on these random tiny models (0.04
-      to 0.12 with 8-bit weights, half the step), bounded by 0.2 of it.
-
-    The fusion's score projections (a [N, D, 1] and a [D] weight) stay float: onnxruntime's per-channel
-    MatMulInteger cannot run a B that is not a matrix (the fusion's int8 graph failed at its first call)."""
+    the rounding of weights and activations, and by nothing else on any CPU: the int8 graph computes its exact integer
+    sums (8-bit weights on an x86 CPU without VNNI did not: 0.23 to 1.1 of the logits' spread), and the exact integer
+    graph, float arithmetic on the rounded integers and so the same on every CPU, stays near the float graph (the
+    bounds and their reasons: tests/helpers/int8.py). The fusion's score projections (a [N, D, 1] and a [D] weight)
+    stay float: onnxruntime's per-channel MatMulInteger cannot run a B that is not a matrix (the fusion's int8 graph
+    failed at its first call)."""
     model, session, path = exported
     int8_path = quantize_int8(path, tmp_path / "model.int8.onnx")
     int8 = ort.InferenceSession(str(int8_path), providers=["CPUExecutionProvider"])
