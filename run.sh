@@ -33,6 +33,6 @@ case "$cmd" in
   smoke) exec python -m adaptspeech.smoke "$@" ;;
   test)
     ruff check adaptspeech tests scripts recipes
-    exec python -m pytest -q "$@" ;;
+    exec python -m pytest -q --durations=15 "$@" ;;
   *) echo "usage: ./run.sh demo|test|smoke [args...]" >&2; exit 2 ;;
 esac

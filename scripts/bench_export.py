@@ -1,9 +1,11 @@
 """Speed and accuracy of an exported model against PyTorch, one CPU thread, all in one run.
 
-Speed: PyTorch eager fp32, onnxruntime fp32 and onnxruntime int8 (dynamic int8 MatMul weights) on the same random
-utterance, interleaved rounds, the fastest round of each counts; printed as seconds of compute per second of audio
-and as speed-ups over PyTorch. Shapes: XLS-R 300M (random weights, one bottleneck adapter; ``--shape xlsr300m``), the
-demo's fbank Conformer (width 144, 4 layers; ``--shape demo``), or a saved model folder (``--model DIR``).
+Speed: PyTorch eager fp32, onnxruntime fp32 and onnxruntime int8 (dynamic int8 MatMul weights; ``--int8-formats``:
+the default format of ``adaptspeech export``, or several of :data:`~adaptspeech.export.quantize.INT8_FORMATS` side by
+side, each ``onnxruntime_int8_<format>``) on the same random utterance, interleaved rounds, the fastest round of each
+counts; printed as seconds of compute per second of audio and as speed-ups over PyTorch. Shapes: XLS-R 300M (random
+weights, one bottleneck adapter; ``--shape xlsr300m``), the demo's fbank Conformer (width 144, 4 layers; ``--shape
+demo``), or a saved model folder (``--model DIR``).
 
 Accuracy (``--model DIR --data PREPARED``): the CER / WER of greedy decoding of the ``--split`` rows with PyTorch fp32,
 onnxruntime fp32 and onnxruntime int8, from the prepared rows' features (the graph re-normalises them: idempotent).
@@ -12,6 +14,7 @@ Usage::
 
     python scripts/bench_export.py --shape xlsr300m --seconds 8
     python scripts/bench_export.py --shape demo --seconds 8
+    python scripts/bench_export.py --shape xlsr300m --seconds 4 --int8-formats u8s8_7bit,u8s8,u8u8
     python scripts/bench_export.py --model runs/demo_base --data PREPARED --split test --lm LM_DIR --skip-speed
 """
 
@@ -30,7 +33,7 @@ import torch
 from adaptspeech.backbones.wav2vec2 import XLSR_300M_BACKBONE
 from adaptspeech.configuration import AdaptSpeechConfig
 from adaptspeech.export.graph import ExportableCTC, eager_attention, example_inputs, export_graph
-from adaptspeech.export.quantize import quantize_int8
+from adaptspeech.export.quantize import DEFAULT_INT8_FORMAT, INT8_FORMATS, quantize_int8
 from adaptspeech.modeling import AdaptSpeechForCTC
 from adaptspeech.runtime.ctc import greedy_decode, log_softmax
 
@@ -54,15 +57,19 @@ def shaped_model(shape: str) -> AdaptSpeechForCTC:
     return model
 
 
-def export_both(model: AdaptSpeechForCTC, folder: Path) -> dict[str, Path]:
-    """fp32 and int8 graphs of ``model`` in ``folder``."""
+def export_both(model: AdaptSpeechForCTC, folder: Path, formats: tuple[str, ...] = ()) -> dict[str, Path]:
+    """fp32 and int8 graphs of ``model`` in ``folder``: ``int8`` in the default format when ``formats`` is empty,
+    else ``int8_<format>`` for each of ``formats``."""
     framed = model.main_input_name == "input_features"
     feature_size = model.config.backbone_config.num_mel_bins if framed else 1
     module = ExportableCTC(model, normalize=True).eval()
     with eager_attention(model):
         export_graph(module, example_inputs(model, feature_size, 200 if framed else 16000), folder / "model.onnx")
-    quantize_int8(folder / "model.onnx", folder / "model.int8.onnx")
-    return {"fp32": folder / "model.onnx", "int8": folder / "model.int8.onnx"}
+    graphs = {"fp32": folder / "model.onnx"}
+    for fmt in formats or (DEFAULT_INT8_FORMAT,):
+        name = f"int8_{fmt}" if formats else "int8"
+        graphs[name] = quantize_int8(folder / "model.onnx", folder / f"model.{name}.onnx", fmt)
+    return graphs
 
 
 def session(path: Path) -> ort.InferenceSession:
@@ -160,7 +167,14 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true", help="accuracy only")
     parser.add_argument("--seconds", type=float, default=8.0, help="utterance length of the speed runs")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--int8-formats", default="", metavar="F1,F2",
+                        help=f"int8 formats side by side, among {', '.join(INT8_FORMATS)} (default: the export's "
+                        f"{DEFAULT_INT8_FORMAT} alone)")
     args = parser.parse_args()
+    formats = tuple(f for f in args.int8_formats.split(",") if f)
+    unknown = sorted(set(formats) - set(INT8_FORMATS))
+    if unknown:
+        parser.error(f"--int8-formats: unknown {', '.join(unknown)}; allowed: {', '.join(INT8_FORMATS)}")
     torch.set_num_threads(1)
     result: dict = {"torch": torch.__version__, "onnxruntime": ort.__version__, "threads": 1}
     with tempfile.TemporaryDirectory() as tmp:
@@ -175,7 +189,7 @@ def main() -> None:
         else:
             model = shaped_model(args.shape)
             result["model"] = f"{args.shape} shape, random weights"
-        graphs = export_both(model, Path(tmp))
+        graphs = export_both(model, Path(tmp), formats)
         result["graph_mb"] = {n: round(p.stat().st_size / 2**20, 1) for n, p in graphs.items()}
         if not args.skip_speed:
             speed, differences = bench_speed(model, graphs, args.seconds, args.rounds)

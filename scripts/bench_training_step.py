@@ -91,16 +91,17 @@ BACKBONE: dict[str, Any] = {**XLSR_300M_BACKBONE, "layerdrop": 0.0, "mask_time_p
 """XLS-R 300M's shape and dropouts, without ``layerdrop`` and SpecAugment time masking (random step times)."""
 
 
-def build_peer(configuration: str, layers: int) -> Any:
+def build_peer(configuration: str, layers: int, shape: dict[str, Any] | None = None) -> Any:
     """transformers' ``Wav2Vec2ForCTC`` with MMS adapters of ``ADAPTER_BOTTLENECK`` in every layer, prepared for
     adapter training as ``run_speech_recognition_ctc_adapter.py`` does (``mms_frozen_front_end``: plus
-    ``freeze_feature_encoder()``)."""
+    ``freeze_feature_encoder()``). ``shape``: backbone settings over :data:`BACKBONE` (a toy width)."""
     import torch
     from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
 
     torch.manual_seed(0)
     config = Wav2Vec2Config(
-        **{**BACKBONE, "num_hidden_layers": layers}, vocab_size=40, adapter_attn_dim=ADAPTER_BOTTLENECK
+        **{**BACKBONE, **(shape or {}), "num_hidden_layers": layers}, vocab_size=40,
+        adapter_attn_dim=ADAPTER_BOTTLENECK
     )
     model = Wav2Vec2ForCTC(config)
     model.init_adapter_layers()
@@ -112,18 +113,20 @@ def build_peer(configuration: str, layers: int) -> Any:
     return model
 
 
-def build_model(configuration: str, layers: int) -> Any:
+def build_model(configuration: str, layers: int, shape: dict[str, Any] | None = None) -> Any:
     """The model of ``configuration`` (one of :data:`CONFIGS` or :data:`PEERS`) with its trainable groups set (fp32
-    weights, on the current default device: the CPU unless built under ``with torch.device(...)``)."""
+    weights, on the current default device: the CPU unless built under ``with torch.device(...)``). ``shape``:
+    backbone settings over :data:`BACKBONE` (``scripts/gpu_check.py --tiny``: a toy width everywhere)."""
     import torch
 
     from adaptspeech import AdaptSpeechConfig, AdaptSpeechForCTC
 
     if configuration in PEERS:
-        return build_peer(configuration, layers)
+        return build_peer(configuration, layers, shape)
     torch.manual_seed(0)
     config = AdaptSpeechConfig(
-        backbone_type="wav2vec2", backbone_config={**BACKBONE, "num_hidden_layers": layers}, vocab_size=40
+        backbone_type="wav2vec2", backbone_config={**BACKBONE, **(shape or {}), "num_hidden_layers": layers},
+        vocab_size=40,
     )
     model = AdaptSpeechForCTC(config)
     if configuration == "full":
@@ -246,7 +249,8 @@ def multiply_adds(configuration: str, layers: int, batch: int, seconds: float) -
 
 
 def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Build ``configuration`` and time its training steps; returns the figures (one process per call)."""
+    """Build ``configuration`` and time its training steps; returns the figures (one process per call).
+    ``args.shape`` (optional): backbone settings over :data:`BACKBONE` (see :func:`build_model`)."""
     import torch
 
     if args.threads:
@@ -255,7 +259,7 @@ def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
     rss_baseline = current_rss_bytes()  # the libraries' own memory (imported above) is the baseline, not the model's
     start = time.perf_counter()
     with device:  # built where it trains: a CUDA model is initialised on the GPU, not copied there
-        model = build_model(configuration, args.layers)
+        model = build_model(configuration, args.layers, getattr(args, "shape", None))
     if args.freeze_feature_encoder:
         # transformers' Wav2Vec2FeatureEncoder keeps its own `_requires_grad` flag (True unless frozen through
         # freeze_feature_encoder): while it is True, training mode marks the waveform as requiring grad, so autograd

@@ -76,6 +76,10 @@ TRAINING_CONFIGS = ("full", "adapter", "lora", "fusion", "fusion_reference", "fu
 TRAINING_TARGETS = (("adapter", "mms", 1.0), ("adapter", "full", 0.6), ("fusion", "full", 1.3))
 #: the committed results of the demo on the CPU
 CPU_DEMO_RESULTS = REPO / "recipes" / "synthetic_demo" / "results" / "results.json"
+#: the training section's backbone at ``--tiny``: XLS-R 300M's layout (stable layer norm, the 7 convolutions' kernels
+#: and strides) at toy widths
+TINY_300M: dict[str, Any] = {"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+                             "conv_dim": [32] * 7, "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 4}
 DEMO_STAGES = ("base", "source_adapters", "target_adapter", "fusion", "finetune", "scratch")
 
 
@@ -102,6 +106,7 @@ class Scale:
     decode_train_utterances: int
     decode_steps: int
     decode_test_utterances: int
+    shape_300m: dict[str, Any] = field(default_factory=dict)  # the training section's settings over XLS-R 300M's
 
     @classmethod
     def full(cls) -> Scale:
@@ -109,7 +114,15 @@ class Scale:
 
     @classmethod
     def tiny(cls) -> Scale:
-        return cls(2, 32, 2, 16, 2, 1, 1.0, 1, 1, 64, 4, (64, 128), 256, 1, 32, 2, 32, 20, 8)
+        """Toy on every CPU: the training section's wav2vec2 at width 64 (not XLS-R's 1024), its feature encoder at
+        32 channels (not 512) and its positional convolution (ours and the MMS peer's) of kernel 16 in 4 groups (not
+        128 in 16); every configuration and code path of the full scale."""
+        return cls(2, 32, 2, 16, 2, 1, 1.0, 1, 1, 64, 4, (64, 128), 256, 1, 32, 2, 32, 20, 8, shape_300m=TINY_300M)
+
+    @property
+    def width_300m(self) -> int:
+        """The hidden width of the training section's models."""
+        return int(self.shape_300m.get("hidden_size", 1024))
 
 
 @dataclass
@@ -429,6 +442,7 @@ def training_section(ctx: Context) -> Section:
                 layers=scale.layers_300m, batch=scale.batch_300m, seconds=scale.seconds_300m,
                 steps=scale.timed_300m, warmup=scale.warmup_300m, dtype="bf16", device=str(ctx.device),
                 threads=None, checkpointing=checkpointing, freeze_feature_encoder=False, fused=ctx.cuda,
+                shape=scale.shape_300m,
             )
             try:
                 result = bts.measure(configuration, args)
@@ -442,7 +456,8 @@ def training_section(ctx: Context) -> Section:
             ctx.release()
     peak_key = "peak_cuda_mib" if ctx.cuda else "peak_above_baseline_mib"
     section.lines += [
-        f"Random weights of XLS-R 300M's shape ({scale.layers_300m} layers, width 1024), batch {scale.batch_300m} x "
+        f"Random weights of XLS-R 300M's {'layout at toy widths' if scale.shape_300m else 'shape'} "
+        f"({scale.layers_300m} layers, width {scale.width_300m}), batch {scale.batch_300m} x "
         f"{scale.seconds_300m:g} s of 16 kHz audio, bf16 autocast with fp32 weights, "
         f"{'fused ' if ctx.cuda else ''}AdamW; median of {scale.timed_300m} steps after {scale.warmup_300m} "
         "warm-up steps (forward + CTC + backward + optimizer step); memory: "

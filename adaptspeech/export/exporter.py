@@ -156,6 +156,7 @@ def export_model(
     quantize: str | None = None,
     overwrite: bool = False,
     metrics: list[dict[str, Any]] | None = None,
+    int8_format: str | None = None,
 ) -> ExportResult:
     """Export the saved model at ``model_dir`` into ``out``.
 
@@ -168,9 +169,12 @@ def export_model(
         quantize: ``"int8"`` also writes ``model.int8.onnx`` (:mod:`.quantize`).
         overwrite: replace an earlier export in ``out``.
         metrics: results for the model card (see :func:`adaptspeech.export.card.write_card`).
+        int8_format: its format (:data:`.quantize.INT8_FORMATS`; None: 7-bit weights, the same logits on every x86
+            CPU; ``"u8s8"`` for 8-bit weights on CPUs known to have VNNI).
 
     Raises:
-        ExportError: see :func:`choose_language`, :func:`check_exportable`; a quantisation other than int8.
+        ExportError: see :func:`choose_language`, :func:`check_exportable`; a quantisation other than int8, an
+            unknown ``int8_format``.
         FileExistsError, NotADirectoryError, OSError: an ``out`` refused by
             :func:`~adaptspeech.data.output_folder.check_output_folder` or that cannot be written (one line naming
             ``--out``); nothing is written.
@@ -180,11 +184,14 @@ def export_model(
     from ..saved_model import load_saved_model
     from .card import write_card
     from .graph import ExportableCTC, eager_attention, example_inputs, export_graph
-    from .quantize import quantize_int8
+    from .quantize import DEFAULT_INT8_FORMAT, INT8_FORMATS, quantize_int8
     from .tokens import token_table
 
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ExportError(f"--quantize {quantize}: allowed values: {', '.join(QUANTIZATIONS)}")
+    int8_format = int8_format or DEFAULT_INT8_FORMAT
+    if int8_format not in INT8_FORMATS:
+        raise ExportError(f"int8 format {int8_format}: allowed values: {', '.join(INT8_FORMATS)}")
     out, model_dir = Path(out), Path(model_dir)
     inputs = {"--model": model_dir}
     check_output_folder(out, SETTINGS_FILE, EXPORT_OUTPUT, overwrite=overwrite, inputs=inputs)  # before the model loads
@@ -230,8 +237,9 @@ def export_model(
         with eager_attention(model):
             export_graph(module, example_inputs(model, feature_size, units), work / FP32_GRAPH)
         if quantize == "int8":
-            quantize_int8(work / FP32_GRAPH, work / INT8_GRAPH)
+            quantize_int8(work / FP32_GRAPH, work / INT8_GRAPH, int8_format)
             settings["graphs"]["int8"] = INT8_GRAPH
+            settings["int8_format"] = int8_format
         table.write(work / TOKENS_FILE)
         _copy_lm(model_dir, work)
         (work / SETTINGS_FILE).write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -7,15 +7,18 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import soundfile as sf
 import torch
 from helpers.cli import one_error_line, run_main
+from helpers.int8 import INT8_BOUND, INT8_KERNEL_TOLERANCE
 from helpers.model_folders import audio, model_folder, onnx_splits_as_pytorch, synthetic_recording
 from helpers.without_torch import outside_the_runtime_extra, run_without
 
 from adaptspeech.cli import main
 from adaptspeech.cli.common import _load_model
+from adaptspeech.export.quantize import exact_integer_graph
 from adaptspeech.inference.transcriber import transcribe
 from adaptspeech.runtime import OnnxRecognizer
 from adaptspeech.runtime.audio import load_audio
@@ -75,14 +78,36 @@ def test_a_long_recording_is_split_at_pauses_as_pytorch_splits_it(exported, tmp_
     onnx_splits_as_pytorch(root, load_audio(synthetic_recording(tmp_path), 16000), 8.0, 2.0)
 
 
-def test_int8_graph_is_close_to_fp32(exported):
-    """int8 weights change the logits (quantisation error), not the frames; measured < 0.2 on these logits."""
+def test_int8_graph_is_close_to_fp32(exported, tmp_path):
+    """int8 weights change the logits (quantisation error), not the frames: the int8 graph computes its exact integer
+    sums on this CPU (float rounding only; 8-bit weights on an x86 CPU without VNNI were off by 2.69, the logits'
+    spread, here) and stays within the bound of tests/export/test_export_graph.py (0.2 of the float logits' spread;
+    measured 0.14 with this model's large random head, the same on every CPU)."""
     root, _ = exported
     waveforms = [audio(1.0)]
     fp32, frames = OnnxRecognizer(root / "onnx", precision="fp32").logits(waveforms)
-    int8, frames8 = OnnxRecognizer(root / "onnx").logits(waveforms)
+    recognizer = OnnxRecognizer(root / "onnx")
+    int8, frames8 = recognizer.logits(waveforms)
     np.testing.assert_array_equal(frames, frames8)
-    assert 0 < np.abs(fp32 - int8).max() < 0.5
+    exact = ort.InferenceSession(str(exact_integer_graph(root / "onnx" / "model.int8.onnx", tmp_path / "exact.onnx")),
+                                 providers=["CPUExecutionProvider"])
+    features = recognizer.features(waveforms[0])[None]
+    integer, _ = exact.run(None, {"x": features, "x_lengths": np.array([features.shape[1]], np.int64)})
+    spread = float(fp32[0].std())
+    assert np.abs(int8 - integer).max() <= INT8_KERNEL_TOLERANCE * spread
+    assert 0 < np.abs(fp32 - int8).max() <= INT8_BOUND * spread
+
+
+def test_int8_weights_fit_in_7_bits(exported):
+    """No int8 weight beyond +-64: two uint8 x int8 products (2 x 255 x 64) fit the int16 sums of x86 CPUs without
+    VNNI, which saturate with 8-bit weights (docs/export.md); on a CPU with VNNI nothing else would show it."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    graph = onnx.load(str(exported[0] / "onnx" / "model.int8.onnx")).graph
+    weights = [numpy_helper.to_array(t) for t in graph.initializer if t.data_type == TensorProto.INT8]
+    assert len(weights) >= 8
+    assert max(int(np.abs(w.astype(np.int16)).max()) for w in weights) == 64
 
 
 def test_transcribe_onnx_prints_the_recognizers_text(exported, capsys):
