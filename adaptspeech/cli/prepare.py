@@ -6,6 +6,7 @@ import argparse
 import json
 
 from .common import LazyChoices, _float_range, _positive_float, _positive_int
+from .prepare_align import add_align
 
 # ---- prepare -------------------------------------------------------------------------------------------
 
@@ -25,7 +26,7 @@ _DEFAULT_HELP = "waveform, what a pretrained checkpoint's feature extractor comp
 def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     prepare = subparsers.add_parser("prepare", help="build corpora and prepared datasets")
     corpora = prepare.add_subparsers(
-        dest="corpus", metavar="{synthetic,common-voice,audio-folder,common-voice-other}", required=True
+        dest="corpus", metavar="{synthetic,common-voice,audio-folder,common-voice-other,align}", required=True
     )
 
     synth = corpora.add_parser(
@@ -118,6 +119,7 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     other.add_argument("--root", required=True, help="a Common Voice release folder (or a synthetic corpus)")
     _add_pool_options(other)
     other.set_defaults(func=_run_prepare_pool, common_voice_other=True)
+    add_align(corpora)
 
 
 def _add_overwrite(parser: argparse.ArgumentParser, what: str) -> None:
