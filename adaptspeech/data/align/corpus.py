@@ -148,7 +148,7 @@ def align_recording(model: AlignmentModel, audio_path: str | os.PathLike[str], t
             f"than its text can be read in: the text up to this line needs more than {len(log_probs)} frames of "
             f"{model.seconds_per_frame * 1000:.0f} ms")
     spans = align_lines(log_probs, [line.labels for line in lines], model.blank_id, settings.block_labels)
-    _check_match(lines, spans, settings, audio_path, text_path)
+    check_match(lines, spans, settings, audio_path, text_path)
     edges = _clip_edges(spans, len(log_probs), model.seconds_per_frame, settings.edge_pad_s)
     out = []
     for line, span, (start, end) in zip(lines, spans, edges, strict=True):
@@ -160,7 +160,7 @@ def align_recording(model: AlignmentModel, audio_path: str | os.PathLike[str], t
     return out, waveform
 
 
-def _check_match(lines: Sequence[TextLine], spans: Sequence[LineAlignment], settings: AlignSettings,
+def check_match(lines: Sequence[TextLine], spans: Sequence[LineAlignment], settings: AlignSettings,
                  audio_path: Path, text_path: Path) -> None:
     """Refuse a text whose lines mostly do not match the audio (a wrong file), naming its first unmatched line."""
     matched = [span.score >= settings.filters.min_score for span in spans]
