@@ -7,6 +7,7 @@ import json
 
 from .common import _float_range, _positive_float, _positive_int
 from .names import FEATURE_TYPE_NAMES
+from .prepare_align import add_align
 
 # ---- prepare -------------------------------------------------------------------------------------------
 
@@ -19,7 +20,7 @@ _DEFAULT_HELP = "waveform, what a pretrained checkpoint's feature extractor comp
 def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     prepare = subparsers.add_parser("prepare", help="build corpora and prepared datasets")
     corpora = prepare.add_subparsers(
-        dest="corpus", metavar="{synthetic,common-voice,audio-folder,common-voice-other}", required=True
+        dest="corpus", metavar="{synthetic,common-voice,audio-folder,common-voice-other,align}", required=True
     )
 
     synth = corpora.add_parser(
@@ -112,6 +113,7 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     other.add_argument("--root", required=True, help="a Common Voice release folder (or a synthetic corpus)")
     _add_pool_options(other)
     other.set_defaults(func=_run_prepare_pool, common_voice_other=True)
+    add_align(corpora)
 
 
 def _add_overwrite(parser: argparse.ArgumentParser, what: str) -> None:

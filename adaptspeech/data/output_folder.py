@@ -229,9 +229,25 @@ def atomic_output_folder(
     _claim(partial, out, label)
     try:
         yield partial
-        if not (partial / marker).is_file():
-            raise RuntimeError(f"{partial}: {marker} was not written; {out} is left as it was")
-        (partial / OWNER_FILE).unlink()
+        swap_in(partial, out, marker)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def swap_in(partial: Path, out: Path, marker: str) -> None:
+    """Replace ``out`` (if any) with the complete folder ``partial`` (holding ``marker``; its ``.owner_pid`` is
+    removed): the old ``out`` is moved aside, ``partial`` renamed into place, the old one removed; on a failure
+    between the renames the old ``out`` comes back.
+
+    Raises:
+        RuntimeError: ``partial`` has no ``marker``.
+    """
+    old = _old_folder(out)
+    if not (partial / marker).is_file():
+        raise RuntimeError(f"{partial}: {marker} was not written; {out} is left as it was")
+    (partial / OWNER_FILE).unlink(missing_ok=True)
+    try:
         if old.exists():
             shutil.rmtree(old)
         if out.exists():
@@ -240,6 +256,5 @@ def atomic_output_folder(
     except BaseException:
         if old.is_dir() and not out.exists():
             old.rename(out)
-        shutil.rmtree(partial, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)

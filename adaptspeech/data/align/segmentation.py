@@ -1,0 +1,142 @@
+"""Lines of text placed on a recording's CTC log-probabilities with CTC segmentation (Kürzinger et al. 2020).
+
+**Why ctc-segmentation.** ``torchaudio.functional.forced_align`` (MMS's aligner) needs a torchaudio built for the
+installed torch: the registry's torchaudio (2.11) does not match torch 2.13, so it cannot be installed beside it.
+``ctc-segmentation`` (the registry's 1.7.5, NeMo's and ESPnet's segmentation tool) is numpy and a small Cython kernel,
+independent of torch, and is made for this task: its trellis lets the text start anywhere in the audio and lets
+audio between two lines go to a blank state, so that stretches with no text (music, announcements) are not forced
+onto a line, and it gives each line a confidence (the lowest mean log-probability of the path over ``score_frames``
+consecutive frames), which NeMo thresholds at -2. Between two lines the text here has a *gap* label instead of
+ctc-segmentation's blank: its log-probability on a frame is the frame's best label's, so audio that no line
+says (speech without text, music, noise the model hears as letters) costs nothing there, rather than stretching the
+neighbouring line over it (with a blank between lines, measured on synthetic posteriors, the line next to an
+untranscribed stretch took some of it at a score above -2).
+
+**Bounded memory.** Its dynamic-programming table is ``window x labels`` float32 (the window is 8,000 frames and
+grows only when the backtracking leaves it), so an hour of text (about 50,000 labels) at once would take 1.6 GB.
+:func:`align_lines` therefore aligns blocks of lines of at most ``block_labels`` labels (at 4,000, 128 MB), each
+against the frames from the middle of the gap before its first line on: a block's last line is aligned again as
+the next block's first, so that no line is placed by a block that ended inside it.
+
+Frames are output frames of the model (``seconds_per_frame`` apart). A line's frames are those from its first label's
+first frame to the frame its last label's state is left (:class:`LineAlignment`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .lines import STAR
+
+DEFAULT_BLOCK_LABELS = 4000
+"""Labels per alignment block (the table is ``8000 x block_labels`` float32)."""
+DEFAULT_SCORE_FRAMES = 30
+"""Frames of the sliding window whose lowest mean log-probability is a line's score (ctc-segmentation's
+``score_min_mean_over_L``)."""
+
+
+@dataclass(frozen=True)
+class LineAlignment:
+    """Where one line lies on the frame grid.
+
+    Attributes:
+        first_frame: the frame its first label is emitted.
+        end_frame: one past the last frame of its last label (the next line's blank state starts there).
+        score: the lowest mean log-probability of the path over ``score_frames`` consecutive frames of the line (the
+            mean over all of them when fewer); near 0 for a line the model reads as written, below -2 for one it
+            does not.
+    """
+
+    first_frame: int
+    end_frame: int
+    score: float
+
+
+def with_star(log_probs: np.ndarray, blank_id: int) -> np.ndarray:
+    """``[T, V + 1]``: ``log_probs`` ``[T, V]`` with a star column, each frame's best non-blank log-probability (the
+    label :data:`~adaptspeech.data.align.lines.STAR` matches whatever character the model hears)."""
+    others = np.delete(log_probs, blank_id, axis=1)
+    return np.concatenate([log_probs, others.max(axis=1, keepdims=True)], axis=1)
+
+
+def window_score(frame_log_probs: np.ndarray, score_frames: int = DEFAULT_SCORE_FRAMES) -> float:
+    """The lowest mean of ``frame_log_probs`` ``[n]`` over ``score_frames`` consecutive frames (the mean when fewer;
+    -inf when empty)."""
+    n = len(frame_log_probs)
+    if n == 0:
+        return float("-inf")
+    if n <= score_frames:
+        return float(np.mean(frame_log_probs))
+    sums = np.convolve(frame_log_probs, np.ones(score_frames), mode="valid")
+    return float(sums.min() / score_frames)
+
+
+def _align_block(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: int,
+                 score_frames: int) -> list[LineAlignment]:
+    """One block: ``lines`` (label ids, no star left) on ``log_probs`` ``[T, V]`` from frame 0; between two lines
+    (and before the first, after the last) a gap label whose log-probability is each frame's best (module
+    docstring)."""
+    from ctc_segmentation import CtcSegmentationParameters, ctc_segmentation
+
+    gap = log_probs.shape[1]
+    log_probs = np.concatenate([log_probs, log_probs.max(axis=1, keepdims=True)], axis=1)
+    config = CtcSegmentationParameters(blank=blank_id, index_duration=1.0, score_min_mean_over_L=score_frames)
+    config.char_list = [str(i) for i in range(log_probs.shape[1])]
+    labels, begins = [-1], []
+    for line in lines:
+        begins.append(len(labels))
+        labels.append(gap)
+        labels.extend(int(x) for x in line)
+    begins.append(len(labels))
+    labels.append(gap)
+    ground_truth = np.asarray(labels, dtype=np.int64).reshape(-1, 1)
+    timings, char_probs, _ = ctc_segmentation(config, log_probs, ground_truth)
+    frames = np.rint(timings).astype(np.int64)  # index_duration 1: timings are frames
+    out = []
+    for i in range(len(lines)):
+        first, end = int(frames[begins[i] + 1]), int(frames[begins[i + 1]])
+        end = max(end, first + 1)
+        out.append(LineAlignment(first, end, window_score(char_probs[first:end], score_frames)))
+    return out
+
+
+def align_lines(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: int,
+                block_labels: int = DEFAULT_BLOCK_LABELS,
+                score_frames: int = DEFAULT_SCORE_FRAMES) -> list[LineAlignment]:
+    """Align lines of labels to a recording's CTC log-probabilities, in order.
+
+    Args:
+        log_probs: ``[T, V]`` float32 log-probabilities on the recording's frame grid.
+        lines: ``[L_i]`` int64 label ids of each line (:data:`~adaptspeech.data.align.lines.STAR` for a character
+            the model cannot spell), none empty.
+        blank_id: the CTC blank.
+        block_labels: labels aligned at once (module docstring); a longer line is one block.
+        score_frames: see :data:`DEFAULT_SCORE_FRAMES`.
+
+    Returns:
+        One :class:`LineAlignment` per line, frames non-decreasing.
+    """
+    if any(len(line) == 0 for line in lines):
+        raise ValueError("align_lines: a line without labels")
+    log_probs = np.asarray(log_probs, dtype=np.float32)
+    if any(np.any(line == STAR) for line in lines):
+        star = log_probs.shape[1]
+        log_probs = with_star(log_probs, blank_id)
+        lines = [np.where(line == STAR, star, line) for line in lines]
+    results: list[LineAlignment] = []
+    start, cursor = 0, 0
+    while start < len(lines):
+        stop, labels = start, 0
+        while stop < len(lines) and (stop == start or labels + len(lines[stop]) <= block_labels):
+            labels += len(lines[stop])
+            stop += 1
+        block = _align_block(log_probs[cursor:], lines[start:stop], blank_id, score_frames)
+        keep = len(block) if stop == len(lines) or len(block) == 1 else len(block) - 1
+        results.extend(LineAlignment(a.first_frame + cursor, a.end_frame + cursor, a.score) for a in block[:keep])
+        if keep < len(block):  # the next block starts in the gap before the line aligned again (its gap needs frames)
+            cursor = (results[-1].end_frame + block[keep].first_frame + cursor) // 2
+        start += keep
+    return results

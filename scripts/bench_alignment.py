@@ -1,0 +1,104 @@
+"""Peak memory and real-time factor of ``prepare align``'s work on a long recording against the model's own decoding
+of the same audio, in one run (CPU, one thread by default).
+
+Usage::
+
+    python scripts/bench_alignment.py --minutes 2          # small (a shared machine)
+    python scripts/bench_alignment.py --minutes 60         # the one-hour target: peak < 2 GB, RTF <= 0.05
+
+The model and the recording are ``scripts/bench_long_form.py``'s (the demo's shape with random weights, a chirp with
+a pause every 5 s): time and memory do not depend on the weights. The transcript is random lines of 80 letters, 14
+letters per second of audio (read speech). Each measurement runs in a fresh process (peak resident memory,
+``ru_maxrss``): *decode* is ``transcribe`` (split at pauses, CTC greedy), *align* is what ``prepare align`` does per
+recording (the posteriors piecewise with the same planner, ctc-segmentation in blocks, the model's decoding of every
+line for the CER filter); writing the clips is left out. The ratio align / decode is the cost of alignment over
+recognition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_long_form import _build, _recording  # the same model and recording
+
+LETTERS_PER_SECOND = 14.0
+LINE_LETTERS = 80
+
+
+def _lines(seconds: float, vocab: dict[str, int], delimiter: int) -> list[Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    letters = [vocab[c] for c in "abcdefghijklmnopqrstuvwxyz"]
+    count = max(1, round(seconds * LETTERS_PER_SECOND / LINE_LETTERS))
+    lines = []
+    for _ in range(count):
+        line = rng.choice(letters, size=LINE_LETTERS)
+        line[rng.integers(3, LINE_LETTERS - 3, size=12)] = delimiter
+        lines.append(line.astype(np.int64))
+    return lines
+
+
+def _measure(what: str, minutes: float, threads: int, queue: Any) -> None:
+    from adaptspeech.data.align.posteriors import AlignmentModel
+    from adaptspeech.data.align.segmentation import align_lines
+    from adaptspeech.inference.recording import FrameGrid
+    from adaptspeech.inference.transcriber import transcribe
+
+    model, processor = _build(threads)
+    wave = _recording(minutes, 5.0)
+    vocab = dict(processor.tokenizer.get_vocab())
+    lines = _lines(len(wave) / 16000, vocab, vocab["|"])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    if what == "decode":
+        transcribe(model, processor, [wave], split_by="pauses")
+    else:
+        aligner = AlignmentModel(model, processor, "xx", vocab, 0, vocab["|"], FrameGrid.of(model).seconds_per_frame,
+                                 True)
+        log_probs = aligner.log_probs(wave)
+        for span in align_lines(log_probs, lines, 0):
+            aligner.greedy_text(log_probs[span.first_frame : span.end_frame])
+    seconds = time.perf_counter() - start
+    queue.put((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, base / 1024))
+
+
+def run(what: str, minutes: float, threads: int) -> tuple[float, float, float]:
+    """``(seconds, peak RSS MB, RSS MB before)`` of ``what`` (``decode`` or ``align``) in a fresh process."""
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_measure, args=(what, minutes, threads, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=2.0)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    audio = args.minutes * 60
+    print(f"demo-sized fbank conformer (random weights), {args.threads} thread(s), {args.minutes:g}-minute recording, "
+          f"{LETTERS_PER_SECOND:g} letters/s of text\n")
+    print(f"{'what':<8} {'seconds':>8} {'RTF':>7} {'peak RSS MB':>12} {'before MB':>10}")
+    rows = {}
+    for what in ("decode", "align"):
+        seconds, peak, base = run(what, args.minutes, args.threads)
+        rows[what] = (seconds, peak)
+        print(f"{what:<8} {seconds:>8.1f} {seconds / audio:>7.4f} {peak:>12.0f} {base:>10.0f}")
+    time_ratio = rows["align"][0] / rows["decode"][0]
+    print(f"\nalign / decode: time {time_ratio:.2f}, peak memory {rows['align'][1] / rows['decode'][1]:.2f}; "
+          f"align RTF {rows['align'][0] / audio:.4f} (target <= 0.05), peak {rows['align'][1]:.0f} MB (target < 2048)")
+
+
+if __name__ == "__main__":
+    main()

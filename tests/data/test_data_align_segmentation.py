@@ -1,0 +1,75 @@
+"""The aligner's core on synthetic CTC log-probabilities with a known frame path (tests/helpers/alignment.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.alignment import BLANK, DELIMITER, synthetic_posteriors
+
+from adaptspeech.data.align.corpus import AlignmentError, AlignSettings, check_match
+from adaptspeech.data.align.lines import STAR, TextLine, first_line_past, min_frames, spell
+from adaptspeech.data.align.segmentation import align_lines, window_score, with_star
+
+
+def test_boundaries_on_the_true_frames_and_untranscribed_speech_left_out():
+    data = synthetic_posteriors(40, seed=0, untranscribed_after=(5, 20))
+    spans = align_lines(data.log_probs, data.lines, BLANK)
+    errors = np.array([[a.first_frame - s[0], a.end_frame - s[1]] for a, s in zip(spans, data.spans)])
+    assert np.abs(errors).max() <= 1
+    assert min(a.score for a in spans) > -0.5
+    for first, end in data.untranscribed:  # no line reaches into the speech that has no text
+        assert all(a.end_frame <= first or a.first_frame >= end for a in spans)
+
+
+def test_blocks_of_bounded_size_place_the_lines_as_one_block_does():
+    data = synthetic_posteriors(30, seed=1, untranscribed_after=(10,))
+    whole = align_lines(data.log_probs, data.lines, BLANK)
+    blocks = align_lines(data.log_probs, data.lines, BLANK, block_labels=150)
+    assert len(blocks) == len(whole)
+    diffs = [abs(a.first_frame - b.first_frame) + abs(a.end_frame - b.end_frame) for a, b in zip(whole, blocks)]
+    assert max(diffs) <= 2
+
+
+def test_a_wrong_transcript_is_refused_by_the_score_naming_file_and_line():
+    data = synthetic_posteriors(20, seed=2)
+    other = synthetic_posteriors(20, seed=3)
+    spans = align_lines(data.log_probs, other.lines, BLANK)
+    assert np.median([a.score for a in spans]) < -2
+    lines = [TextLine(i + 1, "x", "x", labels) for i, labels in enumerate(other.lines)]
+    with pytest.raises(AlignmentError, match=r"REC\.txt:\d+: the text does not match the audio REC\.wav"):
+        check_match(lines, spans, AlignSettings(), Path("REC.wav"), Path("REC.txt"))
+    right = align_lines(data.log_probs, data.lines, BLANK)
+    check_match([TextLine(1, "x", "x", labels) for labels in data.lines], right, AlignSettings(), Path("REC.wav"),
+                Path("REC.txt"))
+
+
+def test_star_matches_an_unknown_character():
+    data = synthetic_posteriors(6, seed=4)
+    lines = [line.copy() for line in data.lines]
+    lines[2][1] = STAR
+    assert with_star(data.log_probs, BLANK).shape == (len(data.log_probs), data.log_probs.shape[1] + 1)
+    spans = align_lines(data.log_probs, lines, BLANK)
+    assert abs(spans[2].first_frame - data.spans[2][0]) <= 1 and abs(spans[2].end_frame - data.spans[2][1]) <= 1
+    assert spans[2].score > -1
+
+
+def test_spelling_romanizes_or_stars_characters_outside_the_alphabet():
+    vocab = {c: i + 5 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}
+    assert spell("ab cd", vocab, DELIMITER).tolist() == [5, 6, DELIMITER, 7, 8]
+    assert spell("мир", vocab, DELIMITER).tolist() == [vocab["m"], vocab["i"], vocab["r"]]
+    assert spell("aж", vocab, DELIMITER, oov="star").tolist() == [5, STAR]
+
+
+def test_text_longer_than_the_audio_can_hold_names_the_line():
+    assert min_frames(np.array([5, 5, 6])) == 4
+    lines = [TextLine(i + 1, "x", "x", np.arange(5, 15)) for i in range(3)]
+    assert first_line_past(lines, 40) is None
+    assert first_line_past(lines, 25).line_no == 3
+
+
+def test_window_score_is_the_lowest_window_mean():
+    values = np.array([0.0] * 40 + [-3.0] * 30 + [0.0] * 10)
+    assert window_score(values, 30) == pytest.approx(-3.0)
+    assert window_score(np.array([-1.0, -2.0]), 30) == pytest.approx(-1.5)
