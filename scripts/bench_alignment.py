@@ -47,8 +47,8 @@ def _lines(seconds: float, vocab: dict[str, int], delimiter: int) -> list[Any]:
 
 
 def _measure(what: str, minutes: float, threads: int, queue: Any) -> None:
-    from adaptspeech.data.align.posteriors import AlignmentModel
-    from adaptspeech.data.align.segmentation import align_lines
+    from adaptspeech.alignment.posteriors import AlignmentModel
+    from adaptspeech.alignment.segmentation import align_lines
     from adaptspeech.inference.recording import FrameGrid
     from adaptspeech.inference.transcriber import transcribe
 

@@ -184,7 +184,7 @@ FLOORS: dict[str, int] = {
     "inference": 4,
     # 5: what runs a model: export, training, evaluation, the pipeline, the Hub
     "export": 5, "training": 5, "evaluation": 5, "pipeline": 5, "lid_evaluation": 5, "hub": 5, "model_card": 5,
-    "smoke": 5, "testing": 5,
+    "smoke": 5, "testing": 5, "alignment": 5,
     # 6: recipes; 7: the command line
     "recipes": 6, "cli": 7,
 }

@@ -1,6 +1,6 @@
 """``adaptspeech prepare align``: long recordings + their transcripts -> training clips in the Common Voice layout.
 
-The parser imports nothing heavy; the run imports torch, the model and the aligner (:mod:`adaptspeech.data.align`).
+The parser imports nothing heavy; the run imports torch, the model and the aligner (:mod:`adaptspeech.alignment`).
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def _rate_range(text: str) -> tuple[float, float]:
 def run_prepare_align(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..data.align.corpus import AlignSettings, align_corpus, recording_pairs, report_summary
-    from ..data.align.filters import AlignmentFilters
-    from ..data.align.posteriors import load_alignment_model
+    from ..alignment.corpus import AlignSettings, align_corpus, recording_pairs, report_summary
+    from ..alignment.filters import AlignmentFilters
+    from ..alignment.posteriors import load_alignment_model
     from ..progress import library_progress_bars
 
     if args.audio is not None:

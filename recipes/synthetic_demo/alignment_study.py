@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from adaptspeech.data.align.corpus import AlignSettings, align_corpus
-from adaptspeech.data.align.posteriors import load_alignment_model
+from adaptspeech.alignment.corpus import AlignSettings, align_corpus
+from adaptspeech.alignment.posteriors import load_alignment_model
 from adaptspeech.data.audio import load_audio
 from adaptspeech.data.common_voice import find_language_dir, read_tsv
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...inference import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
+from ..inference import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
 
 SAMPLING_RATE = 16000
 
@@ -69,8 +69,8 @@ class AlignmentModel:
             return self._transformers(waveform)
 
     def _ours(self, waveform: np.ndarray) -> np.ndarray:
-        from ...inference.local_norm import recording_input
-        from ...inference.transcriber import LongFormSettings, recording_ctc_log_probs
+        from ..inference.local_norm import recording_input
+        from ..inference.transcriber import LongFormSettings, recording_ctc_log_probs
 
         settings = LongFormSettings(chunk_length_s=self.chunk_length_s, stride_length_s=self.stride_length_s)
         features = recording_input(waveform, self.processor.feature_extractor, settings.norm_window_s)
@@ -80,7 +80,7 @@ class AlignmentModel:
     def _transformers(self, waveform: np.ndarray) -> np.ndarray:
         import torch
 
-        from ...runtime.long_form import plan_chunks
+        from ..runtime.long_form import plan_chunks
 
         per_frame = round(self.seconds_per_frame * SAMPLING_RATE)
         chunk_frames = max(1, round(self.chunk_length_s / self.seconds_per_frame))
@@ -96,7 +96,7 @@ class AlignmentModel:
     def greedy_text(self, log_probs: np.ndarray) -> str:
         """The model's own best-path reading of frames ``[n, V]``: argmax, repeats merged, blanks dropped, the word
         delimiter a space."""
-        from ...inference.stitching import label_text
+        from ..inference.stitching import label_text
 
         best = np.asarray(log_probs).argmax(-1)
         ids = [int(x) for i, x in enumerate(best) if x != self.blank_id and (i == 0 or x != best[i - 1])]
@@ -137,9 +137,9 @@ def _load_ours(path: Path, language: str) -> tuple[Any, Any, Any, float]:
     import torch
     from transformers import Wav2Vec2Processor
 
-    from ...evaluation import routes_languages
-    from ...inference.recording import FrameGrid
-    from ...saved_model import load_saved_model
+    from ..data.collator import routes_languages
+    from ..inference.recording import FrameGrid
+    from ..saved_model import load_saved_model
 
     model = load_saved_model(path, progress_bar=False).eval()
     if getattr(model, "ctc_head", None) is None:

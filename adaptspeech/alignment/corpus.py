@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from ..common_voice import CV_COLUMNS
+from ..data.common_voice import CV_COLUMNS
 from .filters import AlignmentFilters
 from .lines import AlignmentTextError, TextLine, first_line_past, text_lines
 from .posteriors import SAMPLING_RATE, AlignmentModel
@@ -96,7 +96,7 @@ class AlignedLine:
 
 def read_recording(path: Path) -> np.ndarray:
     """The recording at 16 kHz mono, or :class:`AlignmentError` naming it (missing, unreadable, empty, silent)."""
-    from ..audio import BadClipError, load_audio
+    from ..data.audio import BadClipError, load_audio
 
     try:
         return load_audio(path, SAMPLING_RATE)
@@ -121,7 +121,7 @@ def _clip_edges(spans: Sequence[LineAlignment], num_frames: int, seconds_per_fra
 
 def cer_percent(reference: str, hypothesis: str) -> float:
     """Character error rate in percent of ``hypothesis`` against ``reference`` (jiwer's, as ``evaluate``'s)."""
-    from ...metrics.scoring import count_edits
+    from ..metrics.scoring import count_edits
 
     return 100.0 * count_edits([hypothesis], [reference], "char").rate
 
@@ -241,7 +241,7 @@ def align_corpus(model: AlignmentModel, pairs: Sequence[tuple[Path, Path]], out_
     """
     from tqdm.auto import tqdm
 
-    from ..output_folder import check_output_folder, owned_folder, partial_folder, swap_in
+    from ..data.output_folder import check_output_folder, owned_folder, partial_folder, swap_in
 
     out = Path(out_dir).absolute()
     stems = Counter(audio.stem for audio, _ in pairs)

@@ -10,7 +10,7 @@ spelled in the model's labels: a space is the word delimiter ``|``; a character 
 - ``"romanize"`` (default): its word is romanised with ``uroman`` (Hermjakob et al. 2018, the universal romaniser MMS
   aligns with) and the romanised letters the alphabet has are used; what still has no label becomes the star;
 - ``"star"``: the star label :data:`STAR`, which matches whatever non-blank label the model emits on its frame
-  (:func:`~adaptspeech.data.align.segmentation.with_star`: the frame's best non-blank log-probability), as the
+  (:func:`~adaptspeech.alignment.segmentation.with_star`: the frame's best non-blank log-probability), as the
   ``<star>`` token of torchaudio's MMS aligner does.
 
 The manifest keeps the normalised line (the training target), not its romanisation.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..text import normalize_text
+from ..data.text import normalize_text
 
 OOV_MODES: tuple[str, ...] = ("romanize", "star")
 STAR = -2
@@ -63,7 +63,7 @@ def read_lines(path: str | os.PathLike[str], split_sentences: bool = False) -> l
     Raises:
         AlignmentTextError: the file cannot be read, is not UTF-8 (naming the line), or holds no text.
     """
-    from ..common_voice import first_non_utf8_line
+    from ..data.common_voice import first_non_utf8_line
 
     path = Path(path)
     try:

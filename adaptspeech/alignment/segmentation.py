@@ -57,7 +57,7 @@ class LineAlignment:
 
 def with_star(log_probs: np.ndarray, blank_id: int) -> np.ndarray:
     """``[T, V + 1]``: ``log_probs`` ``[T, V]`` with a star column, each frame's best non-blank log-probability (the
-    label :data:`~adaptspeech.data.align.lines.STAR` matches whatever character the model hears)."""
+    label :data:`~adaptspeech.alignment.lines.STAR` matches whatever character the model hears)."""
     others = np.delete(log_probs, blank_id, axis=1)
     return np.concatenate([log_probs, others.max(axis=1, keepdims=True)], axis=1)
 
@@ -110,7 +110,7 @@ def align_lines(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: in
 
     Args:
         log_probs: ``[T, V]`` float32 log-probabilities on the recording's frame grid.
-        lines: ``[L_i]`` int64 label ids of each line (:data:`~adaptspeech.data.align.lines.STAR` for a character
+        lines: ``[L_i]`` int64 label ids of each line (:data:`~adaptspeech.alignment.lines.STAR` for a character
             the model cannot spell), none empty.
         blank_id: the CTC blank.
         block_labels: labels aligned at once (module docstring); a longer line is one block.

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from helpers.alignment import BLANK, DELIMITER, synthetic_posteriors
 
-from adaptspeech.data.align.corpus import AlignmentError, AlignSettings, check_match
-from adaptspeech.data.align.lines import STAR, TextLine, first_line_past, min_frames, spell
-from adaptspeech.data.align.segmentation import align_lines, window_score, with_star
+from adaptspeech.alignment.corpus import AlignmentError, AlignSettings, check_match
+from adaptspeech.alignment.lines import STAR, TextLine, first_line_past, min_frames, spell
+from adaptspeech.alignment.segmentation import align_lines, window_score, with_star
 
 
 def test_boundaries_on_the_true_frames_and_untranscribed_speech_left_out():
