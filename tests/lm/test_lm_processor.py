@@ -134,7 +134,7 @@ def test_transcribe_and_evaluate_lm_model_use_the_tuned_weights(lm_setup: Simple
 
     def weights(lm: Path, *extra: str) -> tuple[float, float]:
         argv = ["evaluate", "--model", lm_setup.model, "--data", lm_setup.prepared, "--split", "dev", "--lm", lm,
-                "--no-progress", "--device", "cpu", "--output", results, *extra]
+                "--no-progress", "--device", "cpu", "--output", results, "--overwrite", *extra]  # replaces the last
         code, _, err = run_main(argv, capsys)
         assert code == 0, err
         options = json.loads(results.read_text())["options"]
