@@ -1,19 +1,22 @@
-"""How good is the word confidence of :mod:`adaptspeech.decoding.confidence`? Decode a prepared split (the target's
-dev split) with a model, by the CTC best path and, with ``--lm``, by the n-gram LM beam search (its N-best word
-posteriors), and measure per decoder:
+"""Which word confidence is any good? Decode a prepared split (the target's dev split) with a model once, by the CTC
+best path and, with ``--lm``, by the n-gram LM beam search, and score its words by every method of ``--methods``
+(:class:`~adaptspeech.decoding.confidence.ConfidenceMethod`: a frame measure, max-probability or an entropy of
+Laptev & Ginsburg 2022 with its order, and how a word aggregates its tokens; the LM beam's N-best posterior at
+temperature 1 and at a temperature fitted on ``--fit-split``, or two-fold on the split itself). Per method
+(:func:`adaptspeech.inference.confidence_comparison.compare_methods`):
 
 * the area under the ROC curve of "word correct" against its confidence (a hypothesis word is correct when the WER
-  alignment matches it to an equal reference word; :func:`~adaptspeech.metrics.confidence.word_correctness`): the
-  probability that a random correct word scores above a random wrong one (0.5: no information, 1: perfect);
-* the reliability table (10 equal-width confidence bins: mean confidence against the share correct) and its expected
-  calibration error, drawn as a reliability diagram (PNG).
+  alignment matches it to an equal reference word): the probability that a random correct word scores above a random
+  wrong one (0.5: no information, 1: perfect);
+* the expected calibration error over 10 equal-width confidence bins, drawn as a reliability diagram (PNG).
 
 Usage::
 
     python scripts/confidence_calibration.py --model runs/synthetic_demo/target_adapter/model \\
         --data runs/synthetic_demo/prepared --language sk --lm runs/synthetic_demo/lm --out docs/benchmarks/confidence
 
-writes ``reliability.png`` and ``calibration.json`` into ``--out`` and prints one line per decoder.
+writes ``reliability_<method>.png`` per method, ``reliability.png`` (the default method of each decoder and the best
+by ROC AUC), ``comparison.json`` and ``calibration.json`` into ``--out``, and prints a table sorted by ROC AUC.
 """
 
 from __future__ import annotations
@@ -24,66 +27,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+DEFAULT_METHODS = (
+    "max_prob/min", "max_prob/mean", "max_prob/product",
+    *(f"{measure}@{alpha}/{aggregation}" for measure in ("tsallis_exp", "renyi_exp", "tsallis_lin", "renyi_lin")
+      for alpha in (0.25, 0.33, 0.5) for aggregation in ("min", "mean", "product")),
+    "gibbs_exp/min", "gibbs_lin/min",
+)
+"""The methods compared by default (``MEASURE[@ALPHA]/AGGREGATION``)."""
 
 
-def decode_split(model: Any, processor: Any, rows: Any, lm_decoder: Any = None, batch_size: int = 16,
-                 beam_size: int | None = None) -> list[dict[str, Any]]:
-    """Every row of ``rows`` decoded with its word confidences (``{"index", "text", "confidence", "words"}``)."""
-    from adaptspeech.inference.pseudo_label import label_batches
+def _rows(args: argparse.Namespace, dataset: Any, split: str) -> Any:
+    from adaptspeech.data.prepared_data import select_languages
 
-    out: list[dict[str, Any]] = []
-    for batch in label_batches(model, processor, rows, list(range(len(rows))), lm_decoder, batch_size, beam_size):
-        out.extend(batch)
-    return sorted(out, key=lambda r: r["index"])
-
-
-def calibration(decoded: list[dict[str, Any]], references: list[str], num_bins: int = 10) -> dict[str, Any]:
-    """ROC AUC, reliability bins and ECE of the words of ``decoded`` against ``references`` (one per row)."""
-    from adaptspeech.metrics.confidence import (
-        expected_calibration_error,
-        reliability_bins,
-        roc_auc,
-        word_correctness,
-    )
-
-    scores: list[float] = []
-    correct: list[bool] = []
-    for record, reference in zip(decoded, references, strict=True):
-        flags = word_correctness(record["text"], reference)
-        if len(flags) != len(record["words"]):
-            raise ValueError(f"row {record['index']}: {len(record['words'])} scored words for the {len(flags)} words "
-                             f"of {record['text']!r}")
-        scores += [float(c) for _, c in record["words"]]
-        correct += flags
-    bins = reliability_bins(scores, correct, num_bins)
-    return {"words": len(scores), "correct_share": float(np.mean(correct)) if correct else float("nan"),
-            "roc_auc": roc_auc(scores, correct), "ece": expected_calibration_error(bins),
-            "bins": [b.__dict__ for b in bins]}
-
-
-def plot(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
-    """The reliability diagram: per decoder, the share correct of each bin against its mean confidence."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 5))
-    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfectly calibrated")
-    for name, result in results.items():
-        bins = [b for b in result["bins"] if b["count"]]
-        ax.plot([b["mean_confidence"] for b in bins], [b["accuracy"] for b in bins], marker="o",
-                label=f"{name}: AUC {result['roc_auc']:.3f}, ECE {result['ece']:.3f}")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("word confidence (bin mean)")
-    ax.set_ylabel("share of words correct")
-    ax.set_title(title)
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    rows = dataset[split]
+    if args.language:
+        rows = select_languages(rows, [args.language], split, "--language")
+    if args.max_rows:
+        rows = rows.select(range(min(args.max_rows, len(rows))))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,53 +53,72 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="a model/ folder with its processor")
     parser.add_argument("--data", required=True, help="a prepared folder (adaptspeech prepare)")
     parser.add_argument("--split", default="dev")
+    parser.add_argument("--fit-split", default=None,
+                        help="the split the N-best temperature is fitted on (default: two-fold on --split)")
     parser.add_argument("--language", default=None, help="the rows of this language (default: all)")
+    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS),
+                        help="MEASURE[@ALPHA][/AGGREGATION] ... (default: a grid of max_prob, Tsallis, Rényi, Gibbs)")
     parser.add_argument("--lm", default=None, help="an LM folder (adaptspeech lm build): also the LM beam search")
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--beta", type=float, default=1.0)
     parser.add_argument("--beam-size", type=int, default=16)
     parser.add_argument("--max-rows", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", required=True, help="folder of reliability.png and calibration.json")
+    parser.add_argument("--out", required=True, help="folder of the diagrams and the JSON files")
     args = parser.parse_args(argv)
+
+    from adaptspeech.decoding.confidence import ConfidenceMethod
+
+    try:
+        methods = [ConfidenceMethod.parse(m) for m in args.methods]
+    except ValueError as err:
+        parser.error(f"--methods: {err}")
 
     import torch
 
-    from adaptspeech.data.prepared_data import load_prepared, select_languages
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.confidence_comparison import compare_methods, decode_split
+    from adaptspeech.metrics.confidence import reliability_diagram
     from adaptspeech.modeling import AdaptSpeechForCTC
 
     if args.threads:
         torch.set_num_threads(args.threads)
     dataset, processor = load_prepared(args.data)
-    rows = dataset[args.split]
-    if args.language:
-        rows = select_languages(rows, [args.language], args.split, "--language")
-    if args.max_rows:
-        rows = rows.select(range(min(args.max_rows, len(rows))))
+    rows = _rows(args, dataset, args.split)
     model = AdaptSpeechForCTC.from_pretrained(args.model)
-    references = list(rows["text"])
-    decoders: dict[str, Any] = {"CTC best path": None}
+    decoder = None
     if args.lm:
         from adaptspeech.lm.decoder import LMDecoder, build_decoder
 
-        name = f"LM beam {args.beam_size} (alpha {args.alpha:g}, beta {args.beta:g})"
-        decoders[name] = LMDecoder(build_decoder(processor.tokenizer, args.lm, args.alpha, args.beta), args.beam_size)
-    results: dict[str, dict[str, Any]] = {}
-    for name, decoder in decoders.items():
-        started = time.perf_counter()
-        decoded = decode_split(model, processor, rows, decoder, beam_size=args.beam_size if decoder else None)
-        results[name] = {**calibration(decoded, references), "seconds": time.perf_counter() - started}
-        r = results[name]
-        print(f"{name}: {r['words']} words, {100 * r['correct_share']:.1f}% correct, ROC AUC {r['roc_auc']:.3f}, "
-              f"ECE {r['ece']:.3f}")
+        decoder = LMDecoder(build_decoder(processor.tokenizer, args.lm, args.alpha, args.beta), args.beam_size)
+    started = time.perf_counter()
+    split = decode_split(model, processor, rows, decoder, args.beam_size if decoder else None)
+    fit = None
+    if decoder is not None and args.fit_split and args.fit_split != args.split:
+        fit = decode_split(model, processor, _rows(args, dataset, args.fit_split), decoder, args.beam_size)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     title = f"{Path(args.model).parent.name} on {args.split}" + (f" ({args.language})" if args.language else "")
-    plot(results, out / "reliability.png", title)
+    results = compare_methods(split, processor.tokenizer, methods, fit=fit, out_dir=out, title=title)
+    seconds = time.perf_counter() - started
+    ranked = sorted(results.items(), key=lambda item: -item[1]["roc_auc"] if item[1]["roc_auc"] == item[1][
+        "roc_auc"] else 0.0)
+    print("| method | words | correct % | ROC AUC | ECE | N-best temperature |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, r in ranked:
+        temperature = r.get("temperature", "")
+        temperature = ", ".join(f"{t:g}" for t in temperature) if isinstance(temperature, list) else temperature
+        print(f"| {name} | {r['words']} | {100 * r['correct_share']:.1f} | {r['roc_auc']:.3f} | {r['ece']:.3f} | "
+              f"{temperature} |")
+    default = ConfidenceMethod().name
+    chosen = {name: r for name, r in results.items() if name.startswith(f"best path {default}")
+              or name.startswith(f"LM beam {default.rsplit('/', 1)[0]} T=1")}
+    chosen.update(dict(ranked[:1]))
+    reliability_diagram(chosen, out / "reliability.png", title)
     (out / "calibration.json").write_text(json.dumps(
-        {"model": args.model, "data": args.data, "split": args.split, "language": args.language,
-         "rows": len(rows), "decoders": results}, indent=1, default=float) + "\n")
-    print(f"wrote {out / 'reliability.png'} and {out / 'calibration.json'}")
+        {"model": args.model, "data": args.data, "split": args.split, "fit_split": args.fit_split,
+         "language": args.language, "rows": len(rows), "seconds": seconds, "methods": results}, indent=1,
+        default=float) + "\n")
+    print(f"wrote {out / 'reliability.png'}, {len(results)} reliability_*.png and {out / 'calibration.json'}")
     return 0
 
 

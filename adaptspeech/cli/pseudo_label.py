@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from .common import (
     PROG,
@@ -42,6 +43,16 @@ def _unit_interval(text: str) -> float:
     return _in_unit_interval(text, zero_allowed=True)
 
 
+def _confidence_method(text: str) -> Any:
+    """``text`` as a :class:`~adaptspeech.decoding.confidence.ConfidenceMethod`, else an argparse error naming it."""
+    from ..decoding.confidence import ConfidenceMethod
+
+    try:
+        return ConfidenceMethod.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _add_pseudo_label(subparsers: argparse._SubParsersAction) -> None:
     command = subparsers.add_parser(
         "pseudo-label",
@@ -64,6 +75,12 @@ def _add_pseudo_label(subparsers: argparse._SubParsersAction) -> None:
                       help="keep the labels whose utterance confidence is at least C")
     kept.add_argument("--keep-fraction", type=_fraction, default=None, metavar="F",
                       help="keep the F most confident share of the labels")
+    command.add_argument("--max-lm-disagreement", type=_fraction, default=None, metavar="CER",
+                         help="with --lm, keep only the labels whose best-path hypothesis lies below this CER from the "
+                         "LM's (WeNet NST's agreement filter; its threshold: 0.1)")
+    command.add_argument("--confidence-method", type=_confidence_method, default=None, metavar="METHOD",
+                         help="how words are scored: MEASURE[@ALPHA][/AGGREGATION], e.g. tsallis_exp@0.33/product "
+                         "(default max_prob/min; docs/self_training.md)")
     command.add_argument("--target", default=None, metavar="PREPARED_DIR",
                          help="the target's labelled data: its vocabulary writes the labels (the model's must cover "
                          "it) and its dev split is the confidence reference of the pool check")
@@ -107,7 +124,9 @@ def _run_pseudo_label(args: argparse.Namespace) -> int:
         result = pseudo_label(model, processor, args.data, args.out, model_id=model_id, lm_decoder=lm_decoder,
                               lm_key=lm_key, target=args.target,
                               confidence_filter=ConfidenceFilter(args.min_confidence, args.keep_fraction),
-                              batch_size=args.batch_size, progress=not args.no_progress, overwrite=args.overwrite)
+                              batch_size=args.batch_size, progress=not args.no_progress, overwrite=args.overwrite,
+                              max_lm_disagreement=args.max_lm_disagreement,
+                              confidence_method=args.confidence_method)
     s = result.summary
     if s["decoded_this_run"]:
         print(f"labelled {s['decoded_this_run']} segments ({s['decoded_audio_seconds'] / 60:.1f} min of audio) in "

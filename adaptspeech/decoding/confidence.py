@@ -3,33 +3,43 @@
 **Frame confidence** (:data:`FRAME_MEASURES`) of frame ``t`` from its posterior ``p_t`` over the ``V`` labels:
 
 - ``max_prob``: ``max_v p_t(v)``;
-- ``entropy``: Laptev & Ginsburg (2022), "Fast entropy-based methods of word-level confidence estimation for
-  end-to-end ASR": the Tsallis entropy ``H = (1 - sum_v p^a) / (a - 1)`` with ``a = 1/3``, exponentially normalised
-  to [0, 1]: ``(exp(-H) - exp(-H_max)) / (1 - exp(-H_max))`` with ``H_max`` the entropy of the uniform posterior
-  (1 for a one-hot posterior, 0 for the uniform one).
+- the entropy measures of Laptev & Ginsburg (2022), "Fast entropy-based methods of word-level confidence estimation
+  for end-to-end ASR", with the entropy's order ``alpha`` (their "temperature"; ``alpha = 1``: Gibbs):
+
+  - ``gibbs``: ``H = -sum_v p log p``;
+  - ``tsallis``: ``H = (1 - sum_v p^alpha) / (alpha - 1)``;
+  - ``renyi``: ``H = log(sum_v p^alpha) / (1 - alpha)``;
+
+  normalised to [0, 1] (1 for a one-hot posterior, 0 for the uniform one, whose entropy is ``H_max``) linearly
+  (``_lin``: ``1 - H / H_max``) or exponentially (``_exp``: ``(exp(-H) - exp(-H_max)) / (1 - exp(-H_max))``), e.g.
+  ``tsallis_exp``; ``entropy`` is ``tsallis_exp`` with ``alpha = 1/3`` (their best setting).
 
 **Words of the best path** (:func:`best_path_words`): the frames' argmax labels; a run of equal non-blank labels is
 one emitted token, the word delimiter ``|`` (and blank frames) separate words. A token's confidence is the mean frame
-confidence over its run; a word's is the minimum over its tokens (the least sure character decides: one wrong letter
-makes the word wrong), and its frames are those of its first to last token.
+confidence over its run; a word's aggregates its tokens' (:data:`AGGREGATIONS`): the minimum by default (the least sure
+character decides: one wrong letter makes the word wrong), the mean or the product; its frames are those of its first
+to last token.
 
 **Words of an LM beam search** (:meth:`~adaptspeech.lm.decoder.LMDecoder.decode_scored`): the beams pyctcdecode
 returns are an N-best list; each word of the best beam gets its *N-best posterior* (:func:`nbest_word_posteriors`:
-the softmax weight of the beams holding the same word over overlapping frames), times the acoustic confidence of its
+the weight of the beams holding the same word over overlapping frames, the beams weighted by the softmax of their
+scores divided by a temperature, fitted on dev by :func:`fit_nbest_temperature`), times the acoustic confidence of its
 frames (the minimum frame confidence of the CTC path over them).
+
+:class:`ConfidenceMethod` names one way of scoring words (measure, ``alpha``, aggregation, N-best temperature);
+:mod:`adaptspeech.inference.confidence_comparison` compares them on a labelled split.
 
 **Utterance confidence** (:func:`utterance_confidence`): the mean of its words' confidences (1 - the expected share
 of wrong words), the utterance's mean frame confidence when it has no word.
 
-``scripts/confidence_calibration.py`` measures how well the default (``max_prob``, the minimum over tokens) ranks
-correct above wrong words (the area under the ROC curve) and its calibration on a dev split; the demo's figures are
-in docs/self_training.md.
+``scripts/confidence_calibration.py`` measures how well each method ranks correct above wrong words (the area under
+the ROC curve) and its calibration on a dev split; the demo's figures are in docs/self_training.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,38 +48,112 @@ import torch
 
 TSALLIS_ALPHA = 1.0 / 3.0
 """The Tsallis entropy's order in the ``entropy`` frame measure (Laptev & Ginsburg 2022's best setting)."""
-
-
-def _max_prob(log_probs: torch.Tensor) -> torch.Tensor:
-    return log_probs.max(dim=-1).values.exp()
-
-
-def _tsallis_confidence(log_probs: torch.Tensor) -> torch.Tensor:
-    a = TSALLIS_ALPHA
-    vocab = log_probs.shape[-1]
-    entropy = (1.0 - (a * log_probs).exp().sum(-1)) / (a - 1.0)
-    most = (1.0 - vocab ** (1.0 - a)) / (a - 1.0)  # the uniform posterior's
-    floor = math.exp(-most)
-    return ((-entropy).exp() - floor) / (1.0 - floor)
-
-
-FRAME_MEASURES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "max_prob": _max_prob,
-    "entropy": _tsallis_confidence,
-}
-"""Frame confidence measures: ``[..., V]`` log-probabilities -> ``[...]`` confidence in [0, 1]."""
+ENTROPIES = ("gibbs", "tsallis", "renyi")
+NORMALISATIONS = ("lin", "exp")
+FRAME_MEASURES: tuple[str, ...] = ("max_prob", "entropy", *(f"{e}_{n}" for e in ENTROPIES for n in NORMALISATIONS))
+"""Frame confidence measures (module docstring): ``[..., V]`` log-probabilities -> ``[...]`` confidence in [0, 1]."""
 DEFAULT_MEASURE = "max_prob"
+AGGREGATIONS = ("min", "mean", "product")
+"""How a word's confidence aggregates its tokens' (module docstring)."""
+DEFAULT_AGGREGATION = "min"
 
 
-def frame_confidence(log_probs: torch.Tensor, measure: str = DEFAULT_MEASURE) -> torch.Tensor:
-    """``[T]`` confidence of each frame of CTC log-probabilities ``[T, V]`` (module docstring).
+def _entropy(log_probs: torch.Tensor, kind: str, alpha: float) -> tuple[torch.Tensor, float]:
+    """``([...] entropy, the uniform posterior's)`` of ``[..., V]`` log-probabilities (Gibbs when ``alpha == 1``)."""
+    vocab = log_probs.shape[-1]
+    if kind == "gibbs" or alpha == 1.0:
+        return -(log_probs.exp() * log_probs).sum(-1), math.log(vocab)
+    power_sum = (alpha * log_probs).exp().sum(-1)
+    if kind == "tsallis":
+        return (1.0 - power_sum) / (alpha - 1.0), (1.0 - vocab ** (1.0 - alpha)) / (alpha - 1.0)
+    return power_sum.log() / (1.0 - alpha), math.log(vocab)
 
-    Raises:
-        ValueError: an unknown ``measure`` (listing the allowed ones).
-    """
+
+def _check_measure(measure: str, alpha: float) -> None:
     if measure not in FRAME_MEASURES:
         raise ValueError(f"confidence measure {measure!r}; allowed values: {', '.join(FRAME_MEASURES)}")
-    return FRAME_MEASURES[measure](log_probs.detach().float()).clamp(0.0, 1.0)
+    if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"confidence alpha {alpha!r}: the entropy's order must be a number > 0")
+
+
+def frame_confidence(log_probs: torch.Tensor, measure: str = DEFAULT_MEASURE, alpha: float = TSALLIS_ALPHA
+                     ) -> torch.Tensor:
+    """``[T]`` confidence in [0, 1] of each frame of CTC log-probabilities ``[T, V]`` (module docstring).
+
+    Args:
+        measure: one of :data:`FRAME_MEASURES`.
+        alpha: the entropy's order (the entropy measures; ``entropy`` is always 1/3).
+
+    Raises:
+        ValueError: an unknown ``measure`` (listing the allowed ones), or an ``alpha`` that is not > 0.
+    """
+    _check_measure(measure, alpha)
+    log_probs = log_probs.detach().double()
+    if measure == "max_prob":
+        out = log_probs.max(dim=-1).values.exp()
+    else:
+        kind, normalisation = ("tsallis", "exp") if measure == "entropy" else measure.split("_")
+        entropy, most = _entropy(log_probs, kind, TSALLIS_ALPHA if measure == "entropy" else float(alpha))
+        if normalisation == "lin":
+            out = 1.0 - entropy / most
+        else:
+            floor = math.exp(-most)
+            out = ((-entropy).exp() - floor) / (1.0 - floor)
+    return out.float().clamp(0.0, 1.0)
+
+
+def aggregate(scores: Sequence[float], aggregation: str = DEFAULT_AGGREGATION) -> float:
+    """A word's confidence from its tokens' ``scores`` (:data:`AGGREGATIONS`).
+
+    Raises:
+        ValueError: an unknown ``aggregation`` (listing the allowed ones).
+    """
+    if aggregation == "min":
+        return float(min(scores))
+    if aggregation == "mean":
+        return float(np.mean(scores))
+    if aggregation == "product":
+        return float(np.prod(scores))
+    raise ValueError(f"word aggregation {aggregation!r}; allowed values: {', '.join(AGGREGATIONS)}")
+
+
+@dataclass(frozen=True)
+class ConfidenceMethod:
+    """One way of scoring words (module docstring): the frame measure, its entropy order, how a word aggregates its
+    tokens (the best path) and the temperature of the N-best posterior (the LM beam).
+
+    Raises:
+        ValueError: an unknown measure or aggregation, an ``alpha`` or a temperature that is not > 0.
+    """
+
+    measure: str = DEFAULT_MEASURE
+    alpha: float = TSALLIS_ALPHA
+    aggregation: str = DEFAULT_AGGREGATION
+    nbest_temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_measure(self.measure, self.alpha)
+        aggregate([1.0], self.aggregation)
+        if not (isinstance(self.nbest_temperature, (int, float)) and math.isfinite(self.nbest_temperature)
+                and self.nbest_temperature > 0):
+            raise ValueError(f"N-best temperature {self.nbest_temperature!r}: must be a number > 0")
+
+    @property
+    def name(self) -> str:
+        """``measure[@alpha]/aggregation`` (what :meth:`parse` reads; the temperature is not part of it)."""
+        order = f"@{self.alpha:g}" if self.measure.split("_")[0] in ("tsallis", "renyi") else ""
+        return f"{self.measure}{order}/{self.aggregation}"
+
+    @classmethod
+    def parse(cls, text: str) -> ConfidenceMethod:
+        """From ``measure[@alpha][/aggregation]``, e.g. ``tsallis_exp@0.25/product`` or ``max_prob``."""
+        head, _, aggregation = text.partition("/")
+        measure, _, alpha = head.partition("@")
+        try:
+            order = float(alpha) if alpha else TSALLIS_ALPHA
+        except ValueError:
+            raise ValueError(f"confidence method {text!r}: alpha {alpha!r} is not a number") from None
+        return cls(measure, order, aggregation or DEFAULT_AGGREGATION)
 
 
 @dataclass(frozen=True)
@@ -95,11 +179,14 @@ def _label_texts(tokenizer: Any) -> tuple[dict[int, str], int, int, set[int]]:
     return vocab, tokenizer.pad_token_id, delimiter, set(tokenizer.all_special_ids) - {delimiter}
 
 
-def best_path_words(log_probs: torch.Tensor, tokenizer: Any, measure: str = DEFAULT_MEASURE) -> list[ScoredWord]:
+def best_path_words(log_probs: torch.Tensor, tokenizer: Any, measure: str = DEFAULT_MEASURE,
+                    method: ConfidenceMethod | None = None) -> list[ScoredWord]:
     """The words of the best CTC path of ``log_probs`` ``[T, V]`` (real frames only) with their confidences (module
-    docstring); their text is what CTC greedy decoding writes."""
+    docstring); their text is what CTC greedy decoding writes. ``method`` (default: ``measure``, the minimum over
+    tokens) scores them."""
+    method = method or ConfidenceMethod(measure)
     vocab, blank, delimiter, dropped = _label_texts(tokenizer)
-    confidence = frame_confidence(log_probs, measure).numpy()
+    confidence = frame_confidence(log_probs, method.measure, method.alpha).numpy()
     best = log_probs.argmax(-1).tolist()
     words: list[ScoredWord] = []
     chars: list[str] = []
@@ -108,7 +195,7 @@ def best_path_words(log_probs: torch.Tensor, tokenizer: Any, measure: str = DEFA
 
     def close() -> None:
         if chars:
-            words.append(ScoredWord("".join(chars), float(min(scores)), start, end))
+            words.append(ScoredWord("".join(chars), aggregate(scores, method.aggregation), start, end))
             chars.clear()
             scores.clear()
 
@@ -149,7 +236,7 @@ def span_confidence(confidence: np.ndarray, start: int, end: int) -> float:
 
 
 def nbest_word_posteriors(beams: Sequence[tuple[Sequence[tuple[str, tuple[int, int]]], float]],
-                          min_overlap: float = 0.5) -> list[float]:
+                          min_overlap: float = 0.5, temperature: float = 1.0) -> list[float]:
     """The N-best posterior of each word of the first (best) beam.
 
     Args:
@@ -157,6 +244,7 @@ def nbest_word_posteriors(beams: Sequence[tuple[Sequence[tuple[str, tuple[int, i
             score (the beam posterior is the softmax of the scores).
         min_overlap: a beam holds the word when one of its words has the same text and its frames overlap the best
             beam's word by at least this share of the shorter of the two.
+        temperature: the beams are weighted by ``softmax(score / temperature)`` (above 1: flatter, less sure).
 
     Returns:
         ``[len(beams[0][0])]`` posteriors in [0, 1].
@@ -164,7 +252,7 @@ def nbest_word_posteriors(beams: Sequence[tuple[Sequence[tuple[str, tuple[int, i
     if not beams:
         return []
     scores = np.array([score for _, score in beams], dtype=np.float64)
-    weights = np.exp(scores - scores.max())
+    weights = np.exp((scores - scores.max()) / temperature)
     weights /= weights.sum()
     out = []
     for text, (start, end) in beams[0][0]:
@@ -177,3 +265,51 @@ def nbest_word_posteriors(beams: Sequence[tuple[Sequence[tuple[str, tuple[int, i
                     break
         out.append(float(min(mass, 1.0)))
     return out
+
+
+NBest = Sequence[tuple[Sequence[tuple[str, tuple[int, int]]], float]]
+"""An N-best list: ``[(words [(text, (start_frame, end_frame)), ...], log score), ...]``, best first."""
+TEMPERATURE_GRID: tuple[float, ...] = tuple(float(t) for t in np.geomspace(0.125, 64.0, 28))
+"""The N-best temperatures :func:`fit_nbest_temperature` tries (0.125 to 64, evenly on a log scale)."""
+
+
+def nbest_word_confidences(beams: NBest, frame_scores: np.ndarray, temperature: float = 1.0) -> list[float]:
+    """The confidence of each word of the best beam: its N-best posterior at ``temperature`` times the least frame
+    confidence ``frame_scores`` ``[T]`` over its frames (module docstring)."""
+    if not beams:
+        return []
+    posteriors = nbest_word_posteriors(beams, temperature=temperature)
+    return [posterior * span_confidence(frame_scores, start, end)
+            for (_, (start, end)), posterior in zip(beams[0][0], posteriors, strict=True)]
+
+
+def fit_nbest_temperature(nbests: Sequence[NBest], frame_scores: Sequence[np.ndarray],
+                          correct: Sequence[Sequence[bool]], grid: Sequence[float] = TEMPERATURE_GRID
+                          ) -> tuple[float, list[float]]:
+    """The N-best temperature of ``grid`` whose word confidences (:func:`nbest_word_confidences`) have the least
+    log loss against whether each word is correct (temperature scaling, Guo et al. 2017, on the beams' scores).
+
+    Args:
+        nbests: per utterance of a labelled split, its N-best list.
+        frame_scores: per utterance, ``[T]`` frame confidences.
+        correct: per utterance, one flag per word of its best beam.
+
+    Returns:
+        ``(temperature, log loss per grid value)``.
+
+    Raises:
+        ValueError: no word to fit on, or flags that do not match the best beams' words.
+    """
+    for index, (beams, flags) in enumerate(zip(nbests, correct, strict=True)):
+        if len(beams[0][0] if beams else []) != len(flags):
+            raise ValueError(f"utterance {index}: {len(flags)} correctness flags for the "
+                             f"{len(beams[0][0]) if beams else 0} words of its best beam")
+    labels = np.array([flag for flags in correct for flag in flags], dtype=np.float64)
+    if not len(labels):
+        raise ValueError("no word to fit the N-best temperature on (every best beam is empty)")
+    losses = []
+    for temperature in grid:
+        scores = np.clip([c for beams, frames in zip(nbests, frame_scores, strict=True)
+                          for c in nbest_word_confidences(beams, frames, temperature)], 1e-6, 1 - 1e-6)
+        losses.append(float(-np.mean(labels * np.log(scores) + (1 - labels) * np.log(1 - scores))))
+    return float(grid[int(np.argmin(losses))]), losses

@@ -6,8 +6,10 @@ the CTC best path or the LM decoder's beam search, and scores each with its conf
 (:mod:`adaptspeech.decoding.confidence`). It is resumable: each decoded batch is appended to ``labels.jsonl`` in a
 work folder beside the output (``.<name>.labelling``); a run killed half-way continues where it stopped and decodes
 no row twice (the work folder records the model, the LM and the pool, and refuses to continue with others). Once
-every row is labelled, the filter (:class:`~adaptspeech.data.pseudo_labelled.ConfidenceFilter`) picks the rows kept,
-and the output folder (:mod:`adaptspeech.data.pseudo_labelled`) appears complete or not at all.
+every row is labelled, the filters pick the rows kept: with an LM, WeNet NST's agreement filter first (Chen et al.
+2022: a row is kept only when its LM and its best-path hypotheses agree, :func:`lm_agreement_cer` below
+``max_lm_disagreement``), then the confidence filter (:class:`~adaptspeech.data.pseudo_labelled.ConfidenceFilter`);
+the output folder (:mod:`adaptspeech.data.pseudo_labelled`) appears complete or not at all.
 
 Refused, with one line: a pool whose model inputs the labelling model does not read; a labelling model whose
 vocabulary lacks characters of the target's (``target``: the labelled data's prepared folder, whose tokenizer writes
@@ -38,7 +40,7 @@ from ..data.feature_types import FeatureType
 from ..data.output_folder import atomic_output_folder, check_output_folder, owned_folder
 from ..data.prepared_corpus import COMPLETE_MARKER
 from ..data.pseudo_labelled import LABELS_FILE, PSEUDO_SPLIT, SUMMARY_FILE, ConfidenceFilter, check_vocabulary
-from ..decoding.confidence import best_path_words, utterance_confidence
+from ..decoding.confidence import ConfidenceMethod, best_path_words, utterance_confidence
 from ..decoding.model_decoding import evaluating, model_decoding_inputs
 
 FAR_BELOW_QUANTILE = 0.05
@@ -49,6 +51,8 @@ PSEUDO_LABEL_OUTPUT = "adaptspeech pseudo-label"
 """What the errors about ``--out`` call a pseudo-labelled folder."""
 """The pool is reported as mostly another language or noise when the files far below hold more than this share of
 its audio (a pool of the target language has about ``FAR_BELOW_QUANTILE`` of it there)."""
+DEFAULT_MAX_LM_DISAGREEMENT = 0.10
+"""WeNet NST's threshold: a label is kept when the CER between its LM and its best-path hypotheses is below 10%."""
 
 
 @dataclass
@@ -60,10 +64,33 @@ class PseudoLabels:
     out_dir: Path
 
 
+def lm_agreement_cer(lm_text: str, greedy_text: str) -> float:
+    """The CER of the best-path hypothesis ``greedy_text`` against the LM hypothesis ``lm_text`` (0 when both are
+    empty, 1 when only the LM's is)."""
+    from ..metrics.scoring import count_edits
+
+    counts = count_edits([greedy_text], [lm_text], "char")
+    if counts.ref_units == 0:
+        return 0.0 if counts.edits == 0 else 1.0
+    return counts.edits / counts.ref_units
+
+
+def lm_agreement(records: list[dict[str, Any]], max_cer: float | None) -> np.ndarray:
+    """``[N]`` bool: the records (of :func:`label_batches` with an LM: each has ``"greedy_text"``) whose LM and
+    best-path hypotheses agree (:func:`lm_agreement_cer` < ``max_cer``); all True when ``max_cer`` is None."""
+    if max_cer is None:
+        return np.ones(len(records), dtype=bool)
+    return np.array([lm_agreement_cer(r["text"], r["greedy_text"]) < max_cer for r in records], dtype=bool)
+
+
 def label_batches(model: Any, processor: Any, rows: Any, indices: list[int], lm_decoder: Any = None,
-                  batch_size: int = 16, beam_size: int | None = None) -> Iterator[list[dict[str, Any]]]:
+                  batch_size: int = 16, beam_size: int | None = None,
+                  method: ConfidenceMethod | None = None) -> Iterator[list[dict[str, Any]]]:
     """Decode rows ``indices`` of prepared-style ``rows`` in batches of ``batch_size`` (in the order given); yield per
-    batch ``[{"index", "text", "confidence", "words": [[text, confidence], ...]}, ...]``."""
+    batch ``[{"index", "text", "confidence", "words": [[text, confidence], ...]}, ...]``, the words scored by
+    ``method`` (default: :class:`~adaptspeech.decoding.confidence.ConfidenceMethod`'s); with ``lm_decoder`` also
+    ``"greedy_text"``, the best path's text (the agreement filter's)."""
+    method = method or ConfidenceMethod()
     from ..data.collator import model_collator
 
     collator = model_collator(model, processor)
@@ -81,13 +108,17 @@ def label_batches(model: Any, processor: Any, rows: Any, indices: list[int], lm_
             for index, log_probs, length in zip(chunk, encoded.ctc_log_probs, encoded.ctc_lengths.tolist(),
                                                 strict=True):
                 frames = log_probs[:length].float().cpu()
+                greedy = best_path_words(frames, tokenizer, method=method)
+                greedy_text = " ".join(w.text for w in greedy)
+                extra = {}
                 if lm_decoder is not None:
-                    text, words = lm_decoder.decode_scored(frames, beam_size=beam_size)
+                    text, words = lm_decoder.decode_scored(frames, beam_size=beam_size, method=method)
+                    extra = {"greedy_text": greedy_text}
                 else:
-                    words = best_path_words(frames, tokenizer)
-                    text = " ".join(w.text for w in words)
-                out.append({"index": int(index), "text": text, "confidence": utterance_confidence(words, frames),
-                            "words": [[w.text, round(w.confidence, 6)] for w in words]})
+                    text, words = greedy_text, greedy
+                out.append({"index": int(index), "text": text,
+                            "confidence": utterance_confidence(words, frames, method.measure),
+                            "words": [[w.text, round(w.confidence, 6)] for w in words], **extra})
             yield out
 
 
@@ -183,8 +214,8 @@ def _warning(check: dict[str, Any], per_file: dict[str, dict[str, float]]) -> st
 
 
 def _label_rows(model: Any, processor: Any, rows: Any, done: dict[int, dict[str, Any]], work: Path, lm_decoder: Any,
-                batch_size: int, beam_size: int | None, progress: bool,
-                on_batch: Callable[[int], None] | None) -> tuple[list[int], float, float]:
+                batch_size: int, beam_size: int | None, progress: bool, on_batch: Callable[[int], None] | None,
+                method: ConfidenceMethod | None = None) -> tuple[list[int], float, float]:
     """Decode the rows not in ``done`` (shortest first), appending each batch to the work folder's labels and to
     ``done``; returns ``(rows decoded, their audio seconds, decoding seconds)``."""
     lengths = column_list(rows, "input_length")
@@ -194,7 +225,7 @@ def _label_rows(model: Any, processor: Any, rows: Any, done: dict[int, dict[str,
     with (work / LABELS_FILE).open("a", encoding="utf-8") as handle, \
             tqdm(total=len(rows), initial=len(done), desc="pseudo-labelling", unit="segment",
                  disable=not progress) as bar:
-        for batch in label_batches(model, processor, rows, todo, lm_decoder, batch_size, beam_size):
+        for batch in label_batches(model, processor, rows, todo, lm_decoder, batch_size, beam_size, method):
             for record in batch:
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done[record["index"]] = record
@@ -222,6 +253,8 @@ def pseudo_label(
     on_batch: Callable[[int], None] | None = None,
     overwrite: bool = False,
     replace_other_run: bool = False,
+    max_lm_disagreement: float | None = None,
+    confidence_method: ConfidenceMethod | None = None,
 ) -> PseudoLabels:
     """Label every row of the pool at ``pool_dir`` and write the kept ones to ``out_dir`` (module docstring).
 
@@ -240,6 +273,10 @@ def pseudo_label(
         replace_other_run: start afresh over the work folder of a run with another model, LM or pool (the caller
             owns the output, as a recipe its rounds' folders) instead of refusing it; a work folder that another
             live process is writing is refused either way.
+        max_lm_disagreement: with ``lm_decoder``, keep only the rows whose best-path hypothesis lies below this CER
+            from the LM's (:func:`lm_agreement`; WeNet NST's :data:`DEFAULT_MAX_LM_DISAGREEMENT`); None: no such
+            filter. Without an LM it is refused.
+        confidence_method: how words are scored (default :class:`~adaptspeech.decoding.confidence.ConfidenceMethod`).
 
     Raises:
         NotADirectoryError, FileExistsError: ``out_dir`` is a file, or a folder of other files (checked first).
@@ -253,6 +290,12 @@ def pseudo_label(
     from ..data.prepared_data import load_prepared, select_languages
 
     out = Path(out_dir).absolute()
+    if max_lm_disagreement is not None:
+        if lm_decoder is None:
+            raise ValueError(f"--max-lm-disagreement {max_lm_disagreement}: the agreement filter compares the LM's "
+                             "labels with the best path's; give an LM (--lm)")
+        if not 0.0 < max_lm_disagreement <= 1.0:
+            raise ValueError(f"--max-lm-disagreement {max_lm_disagreement}: a CER in (0, 1]")
     check_output_folder(out, COMPLETE_MARKER, PSEUDO_LABEL_OUTPUT, overwrite=overwrite)  # before any segment is decoded
     confidence_filter = confidence_filter or ConfidenceFilter()
     rows, pool_extractor = load_pool(pool_dir)
@@ -269,22 +312,30 @@ def pseudo_label(
             dev = select_languages(dataset["dev"], [language], "dev", "--target")
     check_vocabulary(processor.tokenizer, target_processor.tokenizer, f"--model {model_id}")
     pool_config = json.loads((Path(pool_dir) / "pool_config.json").read_text(encoding="utf-8"))
+    method = confidence_method or ConfidenceMethod()
     key = {"model": model_id, "lm": lm_key, "beam_size": beam_size, "rows": len(rows),
+           **({} if method == ConfidenceMethod() else {"confidence": method.__dict__}),
+           **({} if lm_decoder is None else {"records": "with greedy_text"}),
            "pool": hashlib.sha256(json.dumps(pool_config, sort_keys=True).encode()).hexdigest()[:16]}
     work = _work_folder(out)
     with owned_folder(work, "--out"):  # another live run labelling into it is refused
         done = _start_work(work, key, out, replace_other_run)
         todo, audio_seconds, seconds = _label_rows(model, processor, rows, done, work, lm_decoder, batch_size,
-                                                   beam_size, progress, on_batch)
+                                                   beam_size, progress, on_batch, method)
     texts = [done[i]["text"] for i in range(len(rows))]
     confidences = np.array([done[i]["confidence"] for i in range(len(rows))], dtype=np.float64)
-    kept = confidence_filter.keep(confidences, texts)
+    agree = lm_agreement([done[i] for i in range(len(rows))], max_lm_disagreement)
+    if max_lm_disagreement is not None and not agree.any():
+        raise ValueError(f"--data {pool_dir}: no label's LM and best-path hypotheses agree within CER "
+                         f"{max_lm_disagreement:g} (--max-lm-disagreement); {len(rows)} labels")
+    kept = confidence_filter.keep(confidences, [t if a else "" for t, a in zip(texts, agree, strict=True)])
     confidence_filter.check_kept(kept, confidences, f"--data {pool_dir}", texts)
     per_file = _per_file(rows, confidences)
     summary: dict[str, Any] = {
         "model": model_id, "lm": lm_key, "pool": str(pool_dir), "language": language, "rows": len(rows),
         "kept": int(kept.sum()), "kept_share": float(kept.mean()), "filter": confidence_filter.describe(),
         "min_confidence": confidence_filter.min_confidence, "keep_fraction": confidence_filter.keep_fraction,
+        "max_lm_disagreement": max_lm_disagreement, "lm_agreeing": int(agree.sum()), "confidence_method": method.name,
         "empty_labels": int(sum(not t for t in texts)), "confidence_quantiles": _quantiles(confidences),
         "kept_hours": float(np.asarray(column_list(rows, "duration"))[kept].sum()) / 3600,
         "decoded_this_run": len(todo), "decode_seconds": seconds, "decoded_audio_seconds": audio_seconds,
@@ -293,7 +344,7 @@ def pseudo_label(
     }
     if dev is not None:
         dev_records = [r for batch in label_batches(model, processor, dev, list(range(len(dev))), lm_decoder,
-                                                     batch_size, beam_size) for r in batch]
+                                                     batch_size, beam_size, method) for r in batch]
         summary["reference"] = reference_check(per_file, np.array([r["confidence"] for r in dev_records]))
         if summary["reference"]["mostly_far_below"]:
             print(_warning(summary["reference"], per_file), file=sys.stderr)

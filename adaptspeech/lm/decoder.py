@@ -132,8 +132,20 @@ class LMDecoder:
                   "end": round(end * seconds_per_frame, 6)} for word, (start, end) in frames]
         return text, [word for word in words if word["text"]]
 
+    def nbest(self, log_probs: torch.Tensor | np.ndarray, beam_size: int | None = None) -> tuple[str, list[Any]]:
+        """``(text, N-best)`` of ``[T, V]`` CTC log-probabilities: the best beam's text and the returned beams as a
+        :data:`~adaptspeech.decoding.confidence.NBest` list (special tokens and empty words dropped)."""
+        array = np.asarray(log_probs.detach().float().cpu() if hasattr(log_probs, "detach") else log_probs,
+                           dtype=np.float32)
+        beams = self.decoder.decode_beams(
+            array, beam_width=beam_size or self.beam_width, beam_prune_logp=self.beam_prune_logp,
+            token_min_logp=self.token_min_logp, hotwords=self.hotwords, hotword_weight=self.hotword_weight,
+        )
+        nbest = [([(self._clean(word), frames) for word, frames in beam[2]], float(beam[4])) for beam in beams]
+        return self._clean(beams[0][0]), [([(w, f) for w, f in words if w], score) for words, score in nbest]
+
     def decode_scored(self, log_probs: torch.Tensor | np.ndarray, beam_size: int | None = None,
-                      measure: str | None = None) -> tuple[str, list[Any]]:
+                      measure: str | None = None, method: Any = None) -> tuple[str, list[Any]]:
         """``(text, words)`` of the best beam, each word a :class:`~adaptspeech.decoding.confidence.ScoredWord`
         whose confidence is its N-best posterior over the returned beams times the least CTC frame confidence over
         its frames (:mod:`adaptspeech.decoding.confidence`).
@@ -142,30 +154,27 @@ class LMDecoder:
             log_probs: ``[T, V]`` CTC log-probabilities of the real frames.
             beam_size: overrides ``beam_width`` for this call.
             measure: the frame confidence measure (default :data:`~adaptspeech.decoding.confidence.DEFAULT_MEASURE`).
+            method: a :class:`~adaptspeech.decoding.confidence.ConfidenceMethod` (its measure, alpha and N-best
+                temperature) instead of ``measure``.
         """
         import torch
 
         from ..decoding.confidence import (
-            DEFAULT_MEASURE,
+            ConfidenceMethod,
             ScoredWord,
             frame_confidence,
-            nbest_word_posteriors,
-            span_confidence,
+            nbest_word_confidences,
         )
 
+        method = method or (ConfidenceMethod(measure) if measure else ConfidenceMethod())
+        text, nbest = self.nbest(log_probs, beam_size)
         tensor = torch.as_tensor(np.asarray(log_probs.detach().float().cpu() if isinstance(log_probs, torch.Tensor)
                                             else log_probs, dtype=np.float32))
-        beams = self.decoder.decode_beams(
-            tensor.numpy(), beam_width=beam_size or self.beam_width, beam_prune_logp=self.beam_prune_logp,
-            token_min_logp=self.token_min_logp, hotwords=self.hotwords, hotword_weight=self.hotword_weight,
-        )
-        nbest = [([(self._clean(word), frames) for word, frames in beam[2]], float(beam[4])) for beam in beams]
-        nbest = [([(w, f) for w, f in words if w], score) for words, score in nbest]
-        posteriors = nbest_word_posteriors(nbest)
-        confidence = frame_confidence(tensor, measure or DEFAULT_MEASURE).numpy()
-        words = [ScoredWord(text, posterior * span_confidence(confidence, start, end), start, end)
-                 for (text, (start, end)), posterior in zip(nbest[0][0], posteriors, strict=True)]
-        return self._clean(beams[0][0]), words
+        scores = frame_confidence(tensor, method.measure, method.alpha).numpy()
+        confidences = nbest_word_confidences(nbest, scores, method.nbest_temperature)
+        words = [ScoredWord(word, confidence, start, end)
+                 for (word, (start, end)), confidence in zip(nbest[0][0], confidences, strict=True)]
+        return text, words
 
     def _clean(self, text: str) -> str:
         """Drop the special tokens (``<s>``, ``</s>``, unknown), as the other decoders' text does."""

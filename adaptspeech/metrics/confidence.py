@@ -1,5 +1,6 @@
 """Is a confidence any good? Which hypothesis words are correct, the area under the ROC curve of "word correct"
-against its confidence, and the reliability table (calibration) with its expected calibration error.
+against its confidence, and the reliability table (calibration) with its expected calibration error
+(:func:`calibration_report`), drawn as a reliability diagram (:func:`reliability_diagram`).
 
 A hypothesis word is *correct* when the Levenshtein alignment of the hypothesis words to the reference words
 (jiwer's, the one WER counts) matches it to an equal reference word; substituted and inserted words are wrong.
@@ -7,8 +8,10 @@ A hypothesis word is *correct* when the Levenshtein alignment of the hypothesis 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import jiwer
 import numpy as np
@@ -90,3 +93,42 @@ def expected_calibration_error(bins: Sequence[ReliabilityBin]) -> float:
     if total == 0:
         return float("nan")
     return float(sum(b.count / total * abs(b.accuracy - b.mean_confidence) for b in bins if b.count))
+
+
+def calibration_report(scores: Sequence[float] | np.ndarray, correct: Sequence[bool] | np.ndarray,
+                       num_bins: int = 10) -> dict[str, Any]:
+    """``{"words", "correct_share", "roc_auc", "ece", "bins"}`` of word confidences ``scores`` against whether each
+    word is ``correct`` (:func:`roc_auc`, :func:`reliability_bins` with ``num_bins`` equal-width bins,
+    :func:`expected_calibration_error`)."""
+    if len(scores) != len(correct):
+        raise ValueError(f"{len(scores)} confidences for {len(correct)} correctness flags")
+    bins = reliability_bins(scores, correct, num_bins)
+    return {"words": len(scores), "correct_share": float(np.mean(correct)) if len(correct) else float("nan"),
+            "roc_auc": roc_auc(scores, correct), "ece": expected_calibration_error(bins),
+            "bins": [b.__dict__ for b in bins]}
+
+
+def reliability_diagram(results: Mapping[str, Mapping[str, Any]], path: str | Path, title: str) -> Path:
+    """Write the reliability diagram of ``results`` (name -> :func:`calibration_report`) as a PNG at ``path``: per
+    result, the share correct of each non-empty bin against its mean confidence, beside the diagonal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfectly calibrated")
+    for name, result in results.items():
+        bins = [b for b in result["bins"] if b["count"]]
+        ax.plot([b["mean_confidence"] for b in bins], [b["accuracy"] for b in bins], marker="o",
+                label=f"{name}: AUC {result['roc_auc']:.3f}, ECE {result['ece']:.3f}")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("word confidence (bin mean)")
+    ax.set_ylabel("share of words correct")
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

@@ -85,11 +85,15 @@ class SystemRun:
     teacher_dev_cer: float
     rounds: list[RoundRecord]
     chosen: int
+    own_model: str | None = None
 
     @property
     def model_dir(self) -> Path:
-        """The self-trained model: the chosen round's student (or the teacher)."""
-        return Path(self.rounds[self.chosen - 1].student) if self.chosen else Path(self.rounds[0].teacher)
+        """The self-trained model: the chosen round's student, else the system itself (``own_model``, or the first
+        teacher)."""
+        if self.chosen:
+            return Path(self.rounds[self.chosen - 1].student)
+        return Path(self.own_model or self.rounds[0].teacher)
 
 
 # ---- the pool ----------------------------------------------------------------------------------------------------
@@ -220,15 +224,18 @@ def student_spec(spec: SimAdapterRecipe, settings: SelfTrainingSettings, system:
     """The stage spec of a student: the system's stage with the pseudo-labelled rows, the noise, the scaled steps,
     from the system's own starting model (or ``start``)."""
     return student_spec_from(stage_spec(spec, _planned(spec, system), prepared), settings, f"{system}_student",
-                             labels, output_dir, start)
+                             labels, output_dir, start, system=system)
 
 
 def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSettings, name: str, labels: Path,
-                      output_dir: Path, start: Path | None = None) -> dict[str, Any]:
+                      output_dir: Path, start: Path | None = None, system: str | None = None) -> dict[str, Any]:
     """A student of a system trained with the stage spec ``system_spec`` (a recipe stage's, or a transfer curve
     run's): that spec with the pseudo-labelled rows (``labels``, ``settings.share`` of every batch), speed
     perturbation, ``settings.steps_scale`` times its steps (warm-up scaled alike), no checkpoints and no evaluation
-    during training, from its own starting model (or ``start``). ``system_spec`` is not changed."""
+    during training, from its own starting model (or ``start``). ``system_spec`` is not changed. With
+    ``settings.average_top_n`` it evaluates and saves ``2 N`` times, keeping every checkpoint (averaged after it
+    trained: :func:`~adaptspeech.training.checkpoint_averaging.average_top_checkpoints`); for ``system``
+    ``target_adapter`` with ``settings.adapter_bottleneck`` its new adapters take that bottleneck width."""
     student = copy.deepcopy(system_spec)
     student["name"] = name
     student["output_dir"] = str(output_dir)
@@ -243,6 +250,14 @@ def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSetting
     if "warmup_steps" in training:
         training["warmup_steps"] = round(int(training["warmup_steps"]) * steps / int(training["max_steps"]))
     training.update(max_steps=steps, save_strategy="no", eval_strategy="no")
+    if settings.average_top_n:
+        every = max(1, steps // (2 * settings.average_top_n))
+        training.update(save_strategy="steps", eval_strategy="steps", save_steps=every, eval_steps=every,
+                        save_total_limit=None, load_best_model_at_end=False)
+    if system == "target_adapter" and settings.adapter_bottleneck:
+        adapters = student["model"].get("add_adapters") or {}
+        student["model"]["add_adapters"] = {lang: {**(value or {}), "bottleneck": settings.adapter_bottleneck}
+                                            for lang, value in adapters.items()}
     training.pop("train_sampling_strategy", None)
     from ..training.stage import StageSpec
 
@@ -252,6 +267,11 @@ def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSetting
 
 #: settings that do not change what a round does (how many rounds run, which systems, whether the section is on)
 ROUND_FREE_SETTINGS = ("enabled", "rounds", "systems")
+#: settings added after rounds were first recorded, at the value that does what those rounds did: left out of the
+#: comparison at that value, so a round finished before they existed is reused
+LATER_SETTINGS = {"teacher": "own", "keep_fraction_schedule": None, "max_lm_disagreement": None,
+                  "confidence": "max_prob/min", "fit_nbest_temperature": False, "average_top_n": None,
+                  "adapter_bottleneck": None}
 
 
 def same_round(stored: dict[str, Any], key: dict[str, Any]) -> bool:
@@ -260,7 +280,8 @@ def same_round(stored: dict[str, Any], key: dict[str, Any]) -> bool:
     reuses the rounds it shares with an earlier one)."""
 
     def strip(k: dict[str, Any]) -> dict[str, Any]:
-        settings = {n: v for n, v in (k.get("settings") or {}).items() if n not in ROUND_FREE_SETTINGS}
+        settings = {n: v for n, v in (k.get("settings") or {}).items() if n not in ROUND_FREE_SETTINGS
+                    and not (n in LATER_SETTINGS and v == LATER_SETTINGS[n])}
         return {**k, "settings": settings}
 
     return strip(stored) == strip(key)
@@ -297,10 +318,11 @@ class SelfTrainingRunner:
         self.trained_rounds: list[Path] = []  # the round folders this runner labelled and trained
         self.reused_rounds: list[Path] = []  # the finished round folders it reused
 
-    def _teacher_lm(self, model: Any) -> tuple[Any, float | None, float | None]:
-        """An LM decoder tuned on dev for ``model`` (None without an LM)."""
+    def _teacher_lm(self, model: Any) -> tuple[Any, float | None, float | None, float]:
+        """An LM decoder tuned on dev for ``model`` (None without an LM) and the N-best temperature (fitted on dev
+        with ``fit_nbest_temperature``, else 1)."""
         if self.lm is None:
-            return None, None, None
+            return None, None, None, 1.0
         from ..lm.decoder import LMDecoder, build_decoder
         from ..lm.tune import dev_log_probs, grid_search
 
@@ -308,30 +330,72 @@ class SelfTrainingRunner:
         log_probs = dev_log_probs(model, self.dev, self.processor)
         best = grid_search(decoder, log_probs, list(self.dev["text"]), self.lm.alphas, self.lm.betas)[0]
         decoder.set_weights(best["alpha"], best["beta"])
-        return decoder, best["alpha"], best["beta"]
+        temperature = 1.0
+        if self.settings.fit_nbest_temperature:
+            from ..decoding.confidence import fit_nbest_temperature, frame_confidence
+            from ..metrics.confidence import word_correctness
 
-    def _label(self, teacher: Path, out: Path) -> tuple[Any, float | None, float | None, float]:
+            method = self.settings.confidence_method()
+            nbests = [decoder.nbest(lp, self.settings.beam_size)[1] for lp in log_probs]
+            flags = [word_correctness(" ".join(w for w, _ in nb[0][0]) if nb else "", ref)
+                     for nb, ref in zip(nbests, self.dev["text"], strict=True)]
+            frames = [frame_confidence(lp, method.measure, method.alpha).numpy() for lp in log_probs]
+            if any(flags):
+                temperature, _ = fit_nbest_temperature(nbests, frames, flags)
+        return decoder, best["alpha"], best["beta"], temperature
+
+    def _label(self, teacher: Path, out: Path, round_: int = 1) -> tuple[Any, float | None, float | None, float,
+                                                                          float]:
+        from dataclasses import replace
+
         from ..data.pseudo_labelled import NothingDecodedError
         from ..inference.pseudo_label import pseudo_label
         from ..modeling import AdaptSpeechForCTC
 
         started = time.perf_counter()
         model = AdaptSpeechForCTC.from_pretrained(teacher)
-        decoder, alpha, beta = self._teacher_lm(model)
+        decoder, alpha, beta, temperature = self._teacher_lm(model)
         lm_key = None if decoder is None else {"lm": str(self.lm.folder), "alpha": alpha, "beta": beta,
                                                "beam_size": self.settings.beam_size}
         model_id = f"{teacher}@{model_fingerprint(teacher)[:12]}"
+        method = replace(self.settings.confidence_method(), nbest_temperature=temperature)
         try:  # the round's folder is the recipe's: labels of an earlier teacher left there are started afresh
             result = pseudo_label(model, self.processor, self.pool, out, model_id=model_id,
                                   lm_decoder=decoder, lm_key=lm_key, target=self.prepared,
-                                  confidence_filter=self.settings.confidence_filter(),
+                                  confidence_filter=self.settings.confidence_filter(round_),
                                   beam_size=self.settings.beam_size, progress=self.spec.progress,
-                                  overwrite=True, replace_other_run=True)  # the round's own folder
+                                  overwrite=True, replace_other_run=True,  # the round's own folder
+                                  max_lm_disagreement=self.settings.max_lm_disagreement if decoder else None,
+                                  confidence_method=method)
         except NothingDecodedError as err:
             raise RecipeError(f"self-training: the teacher {teacher} decoded nothing: empty text for all "
                               f"{err.utterances} utterances of the pool {self.pool} (is it trained, and on this "
                               "language?)") from err
-        return result, alpha, beta, time.perf_counter() - started
+        except ValueError as err:  # e.g. no label passes the agreement filter: one line naming the section
+            raise RecipeError(f"self-training round {round_} ({teacher}): {err}") from err
+        return result, alpha, beta, time.perf_counter() - started, temperature
+
+    def _average(self, student_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
+        """Replace the student's model by the average of its ``average_top_n`` best checkpoints and its dev
+        evaluation in ``stage_summary.json`` by the average's (the last step's kept as ``<split>_last_step``)."""
+        from ..saved_model import load_saved_model
+        from ..training.checkpoint_averaging import average_top_checkpoints
+        from ..training.decoding_evaluation import DecodingEvaluation
+
+        record = average_top_checkpoints(student_dir / "checkpoints", int(self.settings.average_top_n),
+                                         student_dir / "model", student_dir / "model")
+        evaluation = spec.get("evaluation") or {}
+        decoding = DecodingEvaluation(self.processor, evaluation.get("method"), evaluation.get("batch_size", 16),
+                                      dict(evaluation.get("options") or {}))
+        result = decoding.result(load_saved_model(student_dir / "model", progress_bar=False), self.dev)
+        summary_file = student_dir / "stage_summary.json"
+        summary = json.loads(summary_file.read_text())
+        split = spec["data"].get("eval_split", "dev")
+        summary[f"{split}_last_step"] = summary.get(split)
+        summary[split] = result
+        summary["averaged_checkpoints"] = record
+        summary_file.write_text(json.dumps(summary, indent=2, default=float) + "\n")
+        return record
 
     def run_system(self, system: str, start: Path | None = None, *, teacher: Path | None = None,
                    folder: Path | None = None, system_spec: dict[str, Any] | None = None,
@@ -351,9 +415,14 @@ class SelfTrainingRunner:
         """
         from ..training.stage import run_stage
 
-        teacher = teacher or self.spec.output_dir / system / "model"
+        own = teacher or self.spec.output_dir / system / "model"
+        teacher = own
+        if self.settings.teacher == "fusion" and system_spec is None and system != "fusion":
+            teacher = self.spec.output_dir / _planned(self.spec, "fusion").name / "model"
+            if not teacher.is_dir():
+                raise RecipeError(f"self_training.teacher: fusion: the SimAdapter system {teacher} is not trained")
         folder = folder or self.folder / system
-        best_dev = teacher_dev = _dev_cer(teacher.parent)
+        best_dev = teacher_dev = _dev_cer(own.parent)  # a student must beat the system itself
         records: list[RoundRecord] = []
         chosen = 0
         for k in range(1, self.settings.rounds + 1):
@@ -372,7 +441,7 @@ class SelfTrainingRunner:
                     f"(dev CER {100 * record.dev_cer:.2f}%)")
             else:
                 log(f"self-training {system} round {k}: labelling the pool with {teacher}")
-                labels, alpha, beta, label_seconds = self._label(teacher, round_dir / "labels")
+                labels, alpha, beta, label_seconds, temperature = self._label(teacher, round_dir / "labels", k)
                 kept = set(np.flatnonzero(np.isin(self.pool_paths, labels.dataset["path"])).tolist())
                 quality = label_quality(round_dir / "labels", self.pool_paths, self.truth, kept)
                 if system_spec is None:
@@ -380,18 +449,21 @@ class SelfTrainingRunner:
                                         student_dir, start)
                 else:
                     spec = student_spec_from(system_spec, self.settings, f"{system}_student", round_dir / "labels",
-                                             student_dir, start)
+                                             student_dir, start, system=system)
                 log(f"self-training {system} round {k}: kept {labels.summary['kept']} of {labels.summary['rows']} "
                     f"labels" + (f" (CER {100 * quality['cer_kept']:.2f}% kept, {100 * quality['cer_all']:.2f}% all)"
                                  if quality else "") + f"; training the student for {spec['training']['max_steps']} "
                     "steps")
                 result = run_stage(spec, progress=self.spec.progress, overwrite=True)
+                averaged = self._average(student_dir, spec) if self.settings.average_top_n else None
                 summary = labels.summary
                 record = RoundRecord(
                     k, str(teacher), str(student_dir / "model"), alpha, beta,
                     {"rows": summary["rows"], "kept": summary["kept"], "kept_share": summary["kept_share"],
                      "kept_hours": summary["kept_hours"], "confidence_quantiles": summary["confidence_quantiles"],
-                     "real_time_factor": summary["real_time_factor"], "quality": quality},
+                     "real_time_factor": summary["real_time_factor"], "quality": quality,
+                     "filter": summary["filter"], "lm_agreeing": summary["lm_agreeing"],
+                     "nbest_temperature": temperature, "averaged_checkpoints": averaged},
                     _dev_cer(student_dir), seconds={"label": label_seconds, "train": result.train_seconds})
                 (round_dir / "round.json").write_text(json.dumps({"key": record_key, "record": record.__dict__},
                                                                  indent=1, default=float))
@@ -403,7 +475,7 @@ class SelfTrainingRunner:
             if not record.improved:
                 break
             best_dev, chosen, teacher = record.dev_cer, k, Path(record.student)
-        return SystemRun(system, teacher_dev, records, chosen)
+        return SystemRun(system, teacher_dev, records, chosen, str(own))
 
     def run(self) -> dict[str, SystemRun]:
         """Every system of the settings, in :data:`SELF_TRAINED_SYSTEMS` order; SimAdapter's students start from the

@@ -18,6 +18,13 @@ can hold it without importing the rounds.
       steps_scale: 2.0           # a student trains this many times its stage's steps
       use_lm: true               # label with the recipe's n-gram LM, when it has one
       beam_size: 16
+      teacher: own               # own: each system labels for its students; fusion: SimAdapter labels for every one
+      keep_fraction_schedule: null   # e.g. [0.6, 0.7, 0.8]: round k keeps the k-th share (the last one after)
+      max_lm_disagreement: null  # with the LM: keep a label only when its LM and best-path hypotheses agree (0.1)
+      confidence: max_prob/min   # the word confidence: MEASURE[@ALPHA]/AGGREGATION (decoding/confidence.py)
+      fit_nbest_temperature: false   # with the LM: the N-best temperature fitted on dev for each teacher
+      average_top_n: null        # a student is the average of its N best checkpoints by dev CER (TopIPL)
+      adapter_bottleneck: null   # the adapter alone's students: this bottleneck width instead of the stage's
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..decoding.confidence import ConfidenceMethod
 from ..training.spec_types import (
     BOOL,
     FINITE_POSITIVE,
@@ -43,6 +51,23 @@ from .spec import RecipeError, Section
 SELF_TRAINING_STEP = "self_training"
 #: the systems self-training can start from, in the order they run (SimAdapter fuses the self-trained adapter)
 SELF_TRAINED_SYSTEMS = ("target_adapter", "fusion", "finetune")
+
+
+#: the teachers of the students: the system itself (its latest student), or SimAdapter fusion for every system
+TEACHERS = ("own", "fusion")
+
+
+def _confidence_method(value: Any) -> bool:
+    try:
+        ConfidenceMethod.parse(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return isinstance(value, str)
+
+
+def _schedule(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(
+        PROBABILITY.accepts(x) and x > 0 for x in value) and list(value) == sorted(value)
 
 
 def _systems(value: Any) -> bool:
@@ -66,6 +91,18 @@ class SelfTrainingSettings(Section):
         steps_scale: a student trains this many times its stage's steps.
         use_lm: label with the recipe's n-gram LM (its ``lm`` section) when it has one.
         beam_size: the LM beam search's width while labelling.
+        teacher: ``own``: round 1 labels with the system itself; ``fusion``: with the recipe's SimAdapter system for
+            every system (the students still start from their own stage's model; later rounds label with the latest
+            student).
+        keep_fraction_schedule: the share kept in round k (the last value for later rounds), rising; instead of
+            ``keep_fraction``.
+        max_lm_disagreement: with the LM, keep a label only when the CER between its LM and its best-path
+            hypotheses is below this (WeNet NST: 0.1); null: no such filter.
+        confidence: the word confidence method (``MEASURE[@ALPHA]/AGGREGATION``).
+        fit_nbest_temperature: with the LM, fit the N-best temperature on dev for each teacher.
+        average_top_n: a student evaluates and saves ``2 N`` times and becomes the average of its N best checkpoints
+            by dev CER (TopIPL); null: its last step.
+        adapter_bottleneck: the bottleneck width of the adapter alone's students (more capacity); null: the stage's.
     """
 
     enabled: bool = False
@@ -80,6 +117,13 @@ class SelfTrainingSettings(Section):
     steps_scale: float = 2.0
     use_lm: bool = True
     beam_size: int = 16
+    teacher: str = "own"
+    keep_fraction_schedule: tuple[float, ...] | None = None
+    max_lm_disagreement: float | None = None
+    confidence: str = "max_prob/min"
+    fit_nbest_temperature: bool = False
+    average_top_n: int | None = None
+    adapter_bottleneck: int | None = None
 
     SETTINGS: ClassVar[Mapping[str, SettingType]] = {
         "enabled": BOOL,
@@ -95,15 +139,39 @@ class SelfTrainingSettings(Section):
         "steps_scale": FINITE_POSITIVE,
         "use_lm": BOOL,
         "beam_size": POSITIVE_INT,
+        "teacher": SettingType(f"one of {', '.join(TEACHERS)}", lambda v: v in TEACHERS),
+        "keep_fraction_schedule": optional(SettingType("a non-empty rising list of numbers in (0, 1]", _schedule,
+                                                       lambda v: tuple(float(x) for x in v))),
+        "max_lm_disagreement": optional(SettingType("a number in (0, 1]", lambda v: PROBABILITY.accepts(v) and v > 0)),
+        "confidence": SettingType("a confidence method MEASURE[@ALPHA]/AGGREGATION (e.g. tsallis_exp@0.33/min)",
+                                  _confidence_method),
+        "fit_nbest_temperature": BOOL,
+        "average_top_n": optional(SettingType("an integer >= 2", lambda v: POSITIVE_INT.accepts(v) and v >= 2)),
+        "adapter_bottleneck": optional(POSITIVE_INT),
     }
 
     def __post_init__(self) -> None:
         if self.min_confidence is not None and self.keep_fraction is not None:
             raise RecipeError("self_training: give min_confidence or keep_fraction, not both (set the other to null)")
+        if self.keep_fraction_schedule is not None and self.min_confidence is not None:
+            raise RecipeError("self_training: give min_confidence or keep_fraction_schedule, not both (set the other "
+                              "to null)")
+        if self.max_lm_disagreement is not None and not self.use_lm:
+            raise RecipeError("self_training.max_lm_disagreement compares the LM's labels with the best path's: it "
+                              "needs use_lm: true")
+        if self.fit_nbest_temperature and not self.use_lm:
+            raise RecipeError("self_training.fit_nbest_temperature is the LM beam's: it needs use_lm: true")
 
-    def confidence_filter(self) -> Any:
+    def confidence_filter(self, round_: int = 1) -> Any:
+        """The filter of round ``round_`` (1-based): ``keep_fraction_schedule``'s share when set."""
         from ..data.pseudo_labelled import ConfidenceFilter
 
+        if self.keep_fraction_schedule is not None:
+            return ConfidenceFilter(None, self.keep_fraction_schedule[min(round_, len(self.keep_fraction_schedule))
+                                                                      - 1])
         return ConfidenceFilter(self.min_confidence, self.keep_fraction)
+
+    def confidence_method(self) -> ConfidenceMethod:
+        return ConfidenceMethod.parse(self.confidence)
 
 

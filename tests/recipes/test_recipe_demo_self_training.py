@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.recipes import DEMO, TINY, few_steps
+from helpers.recipes import DEMO, ST_POOL_CLIPS, self_training_overrides
 
 from adaptspeech.recipes import RecipeError, load_recipe, recipe_module, run_recipe
 from adaptspeech.recipes.self_training import CONFIDENCE_BINS, same_round, student_spec
@@ -22,25 +22,8 @@ from adaptspeech.recipes.self_training_settings import SelfTrainingSettings
 
 ADAPTER = "target adapter alone"
 SELF_TRAINED = f"{ADAPTER} + self-training"
-POOL_CLIPS = 8
-
-
-def _overrides(out: Path, *extra: str) -> list[str]:
-    """The toy run: one source language, no baselines, 3 steps a stage, a 2-gram LM of 300 sentences; self-training
-    of the adapter alone, at most 2 rounds, the 75% most confident labels, students of 2x3 steps with speed
-    perturbation."""
-    return [
-        f"output_dir={out}", "progress=false", "sources=[cs]", "target=sk", "target_subset=8utt", "baselines={}",
-        "corpus.clips_per_language=20", f"base.model.config={json.dumps(TINY)}",
-        "source_adapters.model.add_adapters={cs: {bottleneck: 8}}", "source_adapters.model.active_languages=[cs]",
-        "source_adapters.model.trainable={adapters: [cs]}", "target_adapter.model.add_adapters={sk: {bottleneck: 8}}",
-        "fusion.model.fusion={languages: [cs, sk], target_language: sk, residual: none}",
-        "lm.enabled=true", "lm.sentences=300", "lm.order=2", "lm.alphas=[0, 1]", "lm.betas=[0, 1]", "lm.beam_size=8",
-        "lm.systems=[target_adapter]", "self_training.beam_size=8",
-        "self_training.enabled=true", f"self_training.pool_clips={POOL_CLIPS}", "self_training.rounds=2",
-        "self_training.systems=[target_adapter]", "self_training.keep_fraction=0.75",
-        *few_steps(("base", "source_adapters", "target_adapter", "fusion"), save_steps=3), *extra,
-    ]
+POOL_CLIPS = ST_POOL_CLIPS
+_overrides = self_training_overrides
 
 
 @pytest.fixture(scope="module")

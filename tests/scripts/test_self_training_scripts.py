@@ -59,26 +59,43 @@ def test_calibration_figures_and_the_reliability_diagram(setup, capsys):
     root, model, prepared = setup
     script = _script("confidence_calibration")
     out = root / "calibration"
+    methods = ["max_prob/min", "tsallis_exp@0.33/product", "renyi_lin@0.5/mean"]
     assert script.main(["--model", str(model), "--data", str(prepared), "--lm", str(root / "lm"), "--beam-size", "4",
-                        "--out", str(out), "--threads", "1"]) == 0
+                        "--out", str(out), "--threads", "1", "--methods", *methods]) == 0
     assert (out / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((out / "calibration.json").read_text())
-    assert saved["rows"] == len(DEV_TEXTS) and len(saved["decoders"]) == 2
+    # 3 best-path methods, 3 measures x (T=1, T fitted) of the LM beam, one diagram each
+    assert saved["rows"] == len(DEV_TEXTS) and len(saved["methods"]) == 3 + 3 * 2
+    assert len(list(out.glob("reliability_*.png"))) == 9
     printed = capsys.readouterr().out
     from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.decoding.confidence import ConfidenceMethod, best_path_words
+    from adaptspeech.inference.confidence_comparison import decode_split
     from adaptspeech.modeling import AdaptSpeechForCTC
 
     dataset, processor = load_prepared(prepared)
-    decoded = script.decode_split(AdaptSpeechForCTC.from_pretrained(model), processor, dataset["dev"])
-    scores = [c for r in decoded for _, c in r["words"]]
-    correct = [f for r, ref in zip(decoded, DEV_TEXTS, strict=True) for f in word_correctness(r["text"], ref)]
-    best = saved["decoders"]["CTC best path"]
-    assert best["words"] == len(scores) == sum(b["count"] for b in best["bins"])
-    if 0 < sum(correct) < len(correct):
-        assert best["roc_auc"] == pytest.approx(_pairwise_auc(scores, correct), abs=1e-12)  # two summations
-    else:  # a random model: one class may be empty, then the AUC is undefined
-        assert best["roc_auc"] != best["roc_auc"]
-    assert "CTC best path:" in printed and "ROC AUC" in printed
+    decoded = decode_split(AdaptSpeechForCTC.from_pretrained(model), processor, dataset["dev"])
+    for name in methods:
+        words = [best_path_words(lp, processor.tokenizer, method=ConfidenceMethod.parse(name))
+                 for lp in decoded.log_probs]
+        scores = [w.confidence for ws in words for w in ws]
+        correct = [f for ws, ref in zip(words, DEV_TEXTS, strict=True)
+                   for f in word_correctness(" ".join(w.text for w in ws), ref)]
+        result = saved["methods"][f"best path {ConfidenceMethod.parse(name).name}"]
+        assert result["words"] == len(scores) == sum(b["count"] for b in result["bins"])
+        if 0 < sum(correct) < len(correct):
+            assert result["roc_auc"] == pytest.approx(_pairwise_auc(scores, correct), abs=1e-12)  # two summations
+        else:  # a random model: one class may be empty, then the AUC is undefined
+            assert result["roc_auc"] != result["roc_auc"]
+    assert "| best path max_prob/min |" in printed and "ROC AUC" in printed
+
+
+def test_an_unknown_method_is_one_usage_line(setup, capsys):
+    root, model, prepared = setup
+    with pytest.raises(SystemExit):
+        _script("confidence_calibration").main(["--model", str(model), "--data", str(prepared), "--out",
+                                                str(root / "x"), "--methods", "margin/min"])
+    assert "--methods: confidence measure 'margin'" in capsys.readouterr().err
 
 
 def test_throughput_table_has_the_best_path_as_its_baseline(setup, capsys):
