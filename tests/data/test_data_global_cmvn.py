@@ -69,10 +69,16 @@ def test_a_folder_with_global_normalization_but_no_statistics_is_refused_in_one_
     message = str(err.value)
     assert "\n" not in message and str(tmp_path) in message
     assert "normalization='global' but no global_cmvn statistics" in message
+    with pytest.raises(ValueError, match="global_cmvn holds 5 bins; feature_type='fbank' gives 16"):
+        AdaptSpeechFeatureExtractor(n_mels=16, normalization="global", global_cmvn={"mean": [0] * 5, "var": [1] * 5,
+                                                                                   "units": 3})
     with pytest.raises(ValueError, match="normalization='window'; allowed values: utterance, global"):
         AdaptSpeechFeatureExtractor(normalization="window")
     with pytest.raises(ValueError, match=r"needs adaptspeech's own feature extractor .* feature_type='waveform'"):
         build_processor(VOCAB, tmp_path / "w", feature_type="waveform", normalization="global")
+    with pytest.raises(ValueError, match="feature_type='waveform' is computed by transformers"):  # before any read
+        prepare_corpus(tmp_path / "no_corpus", "ro", tmp_path / "out", feature_type="waveform", normalization="global")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_folder_saved_before_the_setting_reads_bit_identical_features(tmp_path) -> None:
