@@ -183,7 +183,7 @@ def export_model(
     """
     from transformers import Wav2Vec2Processor
 
-    from ..data.feature_types import FeatureType
+    from ..runtime.features import GlobalCmvn
     from ..saved_model import load_saved_model
     from .card import write_card
     from .graph import ExportableCTC, eager_attention, example_inputs, export_graph
@@ -234,7 +234,7 @@ def export_model(
         "graphs": {"fp32": FP32_GRAPH},
     }
     with atomic_output_folder(out, SETTINGS_FILE, EXPORT_OUTPUT, overwrite=overwrite, inputs=inputs) as work:
-        cmvn = FeatureType.of(processor.feature_extractor).global_cmvn if feature["global_cmvn"] else None
+        cmvn = GlobalCmvn.from_dict(feature["global_cmvn"]) if feature["global_cmvn"] else None  # what settings say
         module = ExportableCTC(model, normalize=feature["do_normalize"], global_cmvn=cmvn).eval()
         feature_size = int(feature["n_mels"]) if feature["framed"] else 1
         units = 200 if feature_size > 1 else int(feature["samples_per_frame"]) * 50
