@@ -27,7 +27,8 @@ def prefix_row(row: dict[str, Any], kind: FeatureType, seconds: float) -> dict[s
     if len(values) <= units:
         return row
     values = values[:units]
-    return {**row, kind.input_name: normalize_utterance(values, axis=0) if kind.do_normalize else values}
+    renormalize = kind.do_normalize and not kind.global_normalization  # global statistics: a prefix stays as it is
+    return {**row, kind.input_name: normalize_utterance(values, axis=0) if renormalize else values}
 
 
 @torch.no_grad()

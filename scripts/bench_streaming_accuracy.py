@@ -159,6 +159,61 @@ def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms:
     return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
 
 
+def _feature_label(processor: Any) -> str:
+    """How the system's features are normalised: ``global CMVN`` (the training set's statistics, the same in a
+    stream) or ``utterance CMVN`` (each utterance over itself; a stream over its past 4 s)."""
+    from adaptspeech.data.feature_types import FeatureType
+
+    return "global CMVN" if FeatureType.of(processor.feature_extractor).global_normalization else "utterance CMVN"
+
+
+def _test_sets(test: Any, sources: list[str], args: argparse.Namespace) -> dict[str, tuple[Any, list[str]]]:
+    """``{"sources": (rows, languages), "target": ...}`` of a prepared test split (``--max-rows`` rows each)."""
+    sets = {
+        "sources": (select_languages(test, sources, "test", "evaluation"), sources),
+        "target": (select_languages(test, [args.target], "test", "evaluation"), [args.target]),
+    }
+    if args.max_rows:
+        sets = {name: (data.select(range(min(args.max_rows, len(data)))), langs)
+                for name, (data, langs) in sets.items()}
+    return sets
+
+
+def _evaluate_run(run: Path, sets: dict[str, tuple[Any, list[str]]], processor: Any,
+                  systems: list[tuple[str, str, str]], chunks_ms: list[float], args: argparse.Namespace,
+                  results: dict[str, Any], device: torch.device) -> None:
+    """Every system of ``run`` at each chunk size (and streamed from audio, with the LM), into ``results``; each row
+    labelled with the system's convolution and feature normalisation."""
+    for label, stage, which in systems:
+        folder = run / stage / "model"
+        if not folder.is_dir():
+            continue
+        model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
+        frame_ms = model.frame_milliseconds()
+        data, languages = sets[which]
+        label = f"{label}, {convolution_label(model)}, {_feature_label(processor)}"
+        refusal = model.streaming_refusal()
+        if refusal is not None:
+            results.setdefault("masked_only", {})[label] = refusal
+            print(label, "cannot stream, chunk figures are the masked forward only:", refusal, flush=True)
+        row = [_cer(model, data, processor, round(c / frame_ms), languages, args.batch_size) for c in chunks_ms]
+        results["systems"][label] = row
+        print(label, row, flush=True)
+        if args.lm is not None:
+            figures = [_lm_cers(model, data, processor, round(c / frame_ms), languages, args.batch_size, args.lm,
+                                args.alpha, args.beta) for c in chunks_ms]
+            results.setdefault("lm_offline", {})[label] = [f["offline"] for f in figures]
+            results.setdefault("lm_streamed_search", {})[label] = [f["streaming_search"] for f in figures]
+            results.setdefault("lm_details", {})[label] = figures
+            print(label, "LM offline / streaming search", figures, flush=True)
+        if args.stream_corpus is not None and refusal is None:
+            clips = data.select(range(0, len(data), args.stream_every))
+            corpus = args.stream_corpus
+            streamed = [_streamed_cer(model, clips, processor, corpus, c, languages) for c in chunks_ms if c]
+            results.setdefault("streamed", {})[label] = streamed
+            print(label, "streamed", streamed, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="the demo run trained for streaming")
@@ -184,18 +239,17 @@ def main() -> None:
                         help="--lm is built here (into the --lm folder) from N sentences per source language of the "
                         "corpus's word lists (--corpus)")
     parser.add_argument("--corpus", type=Path, default=None, help="the synthetic corpus folder (its config)")
+    parser.add_argument("--global-cmvn-run", type=Path, default=None,
+                        help="also evaluate this run of the same recipe prepared with global CMVN "
+                        "(prepare.normalization=global): its rows beside --run's, streamed with the same statistics")
+    parser.add_argument("--global-cmvn-prepared", type=Path, default=None,
+                        help="its prepared data (default GLOBAL_CMVN_RUN/prepared)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dataset, processor = load_prepared(args.prepared or args.run / "prepared")
     sources = args.sources.split(",")
     test = dataset["test"]
-    sets = {
-        "sources": (select_languages(test, sources, "test", "evaluation"), sources),
-        "target": (select_languages(test, [args.target], "test", "evaluation"), [args.target]),
-    }
-    if args.max_rows:
-        sets = {name: (data.select(range(min(args.max_rows, len(data)))), langs)
-                for name, (data, langs) in sets.items()}
+    sets = _test_sets(test, sources, args)
     systems = [("base (sources)", "base", "sources"), (f"{args.target} adapter", "target_adapter", "target"),
                (f"{args.target} SimAdapter fusion", "fusion", "target")]
     if args.lm_word_lists:
@@ -207,34 +261,11 @@ def main() -> None:
     if args.skip_base:
         systems = systems[1:]
     systems = [system for system in systems if system[2] in args.sets.split(",")]
-    for label, stage, which in systems:
-        folder = args.run / stage / "model"
-        if not folder.is_dir():
-            continue
-        model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
-        frame_ms = model.frame_milliseconds()
-        data, languages = sets[which]
-        label = f"{label}, {convolution_label(model)}"
-        refusal = model.streaming_refusal()
-        if refusal is not None:
-            results.setdefault("masked_only", {})[label] = refusal
-            print(label, "cannot stream, chunk figures are the masked forward only:", refusal, flush=True)
-        row = [_cer(model, data, processor, round(c / frame_ms), languages, args.batch_size) for c in chunks_ms]
-        results["systems"][label] = row
-        print(label, row, flush=True)
-        if args.lm is not None:
-            figures = [_lm_cers(model, data, processor, round(c / frame_ms), languages, args.batch_size, args.lm,
-                                args.alpha, args.beta) for c in chunks_ms]
-            results.setdefault("lm_offline", {})[label] = [f["offline"] for f in figures]
-            results.setdefault("lm_streamed_search", {})[label] = [f["streaming_search"] for f in figures]
-            results.setdefault("lm_details", {})[label] = figures
-            print(label, "LM offline / streaming search", figures, flush=True)
-        if args.stream_corpus is not None and refusal is None:
-            clips = data.select(range(0, len(data), args.stream_every))
-            corpus = args.stream_corpus
-            streamed = [_streamed_cer(model, clips, processor, corpus, c, languages) for c in chunks_ms if c]
-            results.setdefault("streamed", {})[label] = streamed
-            print(label, "streamed", streamed, flush=True)
+    _evaluate_run(args.run, sets, processor, systems, chunks_ms, args, results, device)
+    if args.global_cmvn_run is not None:  # the same systems trained on features normalised with global statistics
+        global_data, global_processor = load_prepared(args.global_cmvn_prepared or args.global_cmvn_run / "prepared")
+        _evaluate_run(args.global_cmvn_run, _test_sets(global_data["test"], sources, args), global_processor,
+                      systems, chunks_ms, args, results, device)
     if args.reference_run is not None:  # the same systems trained without chunks, at full context
         results["reference_full_context"] = {}
         for label, stage, which in systems:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..runtime.features import NORMALIZATIONS
 from .common import _float_range, _positive_float, _positive_int
 from .names import FEATURE_TYPE_NAMES
 from .prepare_align import add_align
@@ -76,6 +77,11 @@ def _add_prepare(subparsers: argparse._SubParsersAction) -> None:
     cv.add_argument(
         "--feature-type", choices=_FEATURE_TYPE_NAMES, default=None, metavar="TYPE",
         help=f"model input: %(choices)s (default {_DEFAULT_HELP})",
+    )
+    cv.add_argument(
+        "--normalization", choices=NORMALIZATIONS, default="utterance",
+        help="feature normalisation: each utterance over itself (default), or global: the training split's per-bin "
+             "mean and variance (fbank; computed here, saved with the processor; what a stream reproduces exactly)",
     )
     cv.add_argument("--per-language-vocab", action="store_true", help="one vocabulary per language (nested, MMS-style)")
     cv.add_argument("--train-subset", default=None, help="low-resource budget per language, e.g. 30min, 1h, 200utt")
@@ -197,6 +203,7 @@ def _run_prepare_common_voice(args: argparse.Namespace) -> int:
         args.out,
         splits=splits,
         feature_type=args.feature_type or DEFAULT_FEATURE_TYPE,
+        normalization=args.normalization,
         per_language_vocab=args.per_language_vocab,
         train_subset=args.train_subset,
         subset_exclude_splits=[x.strip() for x in args.subset_exclude_splits.split(",") if x.strip()],

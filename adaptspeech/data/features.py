@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from transformers import AutoFeatureExtractor, BatchFeature, Wav2Vec2FeatureExtractor
 
+from ..runtime.features import GlobalCmvn
 from .feature_types import FEATURE_TYPES, FeatureType, feature_type_of
 
 
@@ -55,7 +56,14 @@ class AdaptSpeechFeatureExtractor(Wav2Vec2FeatureExtractor):
             ``"waveform"`` (``input_values`` ``[S]``).
         sampling_rate (`int`, defaults to 16000): the rate the model was trained at; audio at another rate is refused.
         n_mels (`int`, defaults to 80): mel filters of the fbank front end.
-        do_normalize (`bool`, defaults to `True`): per-utterance mean / variance normalisation (per mel bin for fbank).
+        do_normalize (`bool`, defaults to `True`): mean / variance normalisation (per mel bin for fbank).
+        normalization (`str`, defaults to ``"utterance"``): with which statistics: each utterance's own
+            (``"utterance"``, what every folder saved before this setting reads) or the training set's
+            (``"global"``: ``global_cmvn``, computed by ``adaptspeech prepare --normalization global``; the same
+            offline, in a stream, in the ONNX graph and in the runtime).
+        global_cmvn (`dict`, *optional*): ``{"mean": [F], "var": [F], "units": N}``
+            (:class:`~adaptspeech.runtime.features.GlobalCmvn`), saved with the extractor in
+            ``processor_config.json``; required by ``normalization: global``.
         padding_value (`float`, defaults to 0.0): the value of padded frames / samples.
         return_attention_mask (`bool`, defaults to `True`): return the padding mask ``[B, T]`` (1 on real frames).
     """
@@ -70,6 +78,8 @@ class AdaptSpeechFeatureExtractor(Wav2Vec2FeatureExtractor):
         do_normalize: bool = True,
         padding_value: float = 0.0,
         return_attention_mask: bool = True,
+        normalization: str = "utterance",
+        global_cmvn: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.pop("feature_size", None)  # follows from feature_type and n_mels
@@ -78,7 +88,13 @@ class AdaptSpeechFeatureExtractor(Wav2Vec2FeatureExtractor):
         feature_type_of(self)  # refuses an unknown type, naming the allowed ones
         self.n_mels = int(n_mels)
         self.do_normalize = bool(do_normalize)
-        features = FEATURE_TYPES.get(feature_type)(n_mels=self.n_mels)
+        self.normalization = str(normalization)
+        stats = GlobalCmvn.from_dict(global_cmvn) if global_cmvn is not None else None
+        self.global_cmvn = stats.to_dict() if stats is not None else None  # JSON in processor_config.json
+        features = FEATURE_TYPES.get(feature_type)(n_mels=self.n_mels, normalization=self.normalization,
+                                                   global_cmvn=stats)
+        if features.normalization == "global":
+            features.stats()  # refuses missing statistics, or statistics of another size
         super().__init__(
             feature_size=features.feature_size,
             sampling_rate=int(sampling_rate),
@@ -88,6 +104,17 @@ class AdaptSpeechFeatureExtractor(Wav2Vec2FeatureExtractor):
             **kwargs,
         )
         self.model_input_names = [features.input_name, "attention_mask"]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any) -> Any:
+        """transformers' loading, with a refused setting (``normalization: global`` without its statistics)
+        reported in one line naming the folder."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except ValueError as err:
+            if "feature extractor:" not in str(err):
+                raise
+            raise ValueError(f"{pretrained_model_name_or_path}: {err}") from None
 
     def __call__(
         self,
@@ -166,6 +193,8 @@ def upgrade_feature_extractor(feature_extractor: Any) -> Any:
         sampling_rate=feature_extractor.sampling_rate,
         n_mels=getattr(feature_extractor, "n_mels", 80),
         do_normalize=getattr(feature_extractor, "do_normalize", True),
+        normalization=getattr(feature_extractor, "normalization", "utterance"),
+        global_cmvn=getattr(feature_extractor, "global_cmvn", None),
         padding_value=getattr(feature_extractor, "padding_value", 0.0),
         return_attention_mask=getattr(feature_extractor, "return_attention_mask", True),
     )

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datasets import DatasetDict
+from datasets import DatasetDict, is_progress_bar_enabled
 from transformers import Wav2Vec2Processor
 
 from .common_voice import CV_SPLITS, load_common_voice, parse_languages, prepare_dataset
-from .feature_types import DEFAULT_FEATURE_TYPE
+from .feature_types import DEFAULT_FEATURE_TYPE, FEATURE_TYPES, FeatureType
+from .global_cmvn import compute_global_cmvn, normalize_splits
 from .output_folder import atomic_output_folder, check_output_folder
 from .processor import build_processor
 from .relabel import relabel
@@ -54,6 +55,7 @@ def prepare_corpus(
     num_proc: int | None = None,
     save_dataset: bool = True,
     overwrite: bool = False,
+    normalization: str = "utterance",
 ) -> PreparedCorpus:
     """Load, subset, prepare, build the vocabulary from the kept training rows, build the processor, save.
 
@@ -82,6 +84,9 @@ def prepare_corpus(
             :func:`~adaptspeech.data.common_voice.prepare_dataset`.
         overwrite: replace an earlier complete output in ``out_dir`` (without it, one is refused before anything is
             read).
+        normalization: ``"utterance"`` (each row normalised over itself) or ``"global"`` (fbank: every row
+            normalised with the per-bin mean and variance of the training split's kept rows, computed here and saved
+            in the feature extractor; :mod:`~adaptspeech.data.global_cmvn`).
 
     Raises:
         ValueError: a language code that is not one; a requested split, or a language within it, with no rows in
@@ -91,6 +96,7 @@ def prepare_corpus(
             output and ``overwrite`` is off (:func:`~adaptspeech.data.output_folder.check_output_folder`).
     """
     langs = parse_languages(languages)
+    FEATURE_TYPES.get(feature_type)(normalization=normalization)  # refuses a value / feature type before any work
     unknown = [s for s in subset_exclude_splits if s not in CV_SPLITS]
     if unknown:
         raise ValueError(
@@ -114,6 +120,8 @@ def prepare_corpus(
         # a first vocabulary from every training sentence tokenises the rows; the final one comes from the rows kept
         vocab = _vocab(raw[train_split], langs, per_language_vocab)
         processor = build_processor(vocab, staging / "processor", feature_type=feature_type)
+        global_rows = normalization == "global"
+        processor.feature_extractor.do_normalize = not global_rows  # global: raw rows first, the statistics of them
         prepared, report = prepare_dataset(
             raw,
             processor,
@@ -131,6 +139,12 @@ def prepare_corpus(
         if kept_vocab != vocab:
             processor = build_processor(kept_vocab, staging / "processor", feature_type=feature_type)
             prepared = relabel(prepared, processor, report, num_proc=num_proc)
+        if global_rows:
+            stats = compute_global_cmvn(prepared[train_split], FEATURE_TYPES.get(feature_type).input_name,
+                                        progress=is_progress_bar_enabled())
+            processor = build_processor(kept_vocab, staging / "processor", feature_type=feature_type,
+                                        normalization=normalization, global_cmvn=stats.to_dict())
+            prepared = normalize_splits(prepared, FeatureType.of(processor.feature_extractor), num_proc=num_proc)
         report.write_json(staging / "skip_report.json")
         if save_dataset:
             prepared.save_to_disk(str(staging / "dataset"))
@@ -139,6 +153,7 @@ def prepare_corpus(
             "languages": langs,
             "splits": list(splits),
             "feature_type": feature_type,
+            "normalization": normalization,
             "per_language_vocab": per_language_vocab,
             "train_subset": None if train_subset is None else str(SubsetSize.parse(train_subset)),
             "subset_exclude_splits": list(subset_exclude_splits),

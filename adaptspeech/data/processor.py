@@ -24,6 +24,8 @@ def build_processor(
     *,
     n_mels: int = 80,
     target_lang: str | None = None,
+    normalization: str = "utterance",
+    global_cmvn: Mapping[str, Any] | None = None,
 ) -> Wav2Vec2Processor:
     """Save ``vocab`` as a ``Wav2Vec2CTCTokenizer`` plus a feature extractor in ``out_dir``.
 
@@ -41,6 +43,8 @@ def build_processor(
         sampling_rate (`int`, defaults to 16000): the model's rate.
         feature_type (`str`, defaults to ``"waveform"``): ``"waveform"`` or ``"fbank"``.
         n_mels (`int`, defaults to 80): mel filters for ``"fbank"``.
+        normalization, global_cmvn: the feature extractor's normalisation (``"utterance"``, or ``"global"`` with the
+            training set's statistics; :class:`~adaptspeech.data.features.AdaptSpeechFeatureExtractor`).
     """
     FEATURE_TYPES.check(feature_type, "feature_type")
     nested = bool(vocab) and all(isinstance(v, Mapping) for v in vocab.values())
@@ -67,17 +71,19 @@ def build_processor(
         word_delimiter_token=WORD_DELIMITER,
         target_lang=target_lang,
     )
-    feature_extractor = _feature_extractor(feature_type, sampling_rate, n_mels)
+    feature_extractor = _feature_extractor(feature_type, sampling_rate, n_mels, normalization, global_cmvn)
     processor = Wav2Vec2Processor(feature_extractor=feature_extractor, tokenizer=tokenizer)
     processor.save_pretrained(str(out))
     return processor
 
 
-def _feature_extractor(feature_type: str, sampling_rate: int, n_mels: int) -> Any:
+def _feature_extractor(feature_type: str, sampling_rate: int, n_mels: int, normalization: str = "utterance",
+                       global_cmvn: Mapping[str, Any] | None = None) -> Any:
     """transformers' own feature extractor for a feature type it computes itself (``Wav2Vec2FeatureExtractor`` for
     waveforms, ``SeamlessM4TFeatureExtractor`` for w2v-BERT's stacked filterbanks), else the
     :class:`~adaptspeech.data.features.AdaptSpeechFeatureExtractor` (log-mel ``input_features`` for fbank)."""
-    features = FEATURE_TYPES.get(feature_type)(sampling_rate=sampling_rate, n_mels=n_mels)
+    features = FEATURE_TYPES.get(feature_type)(sampling_rate=sampling_rate, n_mels=n_mels, normalization=normalization)
     if features.stock_extractor:
         return features.build_stock_extractor()
-    return AdaptSpeechFeatureExtractor(feature_type=feature_type, sampling_rate=sampling_rate, n_mels=n_mels)
+    return AdaptSpeechFeatureExtractor(feature_type=feature_type, sampling_rate=sampling_rate, n_mels=n_mels,
+                                       normalization=normalization, global_cmvn=global_cmvn)

@@ -127,6 +127,8 @@ def _feature_settings(processor: Any, model: Any) -> dict[str, Any]:
         "sampling_rate": features.sampling_rate,
         "n_mels": features.n_mels,
         "do_normalize": features.do_normalize,
+        "normalization": features.normalization,
+        "global_cmvn": features.stats().to_dict() if features.global_normalization else None,
         "samples_per_frame": features.inputs_to_logits_ratio(model),
         "first_frame_units": _first_frame_units(model),
     }
@@ -181,6 +183,7 @@ def export_model(
     """
     from transformers import Wav2Vec2Processor
 
+    from ..runtime.features import GlobalCmvn
     from ..saved_model import load_saved_model
     from .card import write_card
     from .graph import ExportableCTC, eager_attention, example_inputs, export_graph
@@ -231,7 +234,8 @@ def export_model(
         "graphs": {"fp32": FP32_GRAPH},
     }
     with atomic_output_folder(out, SETTINGS_FILE, EXPORT_OUTPUT, overwrite=overwrite, inputs=inputs) as work:
-        module = ExportableCTC(model, normalize=feature["do_normalize"]).eval()
+        cmvn = GlobalCmvn.from_dict(feature["global_cmvn"]) if feature["global_cmvn"] else None  # what settings say
+        module = ExportableCTC(model, normalize=feature["do_normalize"], global_cmvn=cmvn).eval()
         feature_size = int(feature["n_mels"]) if feature["framed"] else 1
         units = 200 if feature_size > 1 else int(feature["samples_per_frame"]) * 50
         with eager_attention(model):

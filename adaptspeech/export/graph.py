@@ -13,9 +13,10 @@ The graph (:class:`ExportableCTC`):
 * inputs ``x`` (waveform ``[B, S]`` float32, or log-mel frames ``[B, S, F]``, *un-normalised*) and ``x_lengths``
   (``[B]`` int64 real samples / frames per row; ``-1`` means the whole row). ``x_lengths`` also has a stored
   default ``[-1]``, so a caller that feeds ``x`` alone with one row (sherpa-onnx) gets the whole input.
-* the per-utterance normalisation of the feature extractor (``do_normalize``: zero mean, unit variance over each
-  row's real part, eps 1e-7, padding set to 0 as the collator pads) inside the graph, then the model with the chosen
-  adapter or SimAdapter fusion and the language's CTC head.
+* the normalisation of the feature extractor inside the graph (``do_normalize``): per utterance (zero mean, unit
+  variance over each row's real part, eps 1e-7) or, under ``normalization: global``, with the training set's per-bin
+  mean and variance held in the graph as constants (:func:`global_normalize`); padding set to 0 as the collator pads;
+  then the model with the chosen adapter or SimAdapter fusion and the language's CTC head.
 * outputs ``logits`` (``[B, T, V]`` float32, the CTC head's, as PyTorch computes them) and ``logits_lengths``
   (``[B]`` int64 real frames).
 """
@@ -51,19 +52,34 @@ def masked_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = NORMALIZE
     return (x - mean) / torch.sqrt(var + eps) * weights
 
 
+def global_normalize(x: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
+                     eps: float = NORMALIZE_EPS) -> torch.Tensor:
+    """``x`` ``[B, S, F]`` normalised with fixed per-bin statistics (``mean``, ``var`` ``[F]``: WeNet's global CMVN),
+    padding (``mask`` ``[B, S]`` false) set to 0: what :meth:`adaptspeech.runtime.features.GlobalCmvn.apply` does to
+    each utterance before the collator pads it."""
+    return (x - mean) / torch.sqrt(var + eps) * mask.to(x.dtype).unsqueeze(-1)
+
+
 class ExportableCTC(nn.Module):
     """The exported computation: normalisation, encoder with the routed adapter / fusion, CTC head.
 
     Args:
         model: an :class:`~adaptspeech.modeling.AdaptSpeechForCTC` in eval mode, its language (or fusion) active.
         normalize: normalise each row inside the graph (the feature extractor's ``do_normalize``).
+        global_cmvn: the training set's statistics (``normalization: global``; a
+            :class:`~adaptspeech.runtime.features.GlobalCmvn`): the graph normalises with them (when ``normalize``),
+            not per row. None: per row.
     """
 
-    def __init__(self, model: nn.Module, normalize: bool) -> None:
+    def __init__(self, model: nn.Module, normalize: bool, global_cmvn: Any | None = None) -> None:
         super().__init__()
         self.model = model
         self.normalize = normalize
         self.input_name = model.main_input_name
+        self.uses_global_cmvn = global_cmvn is not None
+        if global_cmvn is not None:
+            self.register_buffer("cmvn_mean", torch.tensor(global_cmvn.mean, dtype=torch.float32), persistent=False)
+            self.register_buffer("cmvn_var", torch.tensor(global_cmvn.var, dtype=torch.float32), persistent=False)
 
     def forward(self, x: torch.Tensor, x_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x`` ``[B, S]`` / ``[B, S, F]``, ``x_lengths`` ``[B]`` (-1: all of ``S``) -> ``(logits [B, T, V],
@@ -71,7 +87,9 @@ class ExportableCTC(nn.Module):
         units = x.shape[1]
         lengths = torch.where(x_lengths < 0, torch.full_like(x_lengths, units), x_lengths)
         mask = torch.arange(units, device=x.device)[None, :] < lengths[:, None]
-        if self.normalize:
+        if self.normalize and self.uses_global_cmvn:
+            x = global_normalize(x, mask, self.cmvn_mean, self.cmvn_var)
+        elif self.normalize:
             x = masked_normalize(x, mask)
         out = self.model(**{self.input_name: x}, attention_mask=mask)
         return out.logits, out.frame_lengths.to(torch.int64)

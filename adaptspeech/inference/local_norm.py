@@ -16,7 +16,8 @@ at most ``W`` units is normalised over itself: exactly the per-utterance normali
 silence (the feature type's ``digital_silence``: muted stretches, zero padding, clips joined by zeros, which
 per-utterance statistics never hold) is left out of the statistics; a window holding nothing else uses all its units.
 Statistics are per mel bin for fbank features, over samples for waveforms. Without ``do_normalize`` the raw input is
-used everywhere.
+used everywhere. Under ``normalization: global`` (the training set's statistics, :attr:`RecordingInput.cmvn`) every
+unit is normalised with them wherever it is read: no window, the same values as ``prepare``'s.
 
 A segment (stage 2) says how its input is read (:func:`segment_input`): as a recording of its own (each encoder call
 by the rule above), as one encoder call, or as one utterance (:meth:`RecordingInput.utterance`).
@@ -34,6 +35,7 @@ import torch
 
 from ..data.audio import digital_silence
 from ..data.feature_types import FeatureType, normalize_utterance
+from ..runtime.features import GlobalCmvn
 from ..runtime.long_form import utterance_samples
 from . import DEFAULT_NORM_WINDOW_S
 from .model_mixin import MODEL_SAMPLING_RATE
@@ -103,6 +105,9 @@ class RecordingInput:
     """The feature type that computed ``raw`` (with ``waveform``)."""
     waveform_silent: np.ndarray | None = None
     """``[S]`` digital silence of ``waveform`` (:func:`~adaptspeech.data.audio.digital_silence`)."""
+    cmvn: GlobalCmvn | None = None
+    """The training set's statistics under ``normalization: global`` (with ``normalize``): every span normalised
+    with them."""
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -113,6 +118,8 @@ class RecordingInput:
         start, end = max(start, 0), min(end, len(self.raw))
         if not self.normalize:
             return torch.from_numpy(np.ascontiguousarray(self.raw[start:end]))
+        if self.cmvn is not None:
+            return torch.from_numpy(self.cmvn.apply(self.raw[start:end]))
         if start == 0 and end == len(self.raw):
             return torch.from_numpy(normalize_utterance(self.raw, axis=0))
         return self.local(start, end)
@@ -133,9 +140,9 @@ class RecordingInput:
             assert self.waveform is not None and self.features is not None
             raw = self.features.raw(self.waveform[samples[0] : samples[1]])
             if len(raw) > 0:
-                return torch.from_numpy(normalize_utterance(raw, axis=0) if self.normalize else raw)
-        if not self.normalize:
-            return torch.from_numpy(np.ascontiguousarray(self.raw[start:end]))
+                return torch.from_numpy(self.features.normalize(raw))
+        if not self.normalize or self.cmvn is not None:
+            return self.span(start, end)
         return torch.from_numpy(sliding_normalize(self.raw[start:end], max(1, end - start), self.silent[start:end]))
 
     def utterance_samples(self, start: int, end: int) -> tuple[int, int] | None:
@@ -147,7 +154,10 @@ class RecordingInput:
         return utterance_samples(start, end, self.waveform_silent, self.features.unit_hop, self.features.unit_window)
 
     def local(self, start: int, end: int) -> torch.Tensor:
-        """Units ``[start, end)`` normalised by the sliding-window rule inside the span, whatever its length."""
+        """Units ``[start, end)`` normalised by the sliding-window rule inside the span, whatever its length (with
+        the global statistics under ``normalization: global``)."""
+        if self.cmvn is not None:
+            return self.span(start, end)
         return torch.from_numpy(sliding_normalize(self.raw[start:end], self.window, self.silent[start:end]))
 
 
@@ -171,7 +181,8 @@ def recording_input(waveform: np.ndarray, feature_extractor: Any,
     samples = np.asarray(waveform, dtype=np.float32) if features.framed else None
     return RecordingInput(raw, features.digital_silence(raw), features.do_normalize,
                           max(1, round(window_s * per_second)), samples, features if samples is not None else None,
-                          digital_silence(samples, MODEL_SAMPLING_RATE) if samples is not None else None)
+                          digital_silence(samples, MODEL_SAMPLING_RATE) if samples is not None else None,
+                          features.stats() if features.global_normalization else None)
 
 
 def check_norm_window(window_s: float) -> None:

@@ -6,6 +6,8 @@ normalises every utterance over itself, which needs its end; a stream normalises
 with the mean and variance of the last ``window`` units up to the step's end (Kaldi's ``apply-cmvn-sliding`` without
 centring; digital silence left out of the statistics as in :mod:`.local_norm`). A stream shorter than the window is
 thus normalised over itself, as an utterance is, once it ends (:meth:`StreamFeatures.normalize` of the last step).
+Under ``normalization: global`` there is no window: every unit is normalised with the training set's statistics, as
+``prepare`` normalised the training rows, so a stream's units equal the whole recording's offline features.
 """
 
 from __future__ import annotations
@@ -63,9 +65,12 @@ class StreamFeatures:
 
     def normalize(self, raw: np.ndarray) -> np.ndarray:
         """A step of raw units ``[m(, F)]`` -> normalised with the statistics of the last ``window`` units up to its end
-        (the raw units themselves without ``do_normalize``)."""
+        (the raw units themselves without ``do_normalize``; the training set's statistics under ``normalization:
+        global``)."""
         if not self.features.do_normalize or len(raw) == 0:
             return np.asarray(raw, dtype=np.float32)
+        if self.features.global_normalization:
+            return self.features.normalize(raw)
         silent = np.asarray(self.features.digital_silence(raw), dtype=bool)
         self.history = np.concatenate([self.history, raw])[-self.window :]
         self.history_silent = np.concatenate([self.history_silent, silent])[-self.window :]

@@ -1,5 +1,6 @@
 """The numeric front end without torch: framing, the mel filterbank's weights, log-mel energies in numpy, and the
-per-utterance normalisation every feature type applies.
+per-utterance normalisation every feature type applies, and the global normalisation with a training set's statistics
+(:class:`GlobalCmvn`, WeNet's global CMVN).
 
 :func:`frame_params`, :func:`num_frames`, :func:`mel_weights` and :func:`normalize_utterance` are the very functions the
 torch path uses (:mod:`adaptspeech.data.audio` and :mod:`adaptspeech.data.feature_types` re-export them).
@@ -11,9 +12,16 @@ float32, so the two agree to float32 rounding (tested), not bit for bit. The tor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
+
+NORMALIZATIONS = ("utterance", "global")
+"""The feature extractor's ``normalization`` values: over each utterance itself (what every model trained before this
+setting existed reads), or with a training set's statistics (:class:`GlobalCmvn`)."""
 
 
 def frame_params(sr: int = 16000, win_ms: float = 25.0, hop_ms: float = 10.0) -> tuple[int, int, int]:
@@ -99,3 +107,78 @@ def normalize_utterance(x: np.ndarray, axis: int = 0, eps: float = 1e-7) -> np.n
     mean = x.mean(axis=axis, keepdims=True)
     var = x.var(axis=axis, keepdims=True)
     return ((x - mean) / np.sqrt(var + eps)).astype(np.float32)
+
+
+@dataclass(frozen=True, eq=False)
+class GlobalCmvn:
+    """Mean and variance of each feature bin over a training set (WeNet's global CMVN), and their use.
+
+    Attributes:
+        mean: ``[F]`` float64 per-bin mean over every unit (frame) of the set.
+        var: ``[F]`` float64 per-bin variance (population, ``ddof=0``, as :func:`normalize_utterance` computes it).
+        units: the units (frames) they were computed over.
+    """
+
+    mean: np.ndarray
+    var: np.ndarray
+    units: int
+
+    KEYS = ("mean", "var", "units")
+
+    def apply(self, x: np.ndarray, eps: float = 1e-7) -> np.ndarray:
+        """``(x - mean) / sqrt(var + eps)`` per bin: ``[N, F]`` -> ``[N, F]`` float32 (eps as
+        :func:`normalize_utterance`'s)."""
+        values = np.asarray(x, dtype=np.float64)
+        return ((values - self.mean) / np.sqrt(self.var + eps)).astype(np.float32)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{"mean": [F floats], "var": [F floats], "units": N}``."""
+        return {"mean": [float(v) for v in self.mean], "var": [float(v) for v in self.var], "units": int(self.units)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "global_cmvn") -> GlobalCmvn:
+        """The statistics of :meth:`to_dict`.
+
+        Raises:
+            ValueError: a missing key, lengths that differ, a negative or non-finite value (one line naming ``where``).
+        """
+        missing = [key for key in cls.KEYS if key not in data]
+        if missing:
+            raise ValueError(f"{where}: the statistics lack {', '.join(missing)} (they hold {', '.join(data)})")
+        mean, var = np.asarray(data["mean"], np.float64), np.asarray(data["var"], np.float64)
+        if mean.ndim != 1 or mean.shape != var.shape or not mean.size:
+            raise ValueError(f"{where}: mean and var must be lists of one length, got {mean.shape} and {var.shape}")
+        if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var >= 0).all()):
+            raise ValueError(f"{where}: mean and var must be finite and var >= 0")
+        return cls(mean, var, int(data["units"]))
+
+
+class CmvnAccumulator:
+    """Sums of units and of their squares per bin in float64, added to a batch of rows at a time (bounded memory)."""
+
+    def __init__(self) -> None:
+        self.total: np.ndarray | None = None
+        self.squares: np.ndarray | None = None
+        self.units = 0
+
+    def add(self, x: np.ndarray) -> None:
+        """One row's units ``[N, F]`` (``[N]``: one bin)."""
+        values = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+        if self.total is None:
+            self.total, self.squares = np.zeros(values.shape[1]), np.zeros(values.shape[1])
+        if values.shape[1] != self.total.shape[0]:
+            raise ValueError(f"rows of {self.total.shape[0]} and {values.shape[1]} feature bins in one set")
+        self.total += values.sum(axis=0)
+        self.squares += (values * values).sum(axis=0)
+        self.units += len(values)
+
+    def result(self) -> GlobalCmvn:
+        """The statistics of every unit added.
+
+        Raises:
+            ValueError: no unit was added.
+        """
+        if self.total is None or self.units == 0:
+            raise ValueError("global CMVN statistics over no frame: the training split has no kept row")
+        mean = self.total / self.units
+        return GlobalCmvn(mean, np.maximum(self.squares / self.units - mean * mean, 0.0), self.units)

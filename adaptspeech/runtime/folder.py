@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .features import frame_params
+from .features import GlobalCmvn, frame_params
 from .long_form import FrameGeometry
 from .tokens import TokenTable, read_symbols, table_from_symbols
 
@@ -42,7 +42,8 @@ class ExportedModel:
     Attributes:
         path: the folder.
         settings: the JSON settings (``feature`` holds ``type``, ``framed``, ``sampling_rate``, ``n_mels``,
-            ``do_normalize``, ``samples_per_frame``, ``first_frame_units``; ``graphs`` maps precision -> file;
+            ``do_normalize``, ``normalization``, ``global_cmvn``, ``samples_per_frame``, ``first_frame_units``;
+            ``graphs`` maps precision -> file;
             ``max_frames`` the longest output the graph's position table covers, or null).
         table: the token table of ``tokens.txt`` and the tokenizer settings.
     """
@@ -54,6 +55,15 @@ class ExportedModel:
     @property
     def feature(self) -> dict[str, Any]:
         return self.settings["feature"]
+
+    @property
+    def global_cmvn(self) -> GlobalCmvn | None:
+        """The training set's statistics the graph normalises its input with (``normalization: global``), or None
+        (per-utterance normalisation, and folders exported before the setting existed): what
+        :meth:`GlobalCmvn.apply` computes in numpy on :func:`~.features.log_mel_numpy` frames is the graph's
+        normalised input."""
+        stats = self.feature.get("global_cmvn")
+        return None if stats is None else GlobalCmvn.from_dict(stats, f"{self.path / SETTINGS_FILE}: global_cmvn")
 
     @property
     def framed(self) -> bool:

@@ -2,10 +2,10 @@
 
 :class:`OnnxRecognizer` reads the folder ``adaptspeech export`` writes (:mod:`.folder`), computes the graph's input
 with the same code as the training features (waveform samples, or :func:`~.features.log_mel_numpy` frames; the
-per-utterance normalisation runs inside the graph), pads a batch, runs the graph and decodes its logits with the
-torch-free CTC decoders: best path (:func:`~.ctc.greedy_decode`), prefix beam search
-(:func:`~.prefix_beam.prefix_beam_search`) or pyctcdecode's beam search with the folder's n-gram LM
-(:class:`adaptspeech.lm.decoder.LMDecoder`, which imports no torch).
+normalisation runs inside the graph: per utterance, or with the training set's statistics under global CMVN), pads a
+batch, runs the graph and decodes its logits with the torch-free CTC decoders: best path
+(:func:`~.ctc.greedy_decode`), prefix beam search (:func:`~.prefix_beam.prefix_beam_search`) or pyctcdecode's beam
+search with the folder's n-gram LM (:class:`adaptspeech.lm.decoder.LMDecoder`, which imports no torch).
 
 A recording longer than one encoder call (``chunk_length_s``, and the graph's ``max_frames``) is split as the PyTorch
 path splits it (:mod:`.long_form`, the same functions): at pauses, one speech region per graph call, the pauses blank

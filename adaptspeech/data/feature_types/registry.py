@@ -6,8 +6,10 @@ which samples each unit reads, the samples per encoder frame that ``prepare`` as
 prepared utterance, whether transformers' stock ``Wav2Vec2FeatureExtractor`` computes the features, what digital
 silence looks like in the features, and how a model built on them maps samples to output frames.
 
-Every feature type normalises per utterance the same way (:func:`normalize_utterance` along the time axis, when the
-feature extractor's ``do_normalize`` is set), so normalisation is not a question a type answers.
+Every feature type normalises the same way when the feature extractor's ``do_normalize`` is set: per utterance
+(:func:`normalize_utterance` along the time axis, ``normalization: utterance``, the default) or, for the types
+adaptspeech's own extractor computes (fbank), with a training set's per-bin statistics (``normalization: global``,
+:class:`~adaptspeech.runtime.features.GlobalCmvn`); so normalisation is not a question a type answers.
 
 ``build_processor`` stores ``feature_type`` on the feature extractor; feature extractors of pretrained checkpoints
 lack it and mean :data:`DEFAULT_FEATURE_TYPE`.
@@ -15,13 +17,13 @@ lack it and mean :data:`DEFAULT_FEATURE_TYPE`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...registry import Registry
-from ...runtime.features import normalize_utterance
+from ...runtime.features import NORMALIZATIONS, GlobalCmvn, normalize_utterance
 from ...runtime.long_form import units_touching
 
 __all__ = [
@@ -59,7 +61,11 @@ class FeatureType:
     Args:
         sampling_rate (`int`, defaults to 16000): the rate of the waveforms.
         n_mels (`int`, defaults to 80): mel filters (fbank).
-        do_normalize (`bool`, defaults to `True`): normalise every utterance (:func:`normalize_utterance`).
+        do_normalize (`bool`, defaults to `True`): normalise the features (as ``normalization`` says).
+        normalization (`str`, defaults to ``"utterance"``): ``"utterance"`` (:func:`normalize_utterance` over each
+            utterance) or ``"global"`` (with ``global_cmvn``, the training set's statistics; adaptspeech's own
+            extractor's types only).
+        global_cmvn: the statistics ``normalization: global`` applies (None until computed).
     """
 
     name: ClassVar[str]
@@ -72,15 +78,30 @@ class FeatureType:
     sampling_rate: int = 16000
     n_mels: int = 80
     do_normalize: bool = True
+    normalization: str = "utterance"
+    global_cmvn: GlobalCmvn | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"feature extractor: normalization={self.normalization!r}; allowed values: "
+                             f"{', '.join(NORMALIZATIONS)}")
+        if self.normalization == "global" and self.stock_extractor:
+            raise ValueError(f"feature extractor: normalization='global' needs adaptspeech's own feature extractor "
+                             f"(feature_type fbank); feature_type={self.name!r} is computed by transformers' "
+                             f"{self.stock_class}, which normalises per utterance")
 
     @classmethod
     def from_extractor(cls, feature_extractor: Any) -> FeatureType:
-        """This feature type with a feature extractor's settings (``sampling_rate``, ``n_mels``, ``do_normalize``;
-        80 and true where it lacks them), whatever type the extractor itself computes."""
+        """This feature type with a feature extractor's settings (``sampling_rate``, ``n_mels``, ``do_normalize``,
+        ``normalization``, ``global_cmvn``; 80, true, ``"utterance"`` and None where it lacks them), whatever type
+        the extractor itself computes."""
+        stats = getattr(feature_extractor, "global_cmvn", None)
         return cls(
             sampling_rate=int(feature_extractor.sampling_rate),
             n_mels=int(getattr(feature_extractor, "n_mels", 80)),
             do_normalize=bool(getattr(feature_extractor, "do_normalize", True)),
+            normalization=str(getattr(feature_extractor, "normalization", "utterance")),
+            global_cmvn=GlobalCmvn.from_dict(stats) if isinstance(stats, dict) else stats,
         )
 
     @staticmethod
@@ -128,10 +149,37 @@ class FeatureType:
         raise NotImplementedError
 
     def extract(self, waveform: np.ndarray) -> np.ndarray:
-        """The model input of one utterance ``[S]``: :meth:`raw`, normalised over the utterance when
-        ``do_normalize`` (per column for framed features)."""
-        raw = self.raw(waveform)
-        return normalize_utterance(raw, axis=0) if self.do_normalize else raw
+        """The model input of one utterance ``[S]``: :meth:`raw`, then :meth:`normalize`."""
+        return self.normalize(self.raw(waveform))
+
+    def normalize(self, raw: np.ndarray) -> np.ndarray:
+        """One utterance's raw units ``[N(, F)]`` as the model reads them: normalised over the utterance when
+        ``do_normalize`` (per column for framed features), or with :attr:`global_cmvn` under ``normalization:
+        global``; the raw units without ``do_normalize``."""
+        if not self.do_normalize:
+            return raw
+        if self.normalization == "global":
+            return self.stats().apply(raw)
+        return normalize_utterance(raw, axis=0)
+
+    @property
+    def global_normalization(self) -> bool:
+        """Units are normalised with the training set's statistics (the same in every context: no window)."""
+        return self.do_normalize and self.normalization == "global"
+
+    def stats(self) -> GlobalCmvn:
+        """:attr:`global_cmvn`, checked against the feature size.
+
+        Raises:
+            ValueError: none (a folder with ``normalization: global`` but no statistics), or of another size.
+        """
+        if self.global_cmvn is None:
+            raise ValueError("feature extractor: normalization='global' but no global_cmvn statistics: they are "
+                             "computed by `adaptspeech prepare --normalization global` over the training split")
+        if len(self.global_cmvn.mean) != self.feature_size:
+            raise ValueError(f"feature extractor: global_cmvn holds {len(self.global_cmvn.mean)} bins; "
+                             f"feature_type={self.name!r} gives {self.feature_size}")
+        return self.global_cmvn
 
     def empty(self) -> np.ndarray:
         """A model input of no units (the features of a skipped row)."""
