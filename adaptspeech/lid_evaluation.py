@@ -200,11 +200,13 @@ def _routed_result(model: Any, dataset: Any, identifier: Any, chosen: list[str],
 
 
 def candidate_feature_table(model: Any, dataset: Any, processor: Any, candidates: Sequence[Sequence[tuple[str, float]]],
-                            lms: Any = None, batch_size: int = 16) -> list[list[dict[str, float]]]:
+                            lms: Any = None, batch_size: int = 16,
+                            prefix_seconds: float | None = None) -> list[list[dict[str, float]]]:
     """Per row, per candidate ``(language, lid log-prob)`` of ``candidates``: the hybrid features
     (:func:`~adaptspeech.inference.lid_hybrid.candidate_features`: one pass of the language's system over the row, its
     best-path hypothesis, the CTC log-likelihood per frame and, with ``lms``, the LM log-probability per character).
-    Rows are run in groups of one candidate language."""
+    Rows are run in groups of one candidate language; with ``prefix_seconds`` only their first seconds
+    (:func:`prefix_row`)."""
     from .data.collator import model_collator
     from .inference.language_routing import routed_processor, routed_to
     from .inference.lid_hybrid import best_path_scores, candidate_features
@@ -221,11 +223,31 @@ def candidate_feature_table(model: Any, dataset: Any, processor: Any, candidates
         with routed_to(model, language):
             for start in range(0, len(indices), batch_size):
                 part = indices[start:start + batch_size]
-                texts, per_frame = best_path_scores(model, collator(take_rows(rows, part)), routed.tokenizer)
+                batch_rows = take_rows(rows, part)
+                if prefix_seconds is not None:
+                    kind = FeatureType.of(processor.feature_extractor)
+                    batch_rows = [prefix_row(row, kind, prefix_seconds) for row in batch_rows]
+                texts, per_frame = best_path_scores(model, collator(batch_rows), routed.tokenizer)
                 for i, text, value in zip(part, texts, per_frame.tolist(), strict=True):
                     found[(i, language)] = (text, value)
     return [[candidate_features(lid_log_prob, found[(i, language)][1], found[(i, language)][0], language, lms)
              for language, lid_log_prob in row] for i, row in enumerate(candidates)]
+
+
+def choose_languages(model: Any, dataset: Any, processor: Any, identifier: Any, hybrid: Any = None,
+                     top_k: int | None = None, batch_size: int = 16, prefix_seconds: float | None = None) -> list[str]:
+    """The language each row of a prepared split is routed to (dataset order): the identifier's most probable one,
+    or with ``hybrid`` the best hybrid score among its ``top_k`` (default: the calibration's) candidates; with
+    ``prefix_seconds`` both read only the rows' first seconds."""
+    from .inference.language_routing import top_languages
+
+    log_probs = torch.from_numpy(identify_dataset(identifier, dataset, processor, batch_size, prefix_seconds))
+    if hybrid is None:
+        return [identifier.languages[int(i)] for i in log_probs.argmax(-1)]
+    candidates = [top_languages(row, identifier.languages, top_k or hybrid.calibration.top_k) for row in log_probs]
+    table = candidate_feature_table(model, dataset, processor, candidates, hybrid.lms, batch_size, prefix_seconds)
+    return [row[int(np.argmax([hybrid.score(f) for f in features]))][0]
+            for row, features in zip(candidates, table, strict=True)]
 
 
 def _evaluate_hybrid(model: Any, dataset: Any, processor: Any, identifier: Any,

@@ -44,8 +44,44 @@ def test_the_report_has_every_language_and_routing_costs_nothing_when_the_langua
     assert json.loads((out / "lid_report.json").read_text())["per_language"] == rows
     table = (out / "lid_report.md").read_text()
     assert "| ro | adapter | 4 | 100.00 | 100.00 | 100.00 |" in table
-    assert "Confusions (whole utterances): none." in table
+    assert "Confusions (whole utterances, acoustic): none." in table
     assert (out / "lid_confusion.png").stat().st_size > 1000
+    # every clip is 0.3 s long: all in the first duration bucket
+    assert result["by_duration"]["whole"] == {"0-3 s": {"accuracy": 1.0, "utterances": 8},
+                                              "3-5 s": {"accuracy": None, "utterances": 0},
+                                              "> 5 s": {"accuracy": None, "utterances": 0}}
+    assert "| acoustic | whole | 100.00 (8) | - | - |" in table
+    assert "hybrid" not in result and not (out / "lid_confusion_hybrid.png").exists()
+
+
+def test_with_a_calibration_the_report_adds_the_hybrid_beside_the_acoustic_head(report, tmp_path) -> None:
+    import shutil
+
+    from transformers import AutoProcessor
+
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.language_id import HeadIdentifier
+    from adaptspeech.lid_evaluation import fit_lid_calibration
+
+    out, acoustic = report
+    model_dir, prepared = out.parent / "run" / "model", out.parent / "prepared"
+    folder = tmp_path / "model"
+    shutil.copytree(model_dir, folder)
+    model, processor = AdaptSpeechForCTC.from_pretrained(folder).eval(), AutoProcessor.from_pretrained(folder)
+    dev = load_prepared(prepared)[0]["dev"]
+    fit_lid_calibration(model, dev, processor, HeadIdentifier(model, processor), top_k=2).save(folder)
+    result = lid_report.lid_report(folder, prepared, "test", tmp_path / "report", batch_size=4)
+    hybrid = result["hybrid"]
+    assert set(hybrid["accuracy"]) == {"whole", "1s", "3s"} and hybrid["routed"]["routing"]["scoring"] == "hybrid"
+    assert hybrid["calibration"]["top_k"] == 2
+    for language, row in result["per_language"].items():
+        assert row["cer_routed_hybrid"] == hybrid["routed_cer"][language]
+        assert row["cer_difference_hybrid"] == row["cer_routed_hybrid"] - row["cer_known"]
+        assert row["lid_accuracy_whole_hybrid"] == hybrid["accuracy"]["whole"]["per_language"][language]["accuracy"]
+        assert row["cer_known"] == acoustic["per_language"][language]["cer_known"]
+    table = (tmp_path / "report" / "lid_report.md").read_text()
+    assert "**hybrid** (k = 2):" in table and "| hybrid | whole |" in table
+    assert (tmp_path / "report" / "lid_confusion_hybrid.png").stat().st_size > 1000
 
 
 def test_the_lid_stage_of_a_demo_run_trains_the_head_on_the_fusion_model(tmp_path) -> None:
