@@ -112,3 +112,32 @@ def test_the_settings_study_changes_only_the_pooled_layer_and_the_training_audio
     assert (base["data"]["train_subset"], deeper["data"]["train_subset"]) == ("10min", None)
     assert base["training"] == deeper["training"]
     assert base["model"]["path"] == "runs/demo/base/model" and base["model"]["trainable"] == {"lid": True}
+
+
+def test_the_hybrid_study_s_heads_are_valid_stages_that_differ_only_in_their_setting(tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    stages = {name: study.stage_for("runs/demo/fusion/model", "runs/prepared", tmp_path / "x", lid, subset, 400)
+              for name, (lid, subset) in study.SETTINGS.items()}
+    for stage in stages.values():
+        StageSpec.from_dict(stage)  # every setting is a valid stage
+        assert stage["training"] == stages["layer 1"]["training"] and stage["seed"] == 0
+    assert stages["layer 1"]["model"]["lid"] == {"pooling": "attentive_stats", "layer": 1, "attention_dim": 64}
+    last = stages["mix 0..3 + AAM + crops, all audio"]
+    assert last["model"]["lid"] == {"pooling": "attentive_stats", "layer": 3, "attention_dim": 64, "layer_mix": True,
+                                    "loss": "aam_softmax", "margin": 0.2, "scale": 30.0, "crop_seconds": [1.0, 4.0]}
+    assert last["data"]["train_subset"] is None and stages["layer 1"]["data"]["train_subset"] == "10min"
+    assert study.stage_for("m", "p", tmp_path, {}, None, 5, use_gpu=True)["training"]["use_cpu"] is False
+
+
+def test_the_hybrid_study_s_language_lms_are_one_per_language_of_its_transcripts(tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    prepared = two_language_corpus(tmp_path / "prepared", clips=8)
+    study.LANGUAGES, languages = ["ro", "cs"], study.LANGUAGES
+    try:
+        folders = study.language_lms(str(prepared), tmp_path / "out", order=2)
+    finally:
+        study.LANGUAGES = languages
+    assert set(folders) == {"ro", "cs"}
+    for folder in folders.values():
+        assert (folder / "lm.arpa").read_text().startswith("\\data\\")
+        assert set((folder / "unigrams.txt").read_text().split()) == {"ab", "ba", "abc", "cab"}
