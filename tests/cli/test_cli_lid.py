@@ -155,13 +155,19 @@ def test_the_commands_of_docs_lid_run_at_toy_size(tmp_path, capsys) -> None:
     for name, language in (("clip1.wav", "ro"), ("clip2.wav", "cs"), ("clip.wav", "cs")):
         clips[name] = tmp_path / name
         sf.write(clips[name], tone_clip(language, len(clips)), 16000)
+    from adaptspeech.lm.build import build_arpa
+
+    (tmp_path / "lm.txt").write_text("ab ba\nabc cab\nab ba\nabc cab\n", encoding="utf-8")
+    lms = {language: build_arpa(tmp_path / "lm.txt", tmp_path / "lms" / language, order=2, progress=False).parent
+           for language in ("ro", "cs")}
     replace = {"runs/my_model_lid/model": str(tmp_path / "my_model_lid" / "model"), "runs/my_model/model":
                str(pretrained), "runs/prepared": str(prepared), "stage_lid.yaml": str(tmp_path / "stage_lid.yaml"),
                "mms-lid-126": str(classifier), "routed.json": str(tmp_path / "routed.json"),
+               "hybrid.json": str(tmp_path / "hybrid.json"), "cs=lms/cs,sk=lms/sk": f"ro={lms['ro']},cs={lms['cs']}",
                **{name: str(path) for name, path in clips.items()}}
     commands = [line for block in re.findall(r"```bash\n(.*?)```", page, re.S) for line in block.splitlines()
                 if re.match(r"adaptspeech (train|transcribe|evaluate) ", line)]
-    assert len(commands) == 6
+    assert len(commands) == 9
     for line in commands:
         argv = [replace.get(arg, arg) for arg in shlex.split(line)[1:]]
         code, out, err = run_main([*argv, "--no-progress"], capsys)
@@ -169,6 +175,8 @@ def test_the_commands_of_docs_lid_run_at_toy_size(tmp_path, capsys) -> None:
         if argv[0] == "transcribe":
             assert all(json.loads(row)["language"] in ("ro", "cs") for row in out.splitlines())
     assert json.loads((tmp_path / "routed.json").read_text())["lid"]["num_utterances"] == 8
+    hybrid = json.loads((tmp_path / "hybrid.json").read_text())["routing"]  # fitted with the LMs, then used
+    assert hybrid["scoring"] == "hybrid" and set(hybrid["weights"]) == {"lid_log_prob", "ctc_per_frame", "lm_per_char"}
 
 
 def test_a_lid_model_that_is_neither_a_folder_nor_reachable_is_one_line(setup, capsys, monkeypatch) -> None:
