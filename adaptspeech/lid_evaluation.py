@@ -118,22 +118,27 @@ def evaluate_dataset_auto(
     progress: bool = True,
     lm_decoder: Any = None,
     return_hypotheses: bool = False,
+    hybrid: Any = None,
     **options: Any,
 ) -> dict[str, Any]:
     """:func:`~adaptspeech.evaluation.evaluate_dataset` with every row routed to the language ``identifier`` finds
     (:mod:`adaptspeech.inference.language_routing`): rows are decoded in groups of one routed language; the rates are
     scored against the rows' own references and languages.
 
+    Args:
+        hybrid: a :class:`~adaptspeech.inference.lid_hybrid.HybridScorer`: the ``top_k`` candidates are scored with
+            its calibration (:func:`candidate_feature_table`; ``prior_weight`` is not used) and only the chosen
+            language's system decodes each row.
+
     Returns:
         the error rates as ``evaluate_dataset`` gives them, plus ``"lid"`` (:func:`accuracy_report` of the chosen
-        languages, whole utterances), ``"routing"`` (``top_k``, ``prior_weight``, rows per system) and, with
-        ``return_hypotheses``, ``"hypotheses"`` and ``"routed_languages"`` (dataset order).
+        languages, whole utterances), ``"routing"`` (``top_k``, ``prior_weight`` or ``scoring: hybrid``, rows per
+        system) and, with ``return_hypotheses``, ``"hypotheses"`` and ``"routed_languages"`` (dataset order).
     """
     import time
 
     from .evaluation import transcribe_dataset
-    from .inference.language_routing import ctc_log_likelihoods, routed_processor, routed_to, system_for, top_languages
-    from .metrics import compute_error_rates
+    from .inference.language_routing import ctc_log_likelihoods, routed_processor, routed_to, top_languages
 
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
@@ -141,6 +146,9 @@ def evaluate_dataset_auto(
     too_short: list[int] = []
     log_probs = torch.from_numpy(identify_dataset(identifier, dataset, processor, batch_size, too_short=too_short))
     candidates = [top_languages(row, identifier.languages, top_k) for row in log_probs]
+    if hybrid is not None:
+        return _evaluate_hybrid(model, dataset, processor, identifier, candidates, hybrid, method, batch_size,
+                                progress, lm_decoder, return_hypotheses, start, too_short, **options)
     wanted: dict[str, list[int]] = {}
     for i, row in enumerate(candidates):
         for language, _ in row:
@@ -162,6 +170,20 @@ def evaluate_dataset_auto(
     chosen = [max(row, key=lambda c, i=i: scores.get((i, c[0]), 0.0) + prior_weight * c[1])[0]
               for i, row in enumerate(candidates)]
     hypotheses = [texts[(i, language)] for i, language in enumerate(chosen)]
+    routing = {"top_k": top_k, "prior_weight": prior_weight}
+    return _routed_result(model, dataset, identifier, chosen, hypotheses, routing, method, lm_decoder, start,
+                          too_short, return_hypotheses)
+
+
+def _routed_result(model: Any, dataset: Any, identifier: Any, chosen: list[str], hypotheses: list[str],
+                   routing: dict[str, Any], method: str, lm_decoder: Any, start: float, too_short: list[int],
+                   return_hypotheses: bool) -> dict[str, Any]:
+    """The result of :func:`evaluate_dataset_auto` from the chosen languages and their hypotheses (dataset order)."""
+    import time
+
+    from .inference.language_routing import system_for
+    from .metrics import compute_error_rates
+
     truth = column_list(dataset, "language")
     result = compute_error_rates(hypotheses, list(dataset["text"]), languages=truth)
     result["method"] = "ctc_lm" if lm_decoder is not None else method
@@ -171,12 +193,108 @@ def evaluate_dataset_auto(
     one_hot[np.arange(len(chosen)), [index[lang] for lang in chosen]] = 0.0
     result["lid"] = accuracy_report(one_hot, identifier.languages, truth)
     paths = column_list(dataset, "path") if "path" in dataset.column_names else list(range(len(dataset)))
-    result["routing"] = {"top_k": top_k, "prior_weight": prior_weight,
-                         "systems": dict(Counter(system_for(model, lang) for lang in chosen)),
+    result["routing"] = {**routing, "systems": dict(Counter(system_for(model, lang) for lang in chosen)),
                          "too_short_to_identify": [paths[i] for i in sorted(too_short)]}
     if return_hypotheses:
         result["hypotheses"], result["routed_languages"] = hypotheses, chosen
     return result
+
+
+def candidate_feature_table(model: Any, dataset: Any, processor: Any, candidates: Sequence[Sequence[tuple[str, float]]],
+                            lms: Any = None, batch_size: int = 16,
+                            prefix_seconds: float | None = None) -> list[list[dict[str, float]]]:
+    """Per row, per candidate ``(language, lid log-prob)`` of ``candidates``: the hybrid features
+    (:func:`~adaptspeech.inference.lid_hybrid.candidate_features`: one pass of the language's system over the row, its
+    best-path hypothesis, the CTC log-likelihood per frame and, with ``lms``, the LM log-probability per character).
+    Rows are run in groups of one candidate language; with ``prefix_seconds`` only their first seconds
+    (:func:`prefix_row`)."""
+    from .data.collator import model_collator
+    from .inference.language_routing import routed_processor, routed_to
+    from .inference.lid_hybrid import best_path_scores, candidate_features
+
+    wanted: dict[str, list[int]] = {}
+    for i, row in enumerate(candidates):
+        for language, _ in row:
+            wanted.setdefault(language, []).append(i)
+    rows = with_array_rows(dataset)
+    found: dict[tuple[int, str], tuple[str, float]] = {}
+    for language, indices in wanted.items():
+        routed = routed_processor(model, language, processor)
+        collator = model_collator(model, routed, ctc_labels=False)
+        with routed_to(model, language):
+            for start in range(0, len(indices), batch_size):
+                part = indices[start:start + batch_size]
+                batch_rows = take_rows(rows, part)
+                if prefix_seconds is not None:
+                    kind = FeatureType.of(processor.feature_extractor)
+                    batch_rows = [prefix_row(row, kind, prefix_seconds) for row in batch_rows]
+                texts, per_frame = best_path_scores(model, collator(batch_rows), routed.tokenizer)
+                for i, text, value in zip(part, texts, per_frame.tolist(), strict=True):
+                    found[(i, language)] = (text, value)
+    return [[candidate_features(lid_log_prob, found[(i, language)][1], found[(i, language)][0], language, lms)
+             for language, lid_log_prob in row] for i, row in enumerate(candidates)]
+
+
+def choose_languages(model: Any, dataset: Any, processor: Any, identifier: Any, hybrid: Any = None,
+                     top_k: int | None = None, batch_size: int = 16, prefix_seconds: float | None = None) -> list[str]:
+    """The language each row of a prepared split is routed to (dataset order): the identifier's most probable one,
+    or with ``hybrid`` the best hybrid score among its ``top_k`` (default: the calibration's) candidates; with
+    ``prefix_seconds`` both read only the rows' first seconds."""
+    from .inference.language_routing import top_languages
+
+    log_probs = torch.from_numpy(identify_dataset(identifier, dataset, processor, batch_size, prefix_seconds))
+    if hybrid is None:
+        return [identifier.languages[int(i)] for i in log_probs.argmax(-1)]
+    candidates = [top_languages(row, identifier.languages, top_k or hybrid.calibration.top_k) for row in log_probs]
+    table = candidate_feature_table(model, dataset, processor, candidates, hybrid.lms, batch_size, prefix_seconds)
+    return [row[int(np.argmax([hybrid.score(f) for f in features]))][0]
+            for row, features in zip(candidates, table, strict=True)]
+
+
+def _evaluate_hybrid(model: Any, dataset: Any, processor: Any, identifier: Any,
+                     candidates: list[list[tuple[str, float]]], hybrid: Any, method: str, batch_size: int,
+                     progress: bool, lm_decoder: Any, return_hypotheses: bool, start: float, too_short: list[int],
+                     **options: Any) -> dict[str, Any]:
+    """:func:`evaluate_dataset_auto` with the hybrid score: candidates scored, then each chosen language decodes its
+    rows."""
+    from .evaluation import transcribe_dataset
+    from .inference.language_routing import routed_processor, routed_to
+
+    table = candidate_feature_table(model, dataset, processor, candidates, hybrid.lms, batch_size)
+    chosen = [row[int(np.argmax([hybrid.score(f) for f in features]))][0]
+              for row, features in zip(candidates, table, strict=True)]
+    hypotheses = [""] * len(chosen)
+    for language in dict.fromkeys(chosen):
+        indices = [i for i, lang in enumerate(chosen) if lang == language]
+        with routed_to(model, language):
+            texts = transcribe_dataset(model, dataset.select(indices), routed_processor(model, language, processor),
+                                       method, batch_size, progress, lm_decoder, **options)
+        for i, text in zip(indices, texts, strict=True):
+            hypotheses[i] = text
+    routing = {"top_k": len(candidates[0]) if candidates else 0, "scoring": "hybrid",
+               "weights": dict(hybrid.calibration.weights)}
+    return _routed_result(model, dataset, identifier, chosen, hypotheses, routing, method, lm_decoder, start,
+                          too_short, return_hypotheses)
+
+
+def fit_lid_calibration(model: Any, dataset: Any, processor: Any, identifier: Any, top_k: int, lms: Any = None,
+                        batch_size: int = 16, l2: float = 1e-3) -> Any:
+    """Fit the hybrid score's weights on a prepared (dev) split
+    (:func:`~adaptspeech.inference.lid_hybrid.fit_calibration` of :func:`candidate_feature_table`'s features).
+
+    Raises:
+        ValueError: ``top_k`` below 2 (nothing to choose between).
+    """
+    from .inference.language_routing import top_languages
+    from .inference.lid_hybrid import fit_calibration
+
+    if top_k < 2:
+        raise ValueError(f"--lid-top-k {top_k}: fitting the hybrid score needs at least 2 candidate languages")
+    log_probs = torch.from_numpy(identify_dataset(identifier, dataset, processor, batch_size))
+    candidates = [top_languages(row, identifier.languages, top_k) for row in log_probs]
+    table = candidate_feature_table(model, dataset, processor, candidates, lms, batch_size)
+    return fit_calibration(table, [[lang for lang, _ in row] for row in candidates], column_list(dataset, "language"),
+                           identifier.languages, top_k, l2)
 
 
 def _ctc_scores(model: Any, subset: Any, processor: Any, texts: Sequence[str], batch_size: int,

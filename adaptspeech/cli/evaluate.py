@@ -17,7 +17,14 @@ from .common import (
     _resolve_device,
     _split_list,
 )
-from .lid import AUTO, add_lid_options, language_identifier
+from .lid import (
+    AUTO,
+    add_calibration_options,
+    add_lid_options,
+    fit_calibration_command,
+    language_identifier,
+    routing_options,
+)
 
 # ---- evaluate ------------------------------------------------------------------------------------------------
 
@@ -45,6 +52,7 @@ def _add_evaluate(subparsers: argparse._SubParsersAction) -> None:
                           "routing too (docs/lid.md); default: the model's own routing")
     _add_model_options(evaluate)
     add_lid_options(evaluate)
+    add_calibration_options(evaluate)
     evaluate.set_defaults(func=_run_evaluate)
 
 
@@ -87,8 +95,11 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     method, options, lm_decoder = _decoder_setup(args, model, processor)
     identifier = language_identifier(args, model, processor)
     model.to(device)
-    routing = {} if identifier is None else {"identifier": identifier, "top_k": args.lid_top_k,
-                                             "prior_weight": args.lid_prior_weight}
+    if args.fit_lid_calibration:
+        return fit_calibration_command(args, model, data, processor, identifier)
+    if args.lid_lms:
+        raise CommandError("--lid-lms: used with --fit-lid-calibration only")
+    routing = routing_options(args, identifier)
     result = (evaluate_dataset if identifier is None else evaluate_dataset_auto)(
         model, data, processor, **routing, method=method, batch_size=args.batch_size, progress=not args.no_progress,
         lm_decoder=lm_decoder, **options,

@@ -32,7 +32,7 @@ from .common import (
     _positive_float,
     _resolve_device,
 )
-from .lid import add_lid_options, language_identifier
+from .lid import add_lid_options, language_identifier, routing_options
 
 # ---- transcribe ----------------------------------------------------------------------------------------------
 
@@ -243,6 +243,7 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     if made != read:
         raise CommandError(f"--model {args.model}: the processor makes {made} features but the model reads {read} ones")
     identifier = language_identifier(args, model, processor)
+    routing = routing_options(args, identifier)
     lang_ids = None if identifier is not None else _model_language(model, args.language, args.model)
     method, options, lm_decoder = _decoder_setup(args, model, processor)
     decoder = DECODING_METHODS.get(method)
@@ -274,8 +275,6 @@ def _run_transcribe(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             failures += 1
             continue
-        routing = {} if identifier is None else {"identifier": identifier, "top_k": args.lid_top_k,
-                                                 "prior_weight": args.lid_prior_weight}
         result = (transcribe if identifier is None else transcribe_auto)(
             model, processor, [waveform], **routing, method=method, chunk_length_s=args.chunk_length,
             stride_length_s=args.stride_length, timestamps=args.timestamps, lm_decoder=lm_decoder,

@@ -31,6 +31,10 @@ class DataCollatorCTCWithPadding:
             ``config.lid_languages``, given as ``lid_targets`` (training the language-ID head).
         ctc_labels (`bool`, defaults to `True`): give the rows' ``labels`` (off: a batch for the language-ID head
             alone, whose forward then skips the adapters and the output heads).
+        lid_crop_seconds (`tuple[float, float]`, *optional*): ``(shortest, longest)``: cut each row's input to a
+            random window of a length drawn uniformly from this range (whole rows when shorter; renormalised when the
+            feature extractor normalises utterances), drawn with torch's global generator; only without
+            ``ctc_labels`` (the transcript would no longer match the audio).
 
     Returns (from ``__call__``), with ``B`` rows, ``S`` samples, ``T`` frames, ``L`` the longest label sequence:
         - ``input_values`` ``[B, S]`` float32 (waveform) or ``input_features`` ``[B, T, n_mels]`` float32 (fbank),
@@ -51,9 +55,13 @@ class DataCollatorCTCWithPadding:
     pad_to_multiple_of: int | None = None
     lid_language_to_id: Mapping[str, int] | None = None
     ctc_labels: bool = True
+    lid_crop_seconds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         FEATURE_TYPES.check(self.feature_type, "feature_type")
+        if self.lid_crop_seconds is not None and self.ctc_labels:
+            raise ValueError(f"lid.crop_seconds {list(self.lid_crop_seconds)}: random crops cut the audio away from "
+                             "its transcript; they are for a head trained alone (model.trainable: {lid: true})")
         tokenizer = self.processor.tokenizer
         if self.add_decoder_targets and (tokenizer.bos_token_id is None or tokenizer.eos_token_id is None):
             raise ValueError("add_decoder_targets needs a tokenizer with <s> and </s> tokens (see build_processor)")
@@ -63,6 +71,8 @@ class DataCollatorCTCWithPadding:
             raise ValueError("cannot collate an empty batch")
         kind = FEATURE_TYPES.get(self.feature_type).from_extractor(self.processor.feature_extractor)
         inputs = [kind.collate_input(row) for row in features]
+        if self.lid_crop_seconds is not None:
+            inputs = [random_crop(x, kind, self.lid_crop_seconds) for x in inputs]
         lengths = [x.shape[0] for x in inputs]
         longest = max(lengths)
         if self.pad_to_multiple_of:
@@ -113,6 +123,21 @@ def _pad(sequences: Sequence[Sequence[int]], value: int) -> torch.Tensor:
     return out
 
 
+def random_crop(values: np.ndarray, kind: Any, seconds: tuple[float, float]) -> np.ndarray:
+    """A random window of ``values`` ``[units, ...]`` (samples or frames of feature type ``kind``) whose length is
+    drawn uniformly from ``seconds`` (in units; all of ``values`` when shorter), renormalised over itself when ``kind``
+    normalises utterances; drawn with torch's global generator (seeded by the trainer)."""
+    from ..runtime.features import normalize_utterance
+
+    shortest, longest = (max(1, kind.num_units(round(s * kind.sampling_rate))) for s in seconds)
+    length = int(torch.randint(shortest, longest + 1, ()).item())
+    if values.shape[0] <= length:
+        return values
+    start = int(torch.randint(0, values.shape[0] - length + 1, ()).item())
+    window = np.asarray(values[start:start + length], np.float32)
+    return normalize_utterance(window, axis=0) if kind.do_normalize else window
+
+
 def routes_languages(model: Any) -> bool:
     """True when the model routes each utterance to its language's adapter (needs ``lang_ids``), in the running call
     (its routing override, if any, else the model's settings)."""
@@ -127,12 +152,15 @@ def model_collator(model: Any, processor: Any, lid_targets: bool = False,
                    ctc_labels: bool = True) -> DataCollatorCTCWithPadding:
     """The collator of ``model``'s batches: the features the model reads, and ``lang_ids`` when it routes languages
     (:func:`routes_languages`); with ``lid_targets`` each row's index in ``config.lid_languages`` (training the
-    language-ID head), with ``ctc_labels=False`` no transcript labels."""
+    language-ID head), with ``ctc_labels=False`` no transcript labels (and the head's ``lid.crop_seconds`` random
+    crops when it trains alone)."""
     lid_languages = model.config.lid_languages if lid_targets else None
+    lid = model.config.lid if lid_targets else None
     return DataCollatorCTCWithPadding(
         processor,
         language_to_id=model.language_to_id if routes_languages(model) and ctc_labels else None,
         feature_type=feature_type_of_model(model),
         lid_language_to_id=None if lid_languages is None else {lang: i for i, lang in enumerate(lid_languages)},
         ctc_labels=ctc_labels,
+        lid_crop_seconds=None if lid is None else lid.crop_seconds,
     )

@@ -16,11 +16,22 @@ Poolings (:data:`LID_POOLINGS`, one class per name, each with its options class 
 
 Both need two frames for a standard deviation; an utterance with a single frame is refused (one line naming its row
 and how long it must be).
+
+What is pooled (``LIDConfig.layer_mix``): the output of layer ``layer`` alone (default), or a **learned layer mix**:
+``sum_l softmax(w)_l h_l`` over the outputs of layers ``0 .. layer`` (one weight per layer, :class:`LayerMix`; the
+ML-SUPERB 2.0 winner pools a learned weighted sum of all layers). Either way the layers above ``layer`` are not run.
+
+The classifier (``LIDConfig.loss``): ``"cross_entropy"``, a ``Linear(2D, L)`` trained with the cross-entropy; or
+``"aam_softmax"``, additive angular margin softmax (ArcFace, Deng et al. 2019; the ECAPA-TDNN language-ID recipes):
+the logits are ``scale * cos(theta_l)``, the cosine between the pooled vector and language ``l``'s weight row (both
+L2-normalised, no bias), and the training loss is the cross-entropy of the logits with the true language's angle
+widened by ``margin``: ``scale * cos(theta_y + margin)`` (:meth:`LIDHead.loss`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -123,20 +134,46 @@ class AttentiveStatsPooling(nn.Module):
         return weighted_stats(hidden, torch.softmax(scores, dim=-1))
 
 
+LID_LOSSES = ("cross_entropy", "aam_softmax")
+"""The classifiers / training losses of the head (see the module docstring)."""
+#: the settings of ``loss: aam_softmax`` and their defaults (margin in radians)
+AAM_DEFAULTS = {"margin": 0.2, "scale": 30.0}
+#: the settings written to ``config.json`` only when they differ from the default (a head saved without them loads
+#: as before)
+_OPTIONAL_KEYS = ("layer_mix", "loss", "margin", "scale", "crop_seconds")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class LIDConfig(Settings):
     """Settings of the language-ID head (``AdaptSpeechConfig.lid``), saved flat: ``{"pooling": ..., "layer": ...,
-    <the pooling's options>}``.
+    <the pooling's options>}`` plus the settings below that differ from their defaults.
 
     Args:
         pooling: one of ``LID_POOLINGS.names()``.
-        layer: the encoder layer whose output is pooled (0: the first, ``-1``: the last).
+        layer: the encoder layer whose output is pooled (0: the first, ``-1``: the last); with ``layer_mix`` the
+            deepest layer of the mix.
         options: the pooling's options (its registered options class).
+        layer_mix: pool a learned softmax-weighted sum of the outputs of layers ``0 .. layer`` (:class:`LayerMix`)
+            instead of layer ``layer`` alone.
+        loss: one of :data:`LID_LOSSES`.
+        margin: the additive angular margin of ``aam_softmax``, radians in ``[0, pi / 2)`` (only with it).
+        scale: the logit scale of ``aam_softmax``, positive (only with it).
+        crop_seconds: ``[shortest, longest]``: while the head trains alone, each training utterance is cut to a random
+            window of a length drawn uniformly from this range (short inputs are trained for); None: whole utterances.
     """
 
     pooling: str = "attentive_stats"
     layer: int = -1
     options: Settings = field(default_factory=AttentiveStatsOptions)
+    layer_mix: bool = False
+    loss: str = "cross_entropy"
+    margin: float | None = None
+    scale: float | None = None
+    crop_seconds: tuple[float, float] | None = None
     what: ClassVar[str] = "lid"
 
     def __post_init__(self) -> None:
@@ -147,6 +184,29 @@ class LIDConfig(Settings):
         if not isinstance(self.options, expected):
             raise ValueError(f"lid: pooling {self.pooling!r} takes {expected.__name__}, got "
                              f"{type(self.options).__name__}")
+        if not isinstance(self.layer_mix, bool):
+            raise ValueError(f"lid.layer_mix must be true or false, got {self.layer_mix!r}")
+        if self.loss not in LID_LOSSES:
+            raise ValueError(f"lid.loss: unknown value {self.loss!r}; allowed values: {', '.join(LID_LOSSES)}")
+        if self.loss == "aam_softmax":
+            object.__setattr__(self, "margin", AAM_DEFAULTS["margin"] if self.margin is None else self.margin)
+            object.__setattr__(self, "scale", AAM_DEFAULTS["scale"] if self.scale is None else self.scale)
+            if not _is_number(self.margin) or not 0 <= self.margin < math.pi / 2:
+                raise ValueError(f"lid.margin must be an angle in radians from 0 to below pi/2 (1.5708), got "
+                                 f"{self.margin!r}")
+            if not _is_number(self.scale) or not 0 < self.scale < math.inf:
+                raise ValueError(f"lid.scale must be a positive number, got {self.scale!r}")
+        else:
+            given = [name for name in ("margin", "scale") if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"lid.{given[0]}: a setting of loss aam_softmax; this head has loss {self.loss!r}")
+        if self.crop_seconds is not None:
+            crop = self.crop_seconds
+            if (not isinstance(crop, (list, tuple)) or len(crop) != 2 or not all(_is_number(v) for v in crop)
+                    or not 0 < crop[0] <= crop[1] < math.inf):
+                raise ValueError(f"lid.crop_seconds must be [shortest, longest] seconds with 0 < shortest <= longest, "
+                                 f"got {crop!r}")
+            object.__setattr__(self, "crop_seconds", (float(crop[0]), float(crop[1])))
 
     @classmethod
     def from_dict(cls, data: Any) -> LIDConfig:
@@ -157,15 +217,23 @@ class LIDConfig(Settings):
         LID_POOLINGS.check(pooling, "lid.pooling")
         options_class = LID_POOLINGS.options(pooling)
         own = [f.name for f in dataclasses.fields(options_class)]
-        allowed = ["pooling", "layer", *own]
+        allowed = ["pooling", "layer", *own, *_OPTIONAL_KEYS]
         unknown = set(data) - set(allowed)
         if unknown:
             raise unknown_settings("lid", unknown, allowed)
         options = options_class(**{k: data[k] for k in own if k in data})
-        return cls(pooling=pooling, layer=data.get("layer", cls.layer), options=options)
+        return cls(pooling=pooling, layer=data.get("layer", cls.layer), options=options,
+                   **{k: data[k] for k in _OPTIONAL_KEYS if k in data})
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pooling": self.pooling, "layer": self.layer, **self.options.to_dict()}
+        out = {"pooling": self.pooling, "layer": self.layer, **self.options.to_dict()}
+        if self.layer_mix:
+            out["layer_mix"] = True
+        if self.loss != "cross_entropy":
+            out.update(loss=self.loss, margin=self.margin, scale=self.scale)
+        if self.crop_seconds is not None:
+            out["crop_seconds"] = list(self.crop_seconds)
+        return out
 
     def resolved_layer(self, num_layers: int) -> int:
         """The layer as an index ``0 .. num_layers - 1``.
@@ -179,30 +247,87 @@ class LIDConfig(Settings):
         return self.layer % num_layers
 
 
+class LayerMix(nn.Module):
+    """A learned softmax-weighted sum of the outputs of ``num_layers`` encoder layers (weights start equal).
+
+    Args:
+        num_layers: the layers mixed (``0 .. num_layers - 1``).
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        super().__init__()
+        self.weights = nn.Parameter(torch.zeros(num_layers))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden ``[K, B, T, D]`` (layers 0 .. K-1) -> ``[B, T, D]``."""
+        if hidden.shape[0] != self.weights.shape[0]:
+            raise ValueError(f"the layer mix has {self.weights.shape[0]} weights, got {hidden.shape[0]} layers")
+        shares = torch.softmax(self.weights.float(), dim=0).to(hidden.dtype)
+        return (shares.view(-1, 1, 1, 1) * hidden).sum(0)
+
+
 class LIDHead(nn.Module):
-    """Pooling + ``Linear(2D, L)`` over the languages.
+    """(Layer mix +) pooling + a classifier over the languages (``Linear(2D, L)``, or cosine logits for
+    ``aam_softmax``).
 
     Args:
         hidden_size: encoder width ``D``.
         languages: the languages, in logit order.
         config: the head's settings.
+        num_layers: the encoder's layer count (resolves ``layer`` for the layer mix; needed with ``layer_mix``).
     """
 
-    def __init__(self, hidden_size: int, languages: list[str], config: LIDConfig) -> None:
+    def __init__(self, hidden_size: int, languages: list[str], config: LIDConfig,
+                 num_layers: int | None = None) -> None:
         super().__init__()
         if len(languages) < 2:
             raise ValueError(f"a language-ID head needs at least 2 languages, got {languages}")
         self.languages = list(languages)
         self.config = config
+        self.layer_mix = None
+        if config.layer_mix:
+            if num_layers is None:
+                raise ValueError("lid.layer_mix: the head needs the encoder's layer count (num_layers)")
+            self.layer_mix = LayerMix(config.resolved_layer(num_layers) + 1)
         self.pooling = LID_POOLINGS.get(config.pooling)(hidden_size, config.options)
-        self.classifier = nn.Linear(2 * hidden_size, len(languages))
+        self.classifier = nn.Linear(2 * hidden_size, len(languages), bias=config.loss == "cross_entropy")
 
     def forward(self, hidden: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
-        """hidden [B, T, D] of the chosen layer, frame_mask [B, T] -> logits [B, L] (float32)."""
-        pooled = self.pooling(hidden, frame_mask)
-        return self.classifier(pooled.to(self.classifier.weight.dtype)).to(torch.float32)
+        """hidden [B, T, D] of the chosen layer (with the layer mix: [K, B, T, D] of layers 0 .. K-1), frame_mask
+        [B, T] -> logits [B, L] (float32)."""
+        if self.layer_mix is not None:
+            hidden = self.layer_mix(hidden)
+        pooled = self.pooling(hidden, frame_mask).to(self.classifier.weight.dtype)
+        if self.config.loss == "aam_softmax":
+            cosine = nn.functional.linear(nn.functional.normalize(pooled, dim=-1),
+                                          nn.functional.normalize(self.classifier.weight, dim=-1))
+            return (self.config.scale * cosine).to(torch.float32)
+        return self.classifier(pooled).to(torch.float32)
 
-    @staticmethod
-    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy of logits [B, L] against language indices [B]."""
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The training loss of logits [B, L] (from :meth:`forward`) against language indices [B]: the cross-entropy;
+        for ``aam_softmax`` the cross-entropy after the true language's angle is widened by the margin
+        (:func:`aam_softmax_loss`)."""
+        if self.config.loss == "aam_softmax":
+            return aam_softmax_loss(logits / self.config.scale, labels, self.config.margin, self.config.scale)
         return nn.functional.cross_entropy(logits, labels)
+
+
+def aam_softmax_loss(cosine: torch.Tensor, labels: torch.Tensor, margin: float, scale: float) -> torch.Tensor:
+    """Additive angular margin softmax (ArcFace): the cross-entropy of ``scale * cos(theta)`` with the true class's
+    ``cos(theta_y)`` replaced by ``cos(theta_y + margin)``.
+
+    Where ``theta_y + margin`` would pass ``pi`` (``cos(theta_y) <= cos(pi - margin)``) the target logit is
+    ``cos(theta_y) - margin * sin(margin)`` instead, which keeps it decreasing in ``theta_y`` (insightface's and
+    SpeechBrain's rule).
+
+    Args:
+        cosine: ``[B, L]`` cosines in ``[-1, 1]``.
+        labels: ``[B]`` true class indices.
+    """
+    cosine = cosine.float().clamp(-1.0, 1.0)
+    sine = (1.0 - cosine.pow(2)).clamp_min(0.0).sqrt()
+    widened = cosine * math.cos(margin) - sine * math.sin(margin)
+    widened = torch.where(cosine > math.cos(math.pi - margin), widened, cosine - math.sin(math.pi - margin) * margin)
+    target = nn.functional.one_hot(labels, cosine.shape[-1]).bool()
+    return nn.functional.cross_entropy(scale * torch.where(target, widened, cosine), labels)

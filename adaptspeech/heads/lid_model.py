@@ -24,7 +24,8 @@ class LanguageIDMixin:
         config = self.config
         self.lid_head = None
         if config.lid_languages:
-            self.lid_head = LIDHead(config.hidden_size, list(config.lid_languages), config.lid)
+            self.lid_head = LIDHead(config.hidden_size, list(config.lid_languages), config.lid,
+                                    num_layers=config.num_encoder_layers)
 
     def add_lid_head(self, languages: list[str], **settings: Any) -> LIDHead:
         """A new (untrained) language-ID head over ``languages`` with ``settings`` (``pooling``, ``layer``, the
@@ -94,35 +95,40 @@ class LanguageIDMixin:
     def _lid_pass(
         self, inputs: torch.Tensor, attention_mask: torch.Tensor | None, keep_prefix: bool
     ) -> tuple[torch.Tensor, EncoderPrefix | None]:
-        """``(logits [B, L], the encoder prefix or None)``: the encoder without adapters up to the pooled layer."""
+        """``(logits [B, L], the encoder prefix or None)``: the encoder without adapters up to the pooled layer (with
+        the layer mix: the outputs of layers 0 .. that layer, stacked ``[K, B, T, D]``)."""
         if self.lid_head is None:
             raise ValueError("the model has no language-ID head: train one with a stage whose model.trainable.lid is "
                              "true (docs/lid.md), or pass a separate language-ID model")
         spec = self.config.backbone_spec
         layer = self.config.lid.resolved_layer(self.config.num_encoder_layers)
         start = shared_start(self, layer)
+        pooled = list(range(layer + 1)) if self.config.lid.layer_mix else [layer]
         captured: list[torch.Tensor] = []
         signal = _LayerReachedSignal()
 
         def capture(module: Any, args: Any, output: Any) -> None:
             captured.append(output[0] if isinstance(output, tuple) else output)
-            raise signal  # the layers above the pooled one are not run
+            if len(captured) == len(pooled):
+                raise signal  # the layers above the pooled one are not run
 
         recording = capturing_prefix(self, start) if keep_prefix else contextlib.nullcontext({})
-        try:  # the hook acts on this call only: another thread's forward passes the layer untouched
+        layers = spec.encoder_layers(self.backbone)
+        try:  # the hooks act on this call only: another thread's forward passes the layers untouched
             with call_scoped_hooks() as scoped, self.without_adapters(), recording as calls:
-                handle = spec.encoder_layers(self.backbone)[layer].register_forward_hook(scoped(capture))
+                handles = [layers[i].register_forward_hook(scoped(capture)) for i in pooled]
                 try:
                     self.encode(inputs, attention_mask)
                 finally:
-                    handle.remove()
+                    for handle in handles:
+                        handle.remove()
         except _LayerReachedSignal as reached:
             if reached is not signal:
                 raise
-        hidden = captured[0]
+        hidden = captured[-1]
         mask = None if attention_mask is None else attention_mask.to(torch.bool)
         frame_mask = spec.frame_mask(self.backbone, mask, hidden.shape[1], hidden.shape[0])
-        logits = self.lid_head(hidden, frame_mask)
+        logits = self.lid_head(torch.stack(captured) if self.config.lid.layer_mix else hidden, frame_mask)
         prefix = None
         if keep_prefix:
             layer_input = None if start == 0 else calls.get("layer_input", hidden if start == layer + 1 else None)

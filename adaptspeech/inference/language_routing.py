@@ -199,6 +199,7 @@ def transcribe_auto(
     top_k: int = 1,
     prior_weight: float = 1.0,
     lid_seconds: float = DEFAULT_LID_SECONDS,
+    hybrid: Any = None,
     **transcribe_options: Any,
 ) -> list[Any]:
     """:func:`~adaptspeech.inference.transcriber.transcribe` with each recording routed to the language
@@ -209,6 +210,9 @@ def transcribe_auto(
         top_k: candidate languages decoded and re-ranked (1: the most probable only).
         prior_weight: weight of the language-ID log-prior in the re-ranking score.
         lid_seconds: seconds of each recording the identifier reads.
+        hybrid: a :class:`~adaptspeech.inference.lid_hybrid.HybridScorer`: the ``top_k`` candidates are scored with
+            its calibration on the identified input (one pass of each candidate's system above the shared encoder
+            prefix; ``prior_weight`` is not used) and only the chosen language decodes the recording.
         **transcribe_options: passed to ``transcribe`` (method, chunking, timestamps, LM ...; not ``lang_ids``).
     """
     from ..data.collator import model_collator
@@ -236,6 +240,16 @@ def transcribe_auto(
                                          seconds=len(waveform) / rate, extra={"skipped": reason}))
             continue
         candidates = top_languages(log_probs, identifier.languages, top_k)
+        if hybrid is not None and len(candidates) > 1:
+            identified = waveform[: int(lid_seconds * rate)]
+            language, entries = _hybrid_choice(model, processor, identified, kind, prefix, candidates, hybrid)
+            with routed_to(model, language), model.reusing_encoder_prefix(prefix):
+                best = transcribe(model, routed_processor(model, language, processor), [waveform],
+                                  **transcribe_options)[0]
+            lid_log_prob = next(entry["lid_log_prob"] for entry in entries if entry["language"] == language)
+            best.extra.update(LanguageChoice(language, float(np.exp(lid_log_prob)), tuple(entries)).fields())
+            results.append(best)
+            continue
         decoded = []
         for language, lid_log_prob in candidates:  # an encoder call on the identified input starts from its prefix
             routed = routed_processor(model, language, processor)
@@ -255,6 +269,27 @@ def transcribe_auto(
         best.extra.update(choice.fields())
         results.append(best)
     return results
+
+
+def _hybrid_choice(model: Any, processor: Any, waveform: np.ndarray, kind: Any, prefix: Any,
+                   candidates: list[tuple[str, float]], hybrid: Any) -> tuple[str, list[dict[str, Any]]]:
+    """The language the hybrid score picks for one identified input, and every candidate's features and score (one
+    pass of each candidate's system, starting from the language-ID pass's encoder prefix)."""
+    from ..data.collator import model_collator
+    from .lid_hybrid import best_path_scores
+
+    batch = model_collator(model, processor, ctc_labels=False)([{kind.input_name: kind.extract(
+        np.asarray(waveform, np.float32))}])
+    entries = []
+    for language, lid_log_prob in candidates:
+        routed = routed_processor(model, language, processor)
+        with routed_to(model, language), model.reusing_encoder_prefix(prefix):
+            texts, per_frame = best_path_scores(model, batch, routed.tokenizer)
+        features = hybrid.features(lid_log_prob, float(per_frame[0]), texts[0], language)
+        entries.append({"language": language, **{k: round(v, 6) for k, v in features.items()},
+                        "score": round(hybrid.score(features), 6)})
+    best = max(entries, key=lambda entry: entry["score"])
+    return best["language"], entries
 
 
 AUTO = "auto"

@@ -7,8 +7,11 @@
 2. **Report** on the evaluation split (held-out voices, unseen words), per language: the head's accuracy on whole
    utterances and on their first 1 s and 3 s; the CER with the known language (the system the routing picks for that
    language: the SimAdapter fusion for the target, the language's own adapter for a source) and with automatic
-   routing (``evaluate --language auto``), and the difference. Writes ``lid_report.md``, ``lid_report.json`` and
-   ``lid_confusion.png`` (whole utterances and 1-s prefixes) into ``<output_dir>/lid``.
+   routing (``evaluate --language auto``), and the difference; the accuracy by utterance duration (0-3 s, 3-5 s,
+   > 5 s) for each cut. Where the model folder holds ``lid_calibration.json`` (``evaluate --fit-lid-calibration`` on
+   dev), the same for the **hybrid** score (:mod:`adaptspeech.inference.lid_hybrid`) beside the acoustic head alone.
+   Writes ``lid_report.md``, ``lid_report.json``, ``lid_confusion.png`` (whole utterances and 1-s prefixes) and, with
+   the hybrid, ``lid_confusion_hybrid.png`` into ``<output_dir>/lid``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from adaptspeech.overrides import apply_overrides, load_yaml
 
 STAGE_FILE = "stage_lid.yaml"
 PREFIX_SECONDS = (1.0, 3.0)
+DURATION_BUCKETS = ((0.0, 3.0, "0-3 s"), (3.0, 5.0, "3-5 s"), (5.0, float("inf"), "> 5 s"))
+"""Utterance durations the accuracy is broken down by: ``(from, below, name)``."""
 LID_PREFIX = "lid."
 
 
@@ -60,11 +65,13 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     from transformers import AutoProcessor
 
     from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.data.array_rows import column_list
     from adaptspeech.data.prepared_data import load_prepared
     from adaptspeech.evaluation import evaluate_dataset
     from adaptspeech.inference.language_id import HeadIdentifier
     from adaptspeech.inference.language_routing import routed_processor, routed_to, system_for
-    from adaptspeech.lid_evaluation import evaluate_dataset_auto, lid_accuracy
+    from adaptspeech.inference.lid_hybrid import CALIBRATION_NAME, HybridScorer
+    from adaptspeech.lid_evaluation import choose_languages, evaluate_dataset_auto
 
     options = dict(options or {})
     model = AdaptSpeechForCTC.from_pretrained(model_dir).eval()
@@ -72,55 +79,123 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     dataset, _ = load_prepared(prepared)
     rows = dataset[split]
     rows = rows.select([i for i, lang in enumerate(rows["language"]) if lang in model.config.lid_languages])
-    accuracy = {"whole": lid_accuracy(model, rows, processor, batch_size)}
-    for seconds in PREFIX_SECONDS:
-        accuracy[f"{seconds:g}s"] = lid_accuracy(model, rows, processor, batch_size, prefix_seconds=seconds)
-    routed = evaluate_dataset_auto(model, rows, processor, HeadIdentifier(model, processor), method, batch_size,
-                                   progress=progress, **options)
+    identifier = HeadIdentifier(model, processor)
+    scorers: dict[str, Any] = {"acoustic": None}
+    if (Path(model_dir) / CALIBRATION_NAME).is_file():
+        scorers["hybrid"] = HybridScorer.from_folder(model_dir, identifier.languages)
+    truth = column_list(rows, "language")
+    durations = duration_seconds(rows, processor)
+    systems: dict[str, Any] = {}
+    for name, scorer in scorers.items():
+        chosen = {cut: choose_languages(model, rows, processor, identifier, scorer, batch_size=batch_size,
+                                        prefix_seconds=seconds)
+                  for cut, seconds in (("whole", None), *((f"{s:g}s", s) for s in PREFIX_SECONDS))}
+        routed = evaluate_dataset_auto(model, rows, processor, identifier, method, batch_size, progress=progress,
+                                       hybrid=scorer, top_k=1 if scorer is None else scorer.calibration.top_k,
+                                       **options)
+        systems[name] = {"accuracy": {cut: choice_report(c, identifier.languages, truth) for cut, c in chosen.items()},
+                         "by_duration": {cut: by_duration(c, truth, durations) for cut, c in chosen.items()},
+                         "routed": {k: routed[k] for k in ("overall", "lid", "routing")},
+                         "routed_cer": {lang: entry["cer"] for lang, entry in routed["per_language"].items()}}
     per_language: dict[str, Any] = {}
     for language in model.config.lid_languages:
-        indices = [i for i, lang in enumerate(rows["language"]) if lang == language]
+        indices = [i for i, lang in enumerate(truth) if lang == language]
         with routed_to(model, language) as system:
             known = evaluate_dataset(model, rows.select(indices), routed_processor(model, language, processor), method,
                                      batch_size, progress, **options)
-        per_language[language] = {
-            "system": system,
-            "utterances": len(indices),
-            **{f"lid_accuracy_{name}": accuracy[name]["per_language"][language]["accuracy"] for name in accuracy},
-            "cer_known": known["overall"]["cer"],
-            "cer_routed": routed["per_language"][language]["cer"],
-        }
-        per_language[language]["cer_difference"] = per_language[language]["cer_routed"] - per_language[language][
-            "cer_known"]
+        row: dict[str, Any] = {"system": system, "utterances": len(indices)}
+        for name, measured in systems.items():
+            tag = "" if name == "acoustic" else f"_{name}"
+            for cut, report in measured["accuracy"].items():
+                row[f"lid_accuracy_{cut}{tag}"] = report["per_language"][language]["accuracy"]
+        row["cer_known"] = known["overall"]["cer"]
+        for name, measured in systems.items():
+            tag = "" if name == "acoustic" else f"_{name}"
+            row[f"cer_routed{tag}"] = measured["routed_cer"][language]
+            row[f"cer_difference{tag}"] = row[f"cer_routed{tag}"] - row["cer_known"]
+        per_language[language] = row
     assert all(system_for(model, lang) == per_language[lang]["system"] for lang in per_language)
+    acoustic = systems["acoustic"]
     result = {"split": split, "method": method, "options": options, "lid": model.config.lid.to_dict(),
-              "accuracy": accuracy, "routed": {k: routed[k] for k in ("overall", "lid", "routing")},
+              "accuracy": acoustic["accuracy"], "by_duration": acoustic["by_duration"], "routed": acoustic["routed"],
               "per_language": per_language}
+    if "hybrid" in systems:
+        result["hybrid"] = {**systems["hybrid"], "calibration": scorers["hybrid"].calibration.to_dict()}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "lid_report.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
     (out_dir / "lid_report.md").write_text(report_markdown(result) + "\n")
-    plot_confusions(accuracy, out_dir / "lid_confusion.png")
+    plot_confusions(acoustic["accuracy"], out_dir / "lid_confusion.png")
+    if "hybrid" in systems:
+        plot_confusions(systems["hybrid"]["accuracy"], out_dir / "lid_confusion_hybrid.png")
     return result
 
 
+def duration_seconds(rows: Any, processor: Any) -> list[float]:
+    """Each row's duration in seconds (its ``duration`` column, else its model input's length)."""
+    from adaptspeech.data.array_rows import column_list
+    from adaptspeech.data.feature_types import FeatureType
+
+    if "duration" in rows.column_names:
+        return [float(d) for d in column_list(rows, "duration")]
+    kind = FeatureType.of(processor.feature_extractor)
+    per_second = kind.num_units(kind.sampling_rate)
+    return [n / per_second for n in column_list(rows, "input_length")]
+
+
+def choice_report(chosen: Sequence[str], languages: Sequence[str], truth: Sequence[str]) -> dict[str, Any]:
+    """:func:`~adaptspeech.lid_evaluation.accuracy_report` of chosen languages (one per row)."""
+    from adaptspeech.lid_evaluation import accuracy_report
+
+    index = {lang: i for i, lang in enumerate(languages)}
+    one_hot = np.full((len(chosen), len(languages)), -np.inf, np.float32)
+    one_hot[np.arange(len(chosen)), [index[lang] for lang in chosen]] = 0.0
+    return accuracy_report(one_hot, languages, truth)
+
+
+def by_duration(chosen: Sequence[str], truth: Sequence[str], durations: Sequence[float]) -> dict[str, Any]:
+    """Accuracy and row count per :data:`DURATION_BUCKETS` bucket (None where it holds no row)."""
+    out = {}
+    for low, high, name in DURATION_BUCKETS:
+        hits = [c == t for c, t, d in zip(chosen, truth, durations, strict=True) if low <= d < high]
+        out[name] = {"accuracy": float(np.mean(hits)) if hits else None, "utterances": len(hits)}
+    return out
+
+
 def report_markdown(result: dict[str, Any]) -> str:
-    """The per-language table and the confusions of the whole utterances."""
-    names = list(result["accuracy"])
-    header = ["language", "system", "utt", *[f"LID acc. {n} %" for n in names], "CER known %", "CER routed %",
-              "routed - known"]
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    for language, row in result["per_language"].items():
-        cells = [language, row["system"], str(row["utterances"]),
-                 *[f"{100 * row[f'lid_accuracy_{n}']:.2f}" for n in names],
-                 f"{100 * row['cer_known']:.2f}", f"{100 * row['cer_routed']:.2f}",
-                 f"{100 * row['cer_difference']:+.2f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    overall = [f"{100 * result['accuracy'][n]['accuracy']:.2f}" for n in names]
-    lines.append("| **all** | | " + str(result["accuracy"]["whole"]["num_utterances"]) + " | " + " | ".join(overall)
-                 + f" | | {100 * result['routed']['overall']['cer']:.2f} | |")
-    confusion = result["accuracy"]["whole"]["confusion"]
-    errors = [f"{true} -> {guess}: {n}" for true, row in confusion.items() for guess, n in row.items() if guess != true]
-    lines += ["", f"Confusions (whole utterances): {', '.join(errors) if errors else 'none'}."]
+    """The per-language table, the accuracy by utterance duration and the confusions of the whole utterances, for the
+    acoustic head and (when reported) the hybrid score."""
+    systems = {"acoustic": ("", result)}
+    if "hybrid" in result:
+        systems["hybrid"] = ("_hybrid", result["hybrid"])
+    lines: list[str] = []
+    for name, (tag, measured) in systems.items():
+        names = list(measured["accuracy"])
+        header = ["language", "system", "utt", *[f"LID acc. {n} %" for n in names], "CER known %", "CER routed %",
+                  "routed - known"]
+        if lines:
+            lines += ["", f"**{name}** (k = {measured['routed']['routing']['top_k']}):", ""]
+        lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        for language, row in result["per_language"].items():
+            cells = [language, row["system"], str(row["utterances"]),
+                     *[f"{100 * row[f'lid_accuracy_{n}{tag}']:.2f}" for n in names],
+                     f"{100 * row['cer_known']:.2f}", f"{100 * row[f'cer_routed{tag}']:.2f}",
+                     f"{100 * row[f'cer_difference{tag}']:+.2f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+        overall = [f"{100 * measured['accuracy'][n]['accuracy']:.2f}" for n in names]
+        lines.append("| **all** | | " + str(measured["accuracy"]["whole"]["num_utterances"]) + " | "
+                     + " | ".join(overall) + f" | | {100 * measured['routed']['overall']['cer']:.2f} | |")
+        confusion = measured["accuracy"]["whole"]["confusion"]
+        errors = [f"{true} -> {guess}: {n}" for true, row in confusion.items() for guess, n in row.items()
+                  if guess != true]
+        lines += ["", f"Confusions (whole utterances, {name}): {', '.join(errors) if errors else 'none'}."]
+    lines += ["", "Accuracy by utterance duration (%; utterances in the bucket):", "",
+              "| scoring | cut | " + " | ".join(name for _, _, name in DURATION_BUCKETS) + " |",
+              "|" + " --- |" * (2 + len(DURATION_BUCKETS))]
+    for name, (_, measured) in systems.items():
+        for cut, buckets in measured["by_duration"].items():
+            cells = ["-" if b["accuracy"] is None else f"{100 * b['accuracy']:.2f} ({b['utterances']})"
+                     for b in buckets.values()]
+            lines.append(f"| {name} | {cut} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

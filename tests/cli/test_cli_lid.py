@@ -155,13 +155,19 @@ def test_the_commands_of_docs_lid_run_at_toy_size(tmp_path, capsys) -> None:
     for name, language in (("clip1.wav", "ro"), ("clip2.wav", "cs"), ("clip.wav", "cs")):
         clips[name] = tmp_path / name
         sf.write(clips[name], tone_clip(language, len(clips)), 16000)
+    from adaptspeech.lm.build import build_arpa
+
+    (tmp_path / "lm.txt").write_text("ab ba\nabc cab\nab ba\nabc cab\n", encoding="utf-8")
+    lms = {language: build_arpa(tmp_path / "lm.txt", tmp_path / "lms" / language, order=2, progress=False).parent
+           for language in ("ro", "cs")}
     replace = {"runs/my_model_lid/model": str(tmp_path / "my_model_lid" / "model"), "runs/my_model/model":
                str(pretrained), "runs/prepared": str(prepared), "stage_lid.yaml": str(tmp_path / "stage_lid.yaml"),
                "mms-lid-126": str(classifier), "routed.json": str(tmp_path / "routed.json"),
+               "hybrid.json": str(tmp_path / "hybrid.json"), "cs=lms/cs,sk=lms/sk": f"ro={lms['ro']},cs={lms['cs']}",
                **{name: str(path) for name, path in clips.items()}}
     commands = [line for block in re.findall(r"```bash\n(.*?)```", page, re.S) for line in block.splitlines()
                 if re.match(r"adaptspeech (train|transcribe|evaluate) ", line)]
-    assert len(commands) == 6
+    assert len(commands) == 9
     for line in commands:
         argv = [replace.get(arg, arg) for arg in shlex.split(line)[1:]]
         code, out, err = run_main([*argv, "--no-progress"], capsys)
@@ -169,6 +175,8 @@ def test_the_commands_of_docs_lid_run_at_toy_size(tmp_path, capsys) -> None:
         if argv[0] == "transcribe":
             assert all(json.loads(row)["language"] in ("ro", "cs") for row in out.splitlines())
     assert json.loads((tmp_path / "routed.json").read_text())["lid"]["num_utterances"] == 8
+    hybrid = json.loads((tmp_path / "hybrid.json").read_text())["routing"]  # fitted with the LMs, then used
+    assert hybrid["scoring"] == "hybrid" and set(hybrid["weights"]) == {"lid_log_prob", "ctc_per_frame", "lm_per_char"}
 
 
 def test_a_lid_model_that_is_neither_a_folder_nor_reachable_is_one_line(setup, capsys, monkeypatch) -> None:
@@ -178,3 +186,65 @@ def test_a_lid_model_that_is_neither_a_folder_nor_reachable_is_one_line(setup, c
     assert code == 1 and one_error_line(err) == ("adaptspeech: error: --lid-model nonexist: neither a local folder nor "
                                                  "a model on the Hub that can be reached (offline: HF_HUB_OFFLINE is "
                                                  "set)"), err
+
+
+def test_the_hybrid_calibration_is_fitted_on_dev_and_then_routes(setup, capsys, tmp_path) -> None:
+    import shutil
+
+    from adaptspeech.inference.lid_hybrid import LIDCalibration
+
+    model = tmp_path / "model"
+    shutil.copytree(setup["model"], model)
+    code, out, _ = run_main(["evaluate", "--model", model, "--data", setup["prepared"], "--split", "dev",
+                             "--language", "auto", "--lid-top-k", "2", "--fit-lid-calibration", "--device", "cpu",
+                             "--no-progress"], capsys)
+    assert code == 0 and out.startswith("language ID\tacoustic ") and out.rstrip().endswith("lid_calibration.json")
+    calibration = LIDCalibration.load(model)
+    assert calibration.top_k == 2 and calibration.features == ("lid_log_prob", "ctc_per_frame")
+    assert calibration.fitted_on["rows"] == 8
+    out_file = tmp_path / "r.json"
+    code, out, _ = run_main(["evaluate", "--model", model, "--data", setup["prepared"], "--split", "test",
+                             "--language", "auto", "--lid-scoring", "hybrid", "--device", "cpu", "--no-progress",
+                             "--output", out_file], capsys)
+    routing = json.loads(out_file.read_text())["routing"]
+    assert code == 0 and routing["scoring"] == "hybrid" and routing["top_k"] == 2
+    assert routing["weights"] == pytest.approx(dict(calibration.weights))
+    code, out, _ = run_main(["transcribe", "--model", model, setup["files"][0], "--language", "auto",
+                             "--lid-scoring", "hybrid", "--device", "cpu"], capsys)
+    (line,) = _lines(out)
+    assert code == 0 and len(line["language_candidates"]) == 2
+    assert line["language"] == max(line["language_candidates"], key=lambda c: c["score"])["language"]
+
+
+def test_hybrid_settings_that_cannot_work_are_refused_in_one_line(setup, capsys, tmp_path) -> None:
+    model = setup["model"]
+    evaluate = ["evaluate", "--model", model, "--data", setup["prepared"], "--split", "dev", "--device", "cpu",
+                "--no-progress"]
+    cases = [
+        (["transcribe", setup["files"][0], "--model", model, "--device", "cpu", "--language", "auto",
+          "--lid-scoring", "hybrid"],
+         f"{model}/lid_calibration.json: missing; hybrid language scoring needs weights fitted on a dev split: run "
+         f"`adaptspeech evaluate --model {model} --data PREPARED --split dev --language auto --lid-top-k 3 "
+         "--fit-lid-calibration`"),
+        (["transcribe", setup["files"][0], "--model", model, "--device", "cpu", "--lid-scoring", "hybrid"],
+         "--lid-scoring: used with --language auto only"),
+        ([*evaluate, "--language", "auto", "--lid-scoring", "hybrid", "--lid-prior-weight", "2"],
+         "--lid-prior-weight: not used with --lid-scoring hybrid (lid_calibration.json holds its weights)"),
+        ([*evaluate, "--fit-lid-calibration"],
+         "--fit-lid-calibration: fits the model's own language-ID head; use --language auto without --lid-model"),
+        ([*evaluate, "--language", "auto", "--fit-lid-calibration"],
+         "--fit-lid-calibration: --lid-top-k 1; the hybrid score chooses between at least 2 candidate languages "
+         "(e.g. --lid-top-k 3)"),
+        ([*evaluate, "--language", "auto", "--lid-top-k", "2", "--fit-lid-calibration", "--lid-lms", "ro"],
+         "--lid-lms: 'ro' is not LANGUAGE=DIR"),
+        ([*evaluate, "--language", "auto", "--lid-top-k", "2", "--fit-lid-calibration", "--lid-lms", "pl=x"],
+         "--lid-lms: pl is not a language of the language-ID head (ro, cs)"),
+        ([*evaluate, "--language", "auto", "--lid-top-k", "2", "--fit-lid-calibration", "--lid-lms",
+          f"ro={tmp_path}"],
+         f"--lm {tmp_path}: no lm.arpa there, nor an LM saved into a model folder (language_model/); write one with "
+         "`adaptspeech lm build` (or `adaptspeech lm tune --save` into the model folder)"),
+        ([*evaluate, "--language", "auto", "--lid-lms", "ro=x"], "--lid-lms: used with --fit-lid-calibration only"),
+    ]
+    for argv, message in cases:
+        code, _, err = run_main(argv, capsys)
+        assert code == 1 and one_error_line(err) == f"adaptspeech: error: {message}", err

@@ -102,3 +102,33 @@ def test_collator_errors_name_the_problem(toy_processor):
         )
     with pytest.raises(KeyError, match="needs 'input_values'"):
         DataCollatorCTCWithPadding(toy_processor)([{"input_features": [[0.0] * 80]}])
+
+
+def test_lid_crops_cut_each_row_to_a_random_window_of_the_chosen_length(toy_processor):
+    from adaptspeech.runtime.features import normalize_utterance
+
+    collator = DataCollatorCTCWithPadding(toy_processor, ctc_labels=False, lid_crop_seconds=(0.5, 1.0))
+    ramp = np.arange(48000, dtype=np.float32)  # 3 s: any contiguous window normalises to the same ramp
+    rows = [{"input_values": ramp, "labels": [1]}, {"input_values": ramp[:4000], "labels": [1]}]
+    torch.manual_seed(0)
+    lengths = set()
+    for _ in range(20):
+        batch = collator(rows)
+        length = int(batch["attention_mask"][0].sum())
+        assert 8000 <= length <= 16000
+        lengths.add(length)
+        np.testing.assert_allclose(batch["input_values"][0, :length].numpy(),
+                                   normalize_utterance(np.arange(length, dtype=np.float32)), atol=1e-4)
+        assert int(batch["attention_mask"][1].sum()) == 4000  # shorter than the shortest crop: whole
+        assert "labels" not in batch
+    assert len(lengths) > 10  # drawn, not fixed
+    torch.manual_seed(1)
+    first = collator(rows)["input_values"]
+    torch.manual_seed(1)
+    assert torch.equal(collator(rows)["input_values"], first)  # torch's generator: the trainer's seed decides
+
+
+def test_lid_crops_with_transcripts_are_refused_in_one_line(toy_processor):
+    with pytest.raises(ValueError, match=r"^lid\.crop_seconds \[1\.0, 4\.0\]: random crops cut the audio away from "
+                                         r"its transcript; they are for a head trained alone"):
+        DataCollatorCTCWithPadding(toy_processor, lid_crop_seconds=(1.0, 4.0))

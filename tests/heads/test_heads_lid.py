@@ -19,6 +19,7 @@ from adaptspeech.heads.lid import (
     MeanStdPooling,
     NoOptions,
     UtteranceTooShortError,
+    aam_softmax_loss,
 )
 from adaptspeech.testing import tiny_config
 
@@ -63,7 +64,8 @@ def test_an_utterance_of_one_frame_is_refused_naming_its_row(pooling: str) -> No
 
 def test_settings_are_checked_once_naming_the_setting() -> None:
     assert LIDConfig.from_dict({"pooling": "mean_std", "layer": 0}).to_dict() == {"pooling": "mean_std", "layer": 0}
-    with pytest.raises(ValueError, match=r"lid: unknown setting.*attention_dim; allowed settings: pooling, layer$"):
+    with pytest.raises(ValueError, match=r"lid: unknown setting.*attention_dim; allowed settings: pooling, layer, "
+                                         r"layer_mix, loss, margin, scale, crop_seconds$"):
         LIDConfig.from_dict({"pooling": "mean_std", "attention_dim": 8})
     with pytest.raises(ValueError, match=r"lid\.pooling: unknown lid pooling 'xvector'"):
         LIDConfig.from_dict({"pooling": "xvector"})
@@ -197,3 +199,139 @@ def test_with_transcripts_the_language_id_cross_entropy_is_added_to_the_ctc_loss
     assert torch.equal(out.loss_lid, expected) and torch.equal(out.loss, out.loss_ctc + out.loss_lid)
     alone = model(input_values=inputs, lid_targets=targets)  # no transcripts: the language-ID pass only
     assert alone.logits is None and torch.equal(alone.loss, expected)
+
+
+@pytest.mark.parametrize("backbone", ["wav2vec2", "fbank_conformer"])
+def test_the_layer_mix_with_one_hot_weights_is_the_single_layer_head(backbone: str) -> None:
+    def model_with(**lid: object) -> AdaptSpeechForCTC:
+        torch.manual_seed(0)  # the same encoder and head weights
+        model = AdaptSpeechForCTC(tiny_config(backbone, adapter_languages=["ro", "cs"], active_languages=["ro"]))
+        model.add_lid_head(["ro", "cs"], pooling="attentive_stats", attention_dim=8, **lid)
+        return model.eval()
+
+    mixed = model_with(layer=1, layer_mix=True)
+    assert mixed.lid_head.layer_mix.weights.shape == (2,)
+    inputs = torch.randn(2, 3200) if backbone == "wav2vec2" else torch.randn(2, 60, 16)
+    with torch.no_grad():
+        for layer, weights in ((0, [0.0, -float("inf")]), (1, [-float("inf"), 0.0])):
+            single = model_with(layer=layer)
+            single.lid_head.load_state_dict(mixed.lid_head.state_dict(), strict=False)
+            mixed.lid_head.layer_mix.weights.copy_(torch.tensor(weights))
+            assert torch.equal(mixed.lid_logits(inputs), single.lid_logits(inputs))
+        if backbone == "wav2vec2":  # equal shares: the mean of the two layers' outputs (hidden_states[i + 1])
+            mixed.lid_head.layer_mix.weights.zero_()
+            with mixed.without_adapters():
+                states = mixed.backbone(inputs, output_hidden_states=True).hidden_states
+            mean, mask = (states[1] + states[2]) / 2, torch.ones(2, states[1].shape[1], dtype=torch.bool)
+            expected = mixed.lid_head.classifier(mixed.lid_head.pooling(mean, mask))
+            torch.testing.assert_close(mixed.lid_logits(inputs), expected, **TOLERANCE)
+
+
+def test_a_layer_mix_runs_the_encoder_up_to_its_depth_and_round_trips_bit_identically(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = AdaptSpeechForCTC(tiny_config("wav2vec2", adapter_languages=["ro", "cs"], active_languages=["ro"],
+                                          backbone_overrides={"num_hidden_layers": 3})).eval()
+    model.add_lid_head(["ro", "cs"], pooling="mean_std", layer=1, layer_mix=True, loss="aam_softmax", margin=0.3,
+                       scale=20, crop_seconds=[1, 4])
+    with torch.no_grad():
+        model.lid_head.layer_mix.weights.copy_(torch.tensor([0.3, -0.7]))
+    ran = []
+    layers = model.config.backbone_spec.encoder_layers(model.backbone)
+    handles = [layer.register_forward_hook(lambda m, a, o, i=i: ran.append(i)) for i, layer in enumerate(layers)]
+    inputs = torch.randn(2, 3200)
+    logits = model.lid_logits(inputs)
+    for handle in handles:
+        handle.remove()
+    assert ran == [0, 1]  # the layer above the mix's depth never ran
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["lid"] == {"pooling": "mean_std", "layer": 1, "layer_mix": True, "loss": "aam_softmax",
+                            "margin": 0.3, "scale": 20, "crop_seconds": [1.0, 4.0]}
+    loaded = AdaptSpeechForCTC.from_pretrained(tmp_path).eval()
+    assert loaded.config.lid == model.config.lid
+    assert torch.equal(loaded.lid_head.layer_mix.weights, model.lid_head.layer_mix.weights)
+    assert torch.equal(loaded.lid_logits(inputs), logits)
+    assert loaded.lid_head.classifier.bias is None  # cosine logits: no bias
+    assert float(logits.detach().abs().max()) <= 20.0 + 1e-4  # scale * cosine
+
+
+def test_the_layer_mix_keeps_the_shared_encoder_prefix_for_recognition() -> None:
+    torch.manual_seed(0)
+    model = AdaptSpeechForCTC(tiny_config("fbank_conformer", adapter_languages=["ro", "cs"], active_languages=["ro"],
+                                          adapter_layers=[1])).eval()
+    model.add_lid_head(["ro", "cs"], pooling="mean_std", layer=1, layer_mix=True)
+    features = torch.randn(1, 50, 16)
+    with torch.no_grad():
+        logits, prefix = model.lid_logits_with_prefix(features)
+        assert prefix.start == 1 and torch.equal(logits, model.lid_logits(features))
+        with model.reusing_encoder_prefix(prefix):
+            routed = model(input_features=features).logits
+        assert torch.equal(routed, model(input_features=features).logits)
+
+
+def test_aam_softmax_loss_matches_the_angular_formula() -> None:
+    torch.manual_seed(0)
+    cosine, labels, margin, scale = torch.rand(5, 4) * 1.6 - 0.8, torch.tensor([0, 3, 1, 2, 3]), 0.25, 12.0
+    expected = []
+    for row, label in zip(cosine.tolist(), labels.tolist(), strict=True):
+        logits = [scale * (math.cos(math.acos(c) + margin) if j == label else c) for j, c in enumerate(row)]
+        expected.append(-logits[label] + math.log(sum(math.exp(v) for v in logits)))
+    loss = aam_softmax_loss(cosine, labels, margin, scale)
+    assert loss.item() == pytest.approx(sum(expected) / len(expected), rel=1e-5)
+    assert aam_softmax_loss(cosine, labels, 0.0, scale).item() == pytest.approx(
+        torch.nn.functional.cross_entropy(scale * cosine, labels).item(), rel=1e-6)
+    # past pi - margin the target logit keeps falling: cos(theta) - margin * sin(margin)
+    far = torch.tensor([[-0.999, 0.0]])
+    widened = -0.999 - 0.25 * math.sin(0.25)
+    reference = -scale * widened + math.log(math.exp(scale * widened) + 1.0)
+    assert aam_softmax_loss(far, torch.tensor([0]), 0.25, scale).item() == pytest.approx(reference, rel=1e-5)
+
+
+def test_the_aam_head_trains_with_the_margin_loss() -> None:
+    torch.manual_seed(0)
+    model = AdaptSpeechForCTC(tiny_config("wav2vec2", adapter_languages=["ro", "cs"])).eval()
+    model.add_lid_head(["ro", "cs"], pooling="mean_std", loss="aam_softmax", margin=0.2, scale=10)
+    inputs, targets = torch.randn(2, 3200), torch.tensor([0, 1])
+    out = model(input_values=inputs, lid_targets=targets)
+    cosine = model.lid_logits(inputs) / 10
+    assert torch.equal(out.loss, aam_softmax_loss(cosine, targets, 0.2, 10.0))
+    assert out.loss > torch.nn.functional.cross_entropy(10 * cosine, targets)  # the margin makes it harder
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"layer_mix": "yes"}, r"lid\.layer_mix must be true or false, got 'yes'"),
+    ({"loss": "arcface"}, r"lid\.loss: unknown value 'arcface'; allowed values: cross_entropy, aam_softmax"),
+    ({"loss": "aam_softmax", "margin": 2.0}, r"lid\.margin must be an angle in radians from 0 to below pi/2"),
+    ({"loss": "aam_softmax", "margin": -0.1}, r"lid\.margin must be an angle"),
+    ({"loss": "aam_softmax", "scale": 0}, r"lid\.scale must be a positive number, got 0"),
+    ({"loss": "aam_softmax", "scale": float("nan")}, r"lid: scale must be a finite number, got nan"),
+    ({"margin": 0.2}, r"lid\.margin: a setting of loss aam_softmax; this head has loss 'cross_entropy'"),
+    ({"crop_seconds": [4, 1]}, r"lid\.crop_seconds must be \[shortest, longest\] seconds with 0 < shortest <= "
+                               r"longest, got \[4, 1\]"),
+    ({"crop_seconds": 2}, r"lid\.crop_seconds must be \[shortest, longest\]"),
+    ({"crop_seconds": [0, 2]}, r"lid\.crop_seconds must be"),
+])
+def test_each_new_setting_refuses_a_bad_value_in_one_line(settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        LIDConfig.from_dict(settings)
+    assert "\n" not in str(err.value)
+
+
+def test_aam_defaults_are_filled_in_and_saved() -> None:
+    lid = LIDConfig.from_dict({"loss": "aam_softmax"})
+    assert (lid.margin, lid.scale) == (0.2, 30.0)
+    assert LIDConfig.from_dict(lid.to_dict()) == lid
+
+
+def test_the_training_batches_of_a_head_trained_alone_carry_its_crops(tmp_path) -> None:
+    from adaptspeech.data.collator import model_collator
+    from adaptspeech.data.processor import build_processor
+    from adaptspeech.data.text import build_vocab
+
+    processor = build_processor(build_vocab(["ab"]), tmp_path, feature_type="waveform")
+    model = AdaptSpeechForCTC(tiny_config("wav2vec2", adapter_languages=["ro", "cs"]))
+    model.add_lid_head(["ro", "cs"], pooling="mean_std", crop_seconds=[1, 4])
+    assert model_collator(model, processor, lid_targets=True, ctc_labels=False).lid_crop_seconds == (1.0, 4.0)
+    assert model_collator(model, processor).lid_crop_seconds is None  # recognition batches: whole utterances
+    with pytest.raises(ValueError, match=r"lid\.crop_seconds \[1\.0, 4\.0\]: random crops cut the audio away"):
+        model_collator(model, processor, lid_targets=True, ctc_labels=True)

@@ -44,8 +44,44 @@ def test_the_report_has_every_language_and_routing_costs_nothing_when_the_langua
     assert json.loads((out / "lid_report.json").read_text())["per_language"] == rows
     table = (out / "lid_report.md").read_text()
     assert "| ro | adapter | 4 | 100.00 | 100.00 | 100.00 |" in table
-    assert "Confusions (whole utterances): none." in table
+    assert "Confusions (whole utterances, acoustic): none." in table
     assert (out / "lid_confusion.png").stat().st_size > 1000
+    # every clip is 0.3 s long: all in the first duration bucket
+    assert result["by_duration"]["whole"] == {"0-3 s": {"accuracy": 1.0, "utterances": 8},
+                                              "3-5 s": {"accuracy": None, "utterances": 0},
+                                              "> 5 s": {"accuracy": None, "utterances": 0}}
+    assert "| acoustic | whole | 100.00 (8) | - | - |" in table
+    assert "hybrid" not in result and not (out / "lid_confusion_hybrid.png").exists()
+
+
+def test_with_a_calibration_the_report_adds_the_hybrid_beside_the_acoustic_head(report, tmp_path) -> None:
+    import shutil
+
+    from transformers import AutoProcessor
+
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.language_id import HeadIdentifier
+    from adaptspeech.lid_evaluation import fit_lid_calibration
+
+    out, acoustic = report
+    model_dir, prepared = out.parent / "run" / "model", out.parent / "prepared"
+    folder = tmp_path / "model"
+    shutil.copytree(model_dir, folder)
+    model, processor = AdaptSpeechForCTC.from_pretrained(folder).eval(), AutoProcessor.from_pretrained(folder)
+    dev = load_prepared(prepared)[0]["dev"]
+    fit_lid_calibration(model, dev, processor, HeadIdentifier(model, processor), top_k=2).save(folder)
+    result = lid_report.lid_report(folder, prepared, "test", tmp_path / "report", batch_size=4)
+    hybrid = result["hybrid"]
+    assert set(hybrid["accuracy"]) == {"whole", "1s", "3s"} and hybrid["routed"]["routing"]["scoring"] == "hybrid"
+    assert hybrid["calibration"]["top_k"] == 2
+    for language, row in result["per_language"].items():
+        assert row["cer_routed_hybrid"] == hybrid["routed_cer"][language]
+        assert row["cer_difference_hybrid"] == row["cer_routed_hybrid"] - row["cer_known"]
+        assert row["lid_accuracy_whole_hybrid"] == hybrid["accuracy"]["whole"]["per_language"][language]["accuracy"]
+        assert row["cer_known"] == acoustic["per_language"][language]["cer_known"]
+    table = (tmp_path / "report" / "lid_report.md").read_text()
+    assert "**hybrid** (k = 2):" in table and "| hybrid | whole |" in table
+    assert (tmp_path / "report" / "lid_confusion_hybrid.png").stat().st_size > 1000
 
 
 def test_the_lid_stage_of_a_demo_run_trains_the_head_on_the_fusion_model(tmp_path) -> None:
@@ -76,3 +112,32 @@ def test_the_settings_study_changes_only_the_pooled_layer_and_the_training_audio
     assert (base["data"]["train_subset"], deeper["data"]["train_subset"]) == ("10min", None)
     assert base["training"] == deeper["training"]
     assert base["model"]["path"] == "runs/demo/base/model" and base["model"]["trainable"] == {"lid": True}
+
+
+def test_the_hybrid_study_s_heads_are_valid_stages_that_differ_only_in_their_setting(tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    stages = {name: study.stage_for("runs/demo/fusion/model", "runs/prepared", tmp_path / "x", lid, subset, 400)
+              for name, (lid, subset) in study.SETTINGS.items()}
+    for stage in stages.values():
+        StageSpec.from_dict(stage)  # every setting is a valid stage
+        assert stage["training"] == stages["layer 1"]["training"] and stage["seed"] == 0
+    assert stages["layer 1"]["model"]["lid"] == {"pooling": "attentive_stats", "layer": 1, "attention_dim": 64}
+    last = stages["mix 0..3 + AAM + crops, all audio"]
+    assert last["model"]["lid"] == {"pooling": "attentive_stats", "layer": 3, "attention_dim": 64, "layer_mix": True,
+                                    "loss": "aam_softmax", "margin": 0.2, "scale": 30.0, "crop_seconds": [1.0, 4.0]}
+    assert last["data"]["train_subset"] is None and stages["layer 1"]["data"]["train_subset"] == "10min"
+    assert study.stage_for("m", "p", tmp_path, {}, None, 5, use_gpu=True)["training"]["use_cpu"] is False
+
+
+def test_the_hybrid_study_s_language_lms_are_one_per_language_of_its_transcripts(tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    prepared = two_language_corpus(tmp_path / "prepared", clips=8)
+    study.LANGUAGES, languages = ["ro", "cs"], study.LANGUAGES
+    try:
+        folders = study.language_lms(str(prepared), tmp_path / "out", order=2)
+    finally:
+        study.LANGUAGES = languages
+    assert set(folders) == {"ro", "cs"}
+    for folder in folders.values():
+        assert (folder / "lm.arpa").read_text().startswith("\\data\\")
+        assert set((folder / "unigrams.txt").read_text().split()) == {"ab", "ba", "abc", "cab"}

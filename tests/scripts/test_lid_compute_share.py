@@ -45,3 +45,20 @@ def test_routing_from_the_shared_prefix_leaves_out_the_front_end_s_flops(tmp_pat
     extra = row["routing_extra_flops"]
     assert extra["before"] == flops["LID pass"] / flops["encoder"]
     assert extra["after"] == (flops["LID pass"] - front_end) / flops["encoder"] < extra["before"]
+
+
+def test_the_cost_of_k_candidates_is_stated_for_acoustic_and_hybrid_scoring(capsys, tmp_path) -> None:
+    torch.set_num_threads(1)
+    assert lid_compute_share.main(["--tiny", "--threads", "1", "--top-k", "1", "2", "--layer-mix", "--json",
+                                   str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| tiny | 1 s | layers 0..0 (mix) | hybrid k=2 |" in out
+    (row,) = json.loads((tmp_path / "r.json").read_text())
+    flops = row["flops"]
+    assert flops["candidate pass"] == flops["encoder from prefix"]  # the greedy path and CTC score: no products
+    lid, step, encoder = flops["LID pass + prefix"], flops["encoder from prefix"], flops["encoder"]
+    costs = row["top_k"]
+    assert set(costs) == {"acoustic k=1", "acoustic k=2", "hybrid k=2"}
+    assert costs["acoustic k=1"]["flops"] == row["routing_extra_flops"]["after"] == (lid + step - encoder) / encoder
+    assert costs["acoustic k=2"]["flops"] == (lid + 4 * step - encoder) / encoder
+    assert costs["hybrid k=2"]["flops"] == (lid + 3 * step - encoder) / encoder  # k candidates + the decoding

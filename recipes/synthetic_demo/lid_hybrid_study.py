@@ -1,0 +1,179 @@
+"""The language-ID study on a trained demo run: which head settings tell the 6 languages best, and what the hybrid score
+adds (docs/lid.md). Meant for the fully trained demo on a GPU machine; every step also runs at toy size.
+
+1. **Heads**: one head per row of :data:`SETTINGS` trained on the fusion model (``stage_lid.yaml`` with its
+   ``model.lid`` and ``data.train_subset`` changed; the same seed, steps and learning rate): the single-layer sweep
+   (layers 0..3), the learned layer mix up to layers 2 and 3, then AAM-softmax, random 1-4 s crops and all training
+   audio on top of the mix. Each is measured on dev and test (whole utterances, first 1 s and 3 s).
+2. **Hybrid**: on the head with the best dev accuracy, per-language word 3-gram LMs of the training transcripts are
+   written into its model folder (``language_models/<language>/``), the calibration is fitted on dev for each
+   ``--top-k`` and the ``k`` with the best dev accuracy is kept (``lid_calibration.json``).
+3. **Report**: ``lid_report.py`` on the test split for that model: the acoustic head and the hybrid side by side (by
+   duration bucket, confusions, routed CER against known-language CER).
+
+Usage::
+
+    python recipes/synthetic_demo/lid_hybrid_study.py --run runs/demo_gpu --output runs/lid_hybrid --use-gpu
+
+Writes ``<output>/lid_hybrid_study.md`` / ``.json`` (the heads' table, the calibrations) and ``<output>/report/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from adaptspeech.overrides import load_yaml
+
+HERE = Path(__file__).parent
+LANGUAGES = ["cs", "pl", "sl", "it", "es", "sk"]
+MIX = {"layer": 3, "layer_mix": True}
+AAM = {"loss": "aam_softmax", "margin": 0.2, "scale": 30.0}
+CROPS = {"crop_seconds": [1.0, 4.0]}
+SETTINGS: dict[str, tuple[dict[str, Any], str | None]] = {
+    "layer 0": ({"layer": 0}, "10min"),
+    "layer 1": ({"layer": 1}, "10min"),
+    "layer 2": ({"layer": 2}, "10min"),
+    "layer 3": ({"layer": 3}, "10min"),
+    "mix 0..2": ({"layer": 2, "layer_mix": True}, "10min"),
+    "mix 0..3": (MIX, "10min"),
+    "mix 0..3 + AAM": ({**MIX, **AAM}, "10min"),
+    "mix 0..3 + AAM + crops": ({**MIX, **AAM, **CROPS}, "10min"),
+    "mix 0..3 + AAM + crops, all audio": ({**MIX, **AAM, **CROPS}, None),
+}
+"""Row name -> (the head's ``model.lid`` settings on top of ``stage_lid.yaml``'s, ``data.train_subset``)."""
+
+
+def stage_for(model: str, prepared: str, output: Path, lid: dict[str, Any], subset: str | None, steps: int,
+              use_gpu: bool = False) -> dict[str, Any]:
+    """``stage_lid.yaml`` on ``model`` with the head's settings ``lid`` and the training ``subset`` (None: all)."""
+    stage = load_yaml(HERE / "stage_lid.yaml")
+    stage["model"] = {**stage["model"], "init": "pretrained", "path": model, "lid": {**stage["model"]["lid"], **lid}}
+    stage["training"] = {**stage["training"], "max_steps": steps, "save_steps": steps, "use_cpu": not use_gpu}
+    return {**stage, "name": "lid", "output_dir": str(output), "seed": 0,
+            "data": {"prepared_dir": prepared, "train_languages": LANGUAGES, "train_subset": subset},
+            "evaluation": {"batch_size": 32}}
+
+
+def train_heads(run: Path, prepared: str, out: Path, names: list[str], steps: int, use_gpu: bool) -> list[dict]:
+    """Step 1: train and measure one head per setting (table rows, written as they come)."""
+    from adaptspeech.recipes import recipe_module
+    from adaptspeech.training.stage import run_stage
+
+    measure = recipe_module(HERE, "lid_settings_study.py").measure  # the settings study's measurement
+
+    rows = []
+    for name in names:
+        lid, subset = SETTINGS[name]
+        folder = out / "heads" / name.replace(" ", "_").replace(",", "").replace("+", "")
+        start = time.perf_counter()
+        result = run_stage(stage_for(str(run / "fusion" / "model"), prepared, folder, lid, subset, steps, use_gpu),
+                           progress=False, overwrite=True)
+        rows.append({"setting": name, "lid": lid, "subset": subset, "model": str(result.model_dir),
+                     "train_seconds": time.perf_counter() - start,
+                     "dev": measure(Path(result.model_dir), prepared, "dev"),
+                     "test": measure(Path(result.model_dir), prepared, "test")})
+        write(out, rows, {})
+    return rows
+
+
+def language_lms(prepared: str, out: Path, order: int = 3) -> dict[str, Path]:
+    """Step 2's LMs: a word ``order``-gram LM per language of its training transcripts (``adaptspeech lm build``)."""
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.lm.build import build_arpa
+
+    train = load_prepared(prepared)[0]["train"]
+    folders = {}
+    for language in LANGUAGES:
+        text = out / "lm_text" / f"{language}.txt"
+        text.parent.mkdir(parents=True, exist_ok=True)
+        text.write_text("\n".join(t for t, lang in zip(train["text"], train["language"], strict=True)
+                                  if lang == language) + "\n", encoding="utf-8")
+        build_arpa(text, out / "lms" / language, order=order, progress=False)
+        folders[language] = out / "lms" / language
+    return folders
+
+
+def fit_hybrid(model_dir: Path, prepared: str, top_ks: list[int], lm_dirs: dict[str, Path]) -> dict[str, Any]:
+    """Step 2: the calibration of each ``k`` on dev; the best one is saved in ``model_dir``."""
+    from transformers import AutoProcessor
+
+    from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.language_id import HeadIdentifier
+    from adaptspeech.inference.lid_hybrid import LanguageLMs, install_language_lms
+    from adaptspeech.lid_evaluation import fit_lid_calibration
+
+    install_language_lms(model_dir, lm_dirs)
+    model = AdaptSpeechForCTC.from_pretrained(model_dir).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    identifier = HeadIdentifier(model, processor)
+    lms = LanguageLMs.from_folder(model_dir, identifier.languages)
+    dev = load_prepared(prepared)[0]["dev"]
+    fitted = {k: fit_lid_calibration(model, dev, processor, identifier, k, lms, batch_size=32) for k in top_ks}
+    best = max(fitted.values(), key=lambda c: c.fitted_on["accuracy_hybrid"])
+    best.save(model_dir)
+    return {str(k): c.to_dict() for k, c in fitted.items()} | {"chosen_k": best.top_k}
+
+
+def markdown(rows: list[dict], hybrid: dict[str, Any]) -> str:
+    """The heads' table (dev and test accuracy) and the calibrations' dev accuracies."""
+    lines = ["| setting | audio per language | dev whole % | test whole % | test first 1 s % | test first 3 s % | "
+             "sk test % |", "|" + " --- |" * 7]
+    for r in rows:
+        test = r["test"]
+        lines.append(f"| {r['setting']} | {r['subset'] or 'all'} | {100 * r['dev']['whole']['accuracy']:.2f} | "
+                     f"{100 * test['whole']['accuracy']:.2f} | {100 * test['1s']['accuracy']:.2f} | "
+                     f"{100 * test['3s']['accuracy']:.2f} | {100 * test['whole']['per_language'].get('sk', 0):.0f} |")
+    if hybrid:
+        lines += ["", "| k | features | dev acoustic % | dev hybrid % | weights |", "|" + " --- |" * 5]
+        for k, c in hybrid.items():
+            if k == "chosen_k":
+                continue
+            record = c["fitted_on"]
+            weights = ", ".join(f"{n} {w:.3g}" for n, w in c["weights"].items())
+            lines.append(f"| {k} | {len(c['weights'])} | {100 * record['accuracy_acoustic']:.2f} | "
+                         f"{100 * record['accuracy_hybrid']:.2f} | {weights} |")
+        lines.append(f"\nChosen: k = {hybrid['chosen_k']}.")
+    return "\n".join(lines)
+
+
+def write(out: Path, rows: list[dict], hybrid: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "lid_hybrid_study.json").write_text(json.dumps({"heads": rows, "hybrid": hybrid}, indent=1) + "\n")
+    (out / "lid_hybrid_study.md").write_text(markdown(rows, hybrid) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", required=True, help="a finished demo run (its fusion/model and prepared/)")
+    parser.add_argument("--prepared", default=None, help="the prepared data (default: RUN/prepared)")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="SETTING")
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--top-k", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--use-gpu", action="store_true", help="train the heads on the GPU")
+    args = parser.parse_args(argv)
+    run, out = Path(args.run), Path(args.output)
+    prepared = args.prepared or str(run / "prepared")
+    rows = train_heads(run, prepared, out, args.settings, args.steps, args.use_gpu)
+    best = max(rows, key=lambda r: r["dev"]["whole"]["accuracy"])
+    model_dir = out / "best_model"
+    shutil.copytree(best["model"], model_dir, dirs_exist_ok=True)
+    hybrid = fit_hybrid(model_dir, prepared, args.top_k, language_lms(prepared, out))
+    write(out, rows, hybrid)
+    from adaptspeech.recipes import recipe_module
+
+    report = recipe_module(HERE, "lid_report.py")
+    report.lid_report(model_dir, Path(prepared), "test", out / "report", method="ctc_greedy")
+    print(markdown(rows, hybrid))
+    print((out / "report" / "lid_report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
