@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..training.spec_types import (
+from ..settings import (
     BOOL,
     FINITE_POSITIVE,
     NON_EMPTY_STR,

@@ -28,7 +28,7 @@ from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
 from adaptspeech.recipes.self_training import LMSetup
 from adaptspeech.recipes.self_training_rows import recipe_self_training_rows
 from adaptspeech.recipes.spec import RecipeError, RecipeSpec
-from adaptspeech.training.spec_types import MAPPING, SettingType
+from adaptspeech.settings import MAPPING, SettingType
 
 from .curve.report import plan_markdown
 from .curve.runner import run_curve
