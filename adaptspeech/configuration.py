@@ -21,6 +21,7 @@ from .attention.config import AttentionConfig
 from .backbones import BACKBONES, get_backbone_spec
 from .heads import HEADS
 from .heads.lid import LIDConfig
+from .settings import unknown_settings_message
 
 if TYPE_CHECKING:
     from .backbones.base import BackboneSpec
@@ -268,9 +269,7 @@ class AdaptSpeechConfig(PretrainedConfig):
             settings = dict(settings or {})
             unknown = sorted(set(settings) - {"vocab_size"})
             if unknown:
-                raise ValueError(
-                    f"language_heads[{lang!r}]: unknown setting(s) {unknown}; allowed settings: vocab_size"
-                )
+                raise ValueError(unknown_settings_message(f"language_heads[{lang!r}]", unknown, ["vocab_size"]))
             size = settings.get("vocab_size")
             if not isinstance(size, int) or isinstance(size, bool) or size < 2:
                 raise ValueError(f"language_heads[{lang!r}].vocab_size must be an integer >= 2, got {size!r}")

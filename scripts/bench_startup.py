@@ -5,6 +5,7 @@ before and after (the machine may be shared: compare the ratios, and ``python -c
     python -c pass                          the interpreter alone (baseline)
     adaptspeech --help                      ``python -m adaptspeech.cli --help``: the console script's imports
     adaptspeech transcribe --help           the largest subcommand parser
+    adaptspeech demo --help                 a recipe task's options (the demo's option table)
     import adaptspeech.runtime              the torch-free ONNX runtime
     import torch                            what the three above no longer import
 
@@ -30,6 +31,7 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("python -c pass", ("-c", "pass")),
     ("adaptspeech --help", ("-m", "adaptspeech.cli", "--help")),
     ("adaptspeech transcribe --help", ("-m", "adaptspeech.cli", "transcribe", "--help")),
+    ("adaptspeech demo --help", ("-m", "adaptspeech.cli", "demo", "--help")),
     ("import adaptspeech.runtime", ("-c", "import adaptspeech.runtime")),
     ("import torch", ("-c", "import torch")),
 )

@@ -5,25 +5,13 @@ are its type's :class:`~adaptspeech.adapters.adapter_types.LanguageAdapterConfig
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..settings import Settings
+from ..settings import Settings, check_language_code
 from .adapter_types import ADAPTER_TYPES, DEFAULT_ADAPTER_TYPE, LanguageAdapterConfig, own_settings
 from .fusion import FUSION_RESIDUALS, FUSION_TYPES
-
-_LANG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
-
-
-def check_language_code(lang: object) -> str:
-    """Language codes become file names (``adapter.<lang>.safetensors``) and module keys: keep them simple."""
-    if not isinstance(lang, str) or not _LANG_RE.match(lang):
-        raise ValueError(
-            f"language code {lang!r} is not valid: use letters, digits, '-' or '_' (e.g. 'ro', 'cs', 'pt-BR')"
-        )
-    return lang
 
 
 def _type_defaults() -> dict[str, LanguageAdapterConfig]:

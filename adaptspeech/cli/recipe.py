@@ -3,7 +3,8 @@
 The command knows no recipe by name: it parses the options every recipe has (overrides, ``--only``,
 ``--no-progress``), and the task of the folder named on the command line adds its own (the SimAdapter protocol's
 ``--dry-run``, those a recipe folder's own task declares) before the command line is parsed, as ESPnet's
-``Task.add_task_arguments``; ``adaptspeech recipe FOLDER --help`` lists them. The engine
+``Task.add_task_arguments``; ``adaptspeech recipe FOLDER --help`` lists them. The options come from the tasks' option
+table (:mod:`adaptspeech.recipes.options`, light), so that ``--help`` imports no PyTorch. The engine
 (:mod:`adaptspeech.recipes.engine`) then loads the folder and its task runs it.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..recipes.options import RECIPE_FILE, folder_options
 from .common import CommandError, _split_list, torch_missing_line
 
 # ---- recipe / demo -------------------------------------------------------------------------------------------
@@ -47,6 +49,11 @@ class _TaskOptions:
             return
         folder = self._recipe_folder(args)
         if folder is not None:
+            declared = folder_options(folder)  # the task's option table: no import of the task (nor of torch)
+            if declared is not None:
+                declared(self)  # type: ignore[arg-type]
+                self._task_options_added = True
+                return
             try:
                 from ..recipes.engine import add_task_arguments
 
@@ -147,7 +154,7 @@ def _demo_folder_or_none() -> Path | None:
 
 
 def _run_recipe_folder(recipe_dir: str | Path, args: argparse.Namespace) -> int:
-    from ..recipes.engine import RECIPE_FILE, run_command
+    from ..recipes.engine import run_command
 
     if not (Path(recipe_dir) / RECIPE_FILE).is_file():
         raise CommandError(f"{recipe_dir}: no such recipe folder (a folder with {RECIPE_FILE} and the files it names)")

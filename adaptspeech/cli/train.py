@@ -94,7 +94,7 @@ def _run_train(args: argparse.Namespace) -> int:
         line = f"stage {result.name}: {steps} steps in {result.train_seconds:.1f} s"
         if result.eval is not None:
             overall = result.eval["overall"]
-            split = spec.data.get("eval_split", "dev")
+            split = spec.data.eval_split
             line += f"; {split} CER {100 * overall['cer']:.2f}% WER {100 * overall['wer']:.2f}%"
         print(f"{line} -> {result.model_dir}")
     return 0

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from datasets import Audio, Dataset, DatasetDict, Features, List, Value, concatenate_datasets
 
+from ..settings import is_language_code
 from .audio import DEFAULT_SILENCE_THRESHOLD, BadClipError, load_audio
 from .feature_types import FeatureType
 from .report import DIGITS, EMPTY_SENTENCE, TOO_SHORT, SkipReport
@@ -73,10 +74,6 @@ def _output_features() -> Features:
     return Features(spec)
 
 
-_LANGUAGE_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
-"""An ISO 639 code, optionally with subtags as Common Voice writes them: ``ro``, ``cnh``, ``zh-CN``, ``rm-sursilv``."""
-
-
 def parse_languages(languages: str | Iterable[str]) -> list[str]:
     """``"ro,cs"`` or ``["ro", "cs"]`` -> ``["ro", "cs"]``; refuses an empty list, repeats, and anything that is
     not a language code (``"r o"``, ``"../x"``: the codes become folder names and dataset configs)."""
@@ -84,7 +81,7 @@ def parse_languages(languages: str | Iterable[str]) -> list[str]:
     langs = [x for x in langs if x]
     if not langs:
         raise ValueError("languages: give at least one language code (e.g. ro,cs)")
-    bad = [x for x in langs if not _LANGUAGE_CODE.match(x)]
+    bad = [x for x in langs if not is_language_code(x)]
     if bad:
         raise ValueError(
             f"languages: {', '.join(repr(x) for x in bad)} is not a language code "

@@ -36,6 +36,7 @@ import soundfile as sf
 import soxr
 from tqdm.auto import tqdm
 
+from ..settings import unknown_settings_message
 from .common_voice import CV_COLUMNS, parse_languages
 from .espeak import PITCH_RANGE, RATE_RANGE, EspeakSynthesizer, espeak_languages, voice_variants
 from .output_folder import owned_folder
@@ -549,9 +550,7 @@ def build_synthetic_corpus(
     allowed = {f.name for f in fields(SyntheticConfig)} - {"seed", "clips_per_language"}
     extra = sorted(set(settings) - allowed)
     if extra:
-        raise TypeError(
-            f"build_synthetic_corpus: unknown setting(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}"
-        )
+        raise TypeError(unknown_settings_message("build_synthetic_corpus", extra, sorted(allowed)))
     config = SyntheticConfig(seed=seed, clips_per_language=clips_per_language, **settings)
     if unlabelled_clips < 0:
         raise ValueError(f"unlabelled_clips must be >= 0, got {unlabelled_clips}")

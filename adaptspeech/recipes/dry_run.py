@@ -49,6 +49,7 @@ from ..memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
 from ..progress import log
 from .cv_layout import write_common_voice_layout
 from .engine import comma_list, load_recipe, spec_from_dict
+from .options import add_dry_run_arguments
 from .protocol_evaluation import evaluate_recipe
 from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
 from .protocol_stages import load_stage_outputs, prepare_data, recipe_plan, train_recipe_stage
@@ -442,24 +443,6 @@ def main(argv: list[str] | None = None) -> int:
     result = run_dry_run(args.recipe_dir, args.overrides, settings, only=only)
     print(result["markdown"])
     return 1 if result["failed"] else 0
-
-
-def add_dry_run_arguments(parser: Any, prefix: str = "") -> None:
-    """The dry run's options (a parser or an argument group): ``--steps``, ``--batch``, ``--seconds``, ``--backbone``,
-    ``--precision`` as ``scripts/dry_run_recipe.py`` takes them, ``prefix="dry-run-"`` for ``adaptspeech recipe``'s
-    ``--dry-run-steps`` ...; unset ones take :class:`DryRunSettings`'s defaults (:func:`settings_from_arguments`)."""
-    parser.add_argument(f"--{prefix}steps", type=int, default=None, metavar="N", help="optimizer steps per stage (3)")
-    parser.add_argument(f"--{prefix}batch", type=int, default=None, metavar="N", help="utterances per step (2)")
-    parser.add_argument(f"--{prefix}seconds", type=float, default=None, metavar="S", help="mean clip length (2.0)")
-    parser.add_argument(
-        f"--{prefix}backbone", default=None, metavar="JSON", help="backbone config fields merged over XLS-R 300M's"
-    )
-    parser.add_argument(
-        f"--{prefix}precision",
-        choices=("recipe", "fp32"),
-        default=None,
-        help="recipe: the stages' own bf16 settings (default); fp32: off (CPUs without native bfloat16)",
-    )
 
 
 def settings_from_arguments(args: argparse.Namespace, prefix: str = "dry_run_") -> DryRunSettings:

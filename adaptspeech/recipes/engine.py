@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import argparse
 import enum
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import os
-import re
-import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,9 +36,9 @@ from ..overrides import apply_overrides, load_yaml
 from ..progress import library_progress_bars
 from ..registry import Registry
 from ..training.threads import apply_threads
-from .spec import DEFAULT_TASK, RecipeError, RecipeSpec
+from .options import DEFAULT_TASK, LIBRARY_TASKS, RECIPE_FILE, folder_options, folder_package
+from .spec import RecipeError, RecipeSpec
 
-RECIPE_FILE = "recipe.yaml"
 #: settings that choose the task: read before the overrides apply, so not overridable
 _TASK_KEYS = ("task", "python")
 #: the outputs a run prints when it ends, by default
@@ -208,23 +205,6 @@ def read_recipe_file(folder: Path) -> dict[str, Any]:
         raise RecipeError(str(err)) from None
 
 
-def _package_name(folder: Path) -> str:
-    """The module name of a recipe folder's code: its name and a digest of its path (two copies do not clash)."""
-    resolved = str(folder.resolve())
-    stem = re.sub(r"\W", "_", folder.resolve().name)
-    return f"adaptspeech_recipe_{stem}_{hashlib.sha1(resolved.encode()).hexdigest()[:8]}"
-
-
-def _folder_package(folder: Path) -> str:
-    """Register ``folder`` as a package (once) and return its name: its modules import each other relatively."""
-    name = _package_name(folder)
-    if name not in sys.modules:
-        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-        spec.submodule_search_locations = [str(folder.resolve())]
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-    return name
-
-
 def recipe_module(folder: str | os.PathLike, path: str) -> ModuleType:
     """Import the module ``path`` (``study.py``, ``curve/runner.py``) of the recipe folder (once; later calls return
     the same module). ``folder``: the recipe folder or its ``recipe.yaml``.
@@ -239,7 +219,7 @@ def recipe_module(folder: str | os.PathLike, path: str) -> ModuleType:
         raise RecipeError(f"python: {path!r} is not a .py file inside the recipe folder {folder}")
     if not (folder / relative).is_file():
         raise RecipeError(f"python: {folder / relative} not found")
-    package = _folder_package(folder)
+    package = folder_package(folder)
     try:
         return importlib.import_module(".".join([package, *relative.with_suffix("").parts]))
     except Exception as err:  # the folder's own code: a syntax error, a failing import, an exception it raises
@@ -269,6 +249,8 @@ def task_of(folder: Path, values: Mapping[str, Any]) -> RecipeTask:
     for path in [python] if isinstance(python, str) else python:
         recipe_module(folder, str(path))
     name = values.get("task", DEFAULT_TASK)
+    for module in LIBRARY_TASKS.values():
+        importlib.import_module(module)  # registers the library's tasks
     if name not in RECIPE_TASKS:
         raise RecipeError(f"{folder / RECIPE_FILE}: task: {RECIPE_TASKS.unknown_message(name)}")
     return RECIPE_TASKS.get(name)()
@@ -318,8 +300,13 @@ def run_command(
 
 
 def add_task_arguments(folder: str | os.PathLike, parser: argparse.ArgumentParser) -> bool:
-    """Add the options of the folder's task to ``parser``; False (nothing added) when the folder cannot be read (the
-    command then reports why)."""
+    """Add the options of the folder's task to ``parser``: those of :data:`~.options.TASK_OPTIONS` (no import of the
+    task), else the task's :meth:`RecipeTask.add_arguments`; False (nothing added) when the folder cannot be read
+    (the command then reports why)."""
+    declared = folder_options(folder)
+    if declared is not None:
+        declared(parser)
+        return True
     try:
         task = folder_task(folder)
     except RecipeError:

@@ -40,6 +40,7 @@ from ..progress import log
 from . import dry_run
 from .engine import RECIPE_TASKS, Action, RecipeTask, check_only, recipe_task, schedule, set_threads
 from .languages import retarget_stages
+from .options import simadapter_options
 from .protocol_evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
 from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
 from .protocol_stages import (
@@ -118,15 +119,8 @@ class SimAdapterProtocol(RecipeTask):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        dry = parser.add_argument_group(
-            "dry run",
-            "--dry-run runs every stage for a few steps on a tiny corpus in the Common Voice layout, with the real "
-            "model shape (a Hub backbone is replaced by a random one of XLS-R 300M's shape), each stage in its own "
-            "process, and prints per stage: trainable parameters, seconds per step, peak memory; it writes to "
-            "<output_dir>-dry-run",
-        )
-        dry.add_argument("--dry-run", action="store_true", help="dry-run every stage instead of the real run")
-        dry_run.add_dry_run_arguments(dry, prefix="dry-run-")
+        """``--dry-run`` and its settings (:func:`~.options.simadapter_options`, the table the command line reads)."""
+        simadapter_options(parser)
 
     def command(
         self, folder: Path, overrides: Sequence[str], only: Sequence[str] | None, options: argparse.Namespace

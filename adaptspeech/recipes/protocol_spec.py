@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import StageConfigError
-from ..training.spec_types import (
+from ..settings import (
     INT,
     LANGUAGE_CODE,
     LANGUAGES,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..decoding.confidence import ConfidenceMethod
-from ..training.spec_types import (
+from ..settings import (
     BOOL,
     FINITE_POSITIVE,
     NON_EMPTY_STR,

@@ -27,21 +27,9 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import StageConfigError
-from ..training.spec_types import (
-    BOOL,
-    INT,
-    MAPPING,
-    NON_EMPTY_STR,
-    POSITIVE_INT,
-    STR,
-    SettingType,
-    check_section,
-    optional,
-)
+from ..settings import BOOL, INT, MAPPING, NON_EMPTY_STR, POSITIVE_INT, STR, SettingType, check_section, optional
 from ..training.threads import THREADS
-
-DEFAULT_TASK = "simadapter"
-"""The task of a ``recipe.yaml`` without ``task:``: the SimAdapter protocol."""
+from .options import DEFAULT_TASK
 
 T = TypeVar("T", bound="Section")
 R = TypeVar("R", bound="RecipeSpec")

@@ -13,12 +13,15 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import StageConfigError
 from ..settings import is_int
+
+if TYPE_CHECKING:
+    from .spec_types import StageEvaluationSettings
 
 _SIMPLE_TYPES: dict[type, str] = {
     bool: "true or false",
@@ -71,7 +74,8 @@ def check_training_values(training: Mapping[str, Any]) -> None:
     """
     from transformers import TrainingArguments
 
-    from .spec_types import TRAINING_RANGES, check_value
+    from ..settings import check_value
+    from .spec_types import TRAINING_RANGES
 
     fields = TrainingArguments.__dataclass_fields__
     for key, value in training.items():
@@ -91,7 +95,7 @@ def _backbone_setting(model: Any, name: str) -> Any:
 
 
 def check_model_fits(
-    model: Any, collator: Any, rows: Sequence[Mapping[str, Any]], evaluation: Mapping[str, Any] | None = None
+    model: Any, collator: Any, rows: Sequence[Mapping[str, Any]], evaluation: StageEvaluationSettings | None = None
 ) -> None:
     """Check ``model`` against a few training ``rows`` (collated by ``collator``) and the evaluation settings.
 
@@ -99,14 +103,14 @@ def check_model_fits(
         model: the stage's model (trainable groups set).
         collator: the stage's data collator.
         rows: at least one training row; the first two are run through the model.
-        evaluation: the stage's ``evaluation`` section (``method``).
+        evaluation: the stage's ``evaluation`` section (its ``method``).
 
     Raises:
         StageConfigError: naming the setting that does not fit, or quoting the error of the forward pass.
     """
     from .decoding_evaluation import default_method
 
-    method = (evaluation or {}).get("method") or default_method(model)
+    method = (evaluation.method if evaluation is not None else None) or default_method(model)
     supported = supported_decoders(model)
     if method not in supported:
         raise StageConfigError(

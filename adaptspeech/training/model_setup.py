@@ -4,10 +4,12 @@ fusion, active languages and trainable groups (:func:`build_model`), and checked
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import StageConfigError
+from .spec_types import ModelSettings
 
 __all__ = ["build_model", "check_vocabulary", "load_adapters"]
 
@@ -21,21 +23,21 @@ def _model_class(head: str) -> type:
     return HEADS.get(head).model_class
 
 
-def _construct(model_spec: dict[str, Any], processor: Any) -> Any:
+def _construct(model_spec: ModelSettings, processor: Any) -> Any:
     """The model of ``model.init``: ``pretrained`` loads the saved folder as the class its head names; ``config`` and
     ``backbone`` build the class of ``model.config.head`` with the prepared vocabulary's size and special tokens."""
-    init = model_spec.get("init", "config")
+    init = model_spec.init
     if init == "pretrained":
         from ..saved_model import SavedModelError, load_saved_model
 
-        path = Path(model_spec["path"])
+        path = Path(model_spec.path)
         if not path.exists():
             raise StageConfigError(f"model.path {path} does not exist (did the previous stage run?)")
         try:
             return load_saved_model(path)
         except SavedModelError as err:
             raise StageConfigError(f"model.path: {err}") from None
-    kwargs = dict(model_spec.get("config") or {})
+    kwargs = dict(model_spec.config or {})
     tokenizer = processor.tokenizer
     kwargs.setdefault("vocab_size", len(tokenizer))
     kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
@@ -45,7 +47,7 @@ def _construct(model_spec: dict[str, Any], processor: Any) -> Any:
     cls = _model_class(kwargs.get("head", "ctc"))
     try:
         if init == "backbone":
-            return cls.from_backbone(model_spec["path"], mms_language=model_spec.get("mms_language"), **kwargs)
+            return cls.from_backbone(model_spec.path, mms_language=model_spec.mms_language, **kwargs)
         from ..configuration import AdaptSpeechConfig
         from .model_size import check_model_size
 
@@ -60,11 +62,11 @@ def _construct(model_spec: dict[str, Any], processor: Any) -> Any:
 
 
 def _activate_trainable_adapters(
-    model: Any, model_spec: dict[str, Any], trainable_adapters: list[str], trainable_fusion: bool = False
+    model: Any, model_spec: ModelSettings, trainable_adapters: list[str], trainable_fusion: bool = False
 ) -> None:
     """Make the trainable adapters the active ones (see :mod:`adaptspeech.training.stage`), or refuse a setting that
     leaves one of them (or a trainable fusion) out of the forward pass."""
-    active = model_spec.get("active_languages")
+    active = model_spec.active_languages
     if active is not None:
         try:
             model.set_active_languages(list(active))
@@ -90,28 +92,31 @@ def _activate_trainable_adapters(
         )
 
 
-def build_model(model_spec: dict[str, Any], processor: Any, train_languages: list[str] | None = None) -> Any:
+def build_model(
+    model_spec: ModelSettings | Mapping[str, Any], processor: Any, train_languages: list[str] | None = None
+) -> Any:
     """Create / load the model of a stage and apply its adapter, fusion, active-language and trainable settings.
 
     ``init: pretrained`` reads the head from the saved ``config.json`` and loads the class the head registry names
     for it, so a saved ``las`` / ``ctc_las`` model loads as what it is.
 
     Args:
-        model_spec: the stage's validated ``model`` section.
+        model_spec: the stage's ``model`` section (a mapping is read with :meth:`ModelSettings.read`).
         processor: the prepared ``Wav2Vec2Processor`` (its tokenizer sizes a model built from a config).
         train_languages: the stage's training languages: the languages of a new language-ID head unless
             ``model.lid.languages`` names them.
     """
+    model_spec = ModelSettings.parse(model_spec)
     model = _construct(model_spec, processor)
-    if model_spec.get("mms_language") and model_spec.get("init", "config") != "backbone":
+    if model_spec.mms_language and model_spec.init != "backbone":
         raise StageConfigError("model.mms_language names the built-in adapter of an MMS checkpoint: use it with "
                                "model.init: backbone")
-    load_adapters(model, model_spec.get("load_adapters") or {})
+    load_adapters(model, model_spec.load_adapters or {})
     try:
-        for language, settings in (model_spec.get("add_adapters") or {}).items():
+        for language, settings in (model_spec.add_adapters or {}).items():
             if language not in model.config.adapters:
                 model.add_language_adapter(language, **(settings or {}))
-        fusion = model_spec.get("fusion")
+        fusion = model_spec.fusion
         if fusion:
             fusion = dict(fusion)
             languages = fusion.pop("languages")
@@ -119,55 +124,55 @@ def build_model(model_spec: dict[str, Any], processor: Any, train_languages: lis
     except (ValueError, KeyError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         raise StageConfigError(f"model.add_adapters / model.fusion: {message}") from err
-    if model_spec.get("fusion_path"):
+    if model_spec.fusion_path:
         if model.config.fusion is None:
             raise StageConfigError(
-                f"model.fusion_path: {model_spec['fusion_path']!r} names how a fusion is computed, but this model has "
+                f"model.fusion_path: {model_spec.fusion_path!r} names how a fusion is computed, but this model has "
                 "no fusion (add one with model.fusion)"
             )
-        model.set_fusion_path(model_spec["fusion_path"])
-    trainable = dict(model_spec.get("trainable") or {"backbone": True, "head": True})
-    _add_lid_head(model, model_spec, bool(trainable.get("lid", False)), train_languages)
-    adapters = list(trainable.get("adapters") or [])
+        model.set_fusion_path(model_spec.fusion_path)
+    trainable = model_spec.trainable_groups
+    _add_lid_head(model, model_spec, trainable.lid, train_languages)
+    adapters = list(trainable.adapters or [])
     unknown = [lang for lang in adapters if lang not in model.config.adapters]
     if unknown:
         raise StageConfigError(
             f"model.trainable.adapters: no adapter for {unknown}; languages with one: {sorted(model.config.adapters)} "
             "(add one with model.add_adapters)"
         )
-    heads = list(trainable.get("heads") or [])
+    heads = list(trainable.heads or [])
     no_head = [lang for lang in heads if lang not in model.config.language_heads]
     if no_head:
         raise StageConfigError(
             f"model.trainable.heads: no language head for {no_head}; languages with one: "
             f"{sorted(model.config.language_heads)}"
         )
-    _activate_trainable_adapters(model, model_spec, adapters, bool(trainable.get("fusion", False)))
+    _activate_trainable_adapters(model, model_spec, adapters, trainable.fusion)
     check_vocabulary(model, processor.tokenizer)
     try:
         model.set_trainable(
             adapters=adapters,
-            fusion=trainable.get("fusion", False),
-            head=trainable.get("head", False),
-            backbone=trainable.get("backbone", False),
-            feature_encoder=trainable.get("feature_encoder"),
+            fusion=trainable.fusion,
+            head=trainable.head,
+            backbone=trainable.backbone,
+            feature_encoder=trainable.feature_encoder,
             heads=heads,
-            lid=trainable.get("lid", False),
+            lid=trainable.lid,
         )
     except ValueError as err:  # what the checks above do not already name (e.g. a fusion the model lacks)
         raise StageConfigError(f"model.trainable: {err}") from None
     return model
 
 
-def _add_lid_head(model: Any, model_spec: dict[str, Any], trainable: bool, train_languages: list[str] | None) -> None:
+def _add_lid_head(model: Any, model_spec: ModelSettings, trainable: bool, train_languages: list[str] | None) -> None:
     """A new language-ID head when ``model.lid`` asks for one or ``model.trainable.lid`` trains one the model lacks
     (over ``model.lid.languages``, else the stage's training languages); refused when ``model.lid`` would replace
     the model's own head with other settings."""
-    settings = dict(model_spec.get("lid") or {})
+    settings = dict(model_spec.lid or {})
     given = settings.pop("languages", None)
     languages = given or train_languages
     if model.lid_head is not None:
-        if model_spec.get("lid") is not None and (
+        if model_spec.lid is not None and (
             (given is not None and list(given) != list(model.config.lid_languages)) or
             {**model.config.lid.to_dict(), **settings} != model.config.lid.to_dict()
         ):
@@ -176,7 +181,7 @@ def _add_lid_head(model: Any, model_spec: dict[str, Any], trainable: bool, train
                 f"({model.config.lid.to_dict()}); remove model.lid to train it further"
             )
         return
-    if not trainable and model_spec.get("lid") is None:
+    if not trainable and model_spec.lid is None:
         return
     if not trainable:
         raise StageConfigError("model.lid adds a language-ID head that would not train: set model.trainable.lid: true")

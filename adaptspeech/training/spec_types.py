@@ -1,14 +1,15 @@
-"""The declared type of every stage setting, one table per section, and the checks that refuse a value of the wrong
-type with one line naming the setting, the expected type and the value.
+"""The settings of a stage spec: one typed section per part of the file (:class:`DataSettings`,
+:class:`ModelSettings` with its :class:`TrainableSettings`, :class:`StageEvaluationSettings`), each read by attribute,
+its settings' types and defaults declared once in its fields and checked once, when the spec is read; the ranges of
+the ``training`` section (``TrainingArguments`` fields, passed through); and the checks of the nested model
+settings.
 
-YAML 1.2 reads ``backbone: no`` as the *string* ``"no"``, which Python takes as true: without these checks
-``model.trainable.backbone=no`` trains the backbone. Each section of a stage spec (the top level, ``data``,
-``model``, ``model.trainable``, ``evaluation``) has a table here (:data:`STAGE_TYPES`, :data:`DATA_TYPES`,
-:data:`MODEL_TYPES`, :data:`TRAINABLE_TYPES`, :data:`EVALUATION_TYPES`); the nested dataclass settings
-(``model.add_adapters.<lang>``, ``model.fusion``, ``model.config.las`` ...) are checked against the annotations of
-their dataclass, ``model.config`` against :class:`~adaptspeech.AdaptSpeechConfig`'s ``__init__`` and
-``model.config.backbone_config`` against the backbone's HF config class (keys and the type of each default value).
-The ``training`` section has its own check (:func:`adaptspeech.training.checks.check_training_values`).
+The types themselves (:class:`~adaptspeech.settings.SettingType` and its base types) are those of
+:mod:`adaptspeech.settings`. The nested dataclass settings (``model.add_adapters.<lang>``, ``model.fusion``,
+``model.config.las`` ...) are checked against the annotations of their dataclass, ``model.config`` against
+:class:`~adaptspeech.AdaptSpeechConfig`'s ``__init__`` and ``model.config.backbone_config`` against the backbone's HF
+config class (keys and the type of each default value). The ``training`` section has its own check
+(:func:`adaptspeech.training.checks.check_training_values`).
 
 Beyond the type, a value must be in its range: every count that must be positive is positive (``training.max_steps``
 is a positive integer or -1, transformers' "train ``num_train_epochs``"; the batch sizes, the accumulation steps,
@@ -17,120 +18,194 @@ the backbone's widths, heads and kernel sizes), every rate is a finite number in
 and, for ``model.config.backbone_config``, :func:`backbone_range` (from the key's name and default value).
 
 Language lists (``data.train_languages``, ``model.active_languages`` ...): a single code is read as a one-element
-list (``data.train_languages=ro`` is ``[ro]``, not ``[r, o]``); every code must look like an ISO 639 code: 2 or 3
-lower-case letters, optionally followed by subtags (``ro``, ``pt-BR``, ``zh-CN``, ``rm-sursilv``).
+list (``data.train_languages=ro`` is ``[ro]``, not ``[r, o]``); every code follows the one rule of
+:func:`adaptspeech.settings.is_language_code`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import inspect
-import math
 import re
-import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..adapters.fusion import FUSION_PATHS
 from ..errors import StageConfigError
-from ..settings import is_int as _is_int
-
-_ISO_LIKE = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$")
-
-
-@dataclass(frozen=True)
-class SettingType:
-    """What a setting accepts.
-
-    Args:
-        description: the expected type in words (``"true or false"``, ``"an integer"`` ...).
-        accepts: True for a value of the right type.
-        normalise: turns an accepted value into the stored one (default: unchanged).
-    """
-
-    description: str
-    accepts: Callable[[Any], bool]
-    normalise: Callable[[Any], Any] = lambda value: value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_finite(value: Any) -> bool:
-    return _is_number(value) and math.isfinite(value)
-
-
-BOOL = SettingType("true or false", lambda v: isinstance(v, bool))
-INT = SettingType("an integer", _is_int)
-POSITIVE_INT = SettingType("a positive integer", lambda v: _is_int(v) and v > 0)
-NON_NEGATIVE_INT = SettingType("an integer >= 0", lambda v: _is_int(v) and v >= 0)
-FLOAT = SettingType("a number", _is_finite, float)  # nan and infinity are not (YAML's .nan, .inf)
-NUMBER = SettingType("a number", _is_number, float)
-"""Any number, nan and infinity included: the type of a backbone setting, whose range (:func:`backbone_range`)
-names what it must be."""
-POSITIVE_FLOAT = SettingType("a number > 0", lambda v: _is_finite(v) and v > 0, float)
-STR = SettingType("a string", lambda v: isinstance(v, str))
-NON_EMPTY_STR = SettingType("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "")
-MAPPING = SettingType("a mapping of settings", lambda v: isinstance(v, Mapping), dict)
-ANY = SettingType("any value", lambda v: True)
-FINITE = SettingType("a finite number", _is_finite)
-FINITE_POSITIVE = SettingType("a finite number > 0", lambda v: _is_finite(v) and v > 0)
-FINITE_NON_NEGATIVE = SettingType("a finite number >= 0", lambda v: _is_finite(v) and v >= 0)
-PROBABILITY = SettingType("a number in [0, 1]", lambda v: _is_finite(v) and 0 <= v <= 1)
-BELOW_ONE = SettingType("a number in [0, 1)", lambda v: _is_finite(v) and 0 <= v < 1)
-OPEN_UNIT = SettingType("a number in (0, 1)", lambda v: _is_finite(v) and 0 < v < 1, float)
-SPEED_FACTORS = SettingType(
-    "a non-empty list of speed factors in (0.5, 2] (e.g. [0.9, 1.0, 1.1])",
-    lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_finite(x) and 0.5 < x <= 2 for x in v),
-    lambda v: [float(x) for x in v],
-)
-POSITIVE_INTS = SettingType(
-    "a list of positive integers", lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) and x > 0 for x in v)
-)
-
-
-def optional(setting_type: SettingType) -> SettingType:
-    """``setting_type`` or null."""
-    return SettingType(
-        f"{setting_type.description} or null",
-        lambda v: v is None or setting_type.accepts(v),
-        lambda v: None if v is None else setting_type.normalise(v),
-    )
-
-
-def choice(*values: str) -> SettingType:
-    """One of ``values`` (the message lists them as the allowed values)."""
-    return SettingType(f"one of the allowed values: {', '.join(values)}", lambda v: v in values)
-
-
-def is_language_code(value: Any) -> bool:
-    """True for an ISO 639-like code: 2 or 3 lower-case letters, optionally with subtags (``pt-BR``)."""
-    return isinstance(value, str) and bool(_ISO_LIKE.match(value))
-
-
-LANGUAGE_CODE = SettingType(
-    "a language code (ISO 639: 2 or 3 lower-case letters, optionally with subtags: ro, pt-BR, zh-CN)",
+from ..settings import (
+    ANY,
+    BELOW_ONE,
+    BOOL,
+    FINITE,
+    FINITE_NON_NEGATIVE,
+    FINITE_POSITIVE,
+    INT,
+    LANGUAGE_CODE,
+    LANGUAGES,
+    MAPPING,
+    NON_EMPTY_STR,
+    NON_NEGATIVE_INT,
+    NUMBER,
+    OPEN_UNIT,
+    POSITIVE_FLOAT,
+    POSITIVE_INT,
+    POSITIVE_INTS,
+    PROBABILITY,
+    SPEED_FACTORS,
+    STR,
+    SUBSET_SIZE,
+    SettingType,
+    SpecSection,
+    check_dataclass_values,
+    check_section,
+    check_value,
+    choice,
+    is_int,
     is_language_code,
+    optional,
+    setting,
+    type_of_annotation,
 )
 
-
-def _language_list(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)
+MODEL_INITS = ("config", "pretrained", "backbone")
 
 
-LANGUAGES = SettingType(
-    "a list of language codes (ISO 639: 2 or 3 lower-case letters, optionally with subtags: ro, pt-BR, zh-CN)",
-    lambda v: is_language_code(v) or (isinstance(v, (list, tuple)) and all(is_language_code(x) for x in v)),
-    _language_list,
-)
-SUBSET_SIZE = SettingType(
-    'a subset size (a number and a unit: "10min", "1.5h", "200utt"; an integer is a number of utterances)',
-    lambda v: (isinstance(v, str) and v.strip() != "") or (_is_int(v) and v > 0),
-)
+# ---- the sections ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataSettings(SpecSection):
+    """A stage's ``data`` section: which prepared rows it trains and evaluates on (see
+    :mod:`adaptspeech.training.stage`)."""
+
+    what = "data"
+
+    prepared_dir: str = setting(NON_EMPTY_STR, "")
+    """The output folder of ``adaptspeech prepare`` (required)."""
+    train_languages: list[str] = setting(LANGUAGES, factory=list)
+    """The languages trained (required, at least one)."""
+    eval_languages: list[str] | None = setting(optional(LANGUAGES))
+    """The languages evaluated (None: :attr:`train_languages`)."""
+    train_split: str = setting(NON_EMPTY_STR, "train")
+    eval_split: str = setting(NON_EMPTY_STR, "dev")
+    train_subset: str | int | None = setting(optional(SUBSET_SIZE))
+    """A subset size per language (``"10min"``, ``"200utt"``; None: every row)."""
+    subset_seed: int = setting(INT, 0)
+    max_eval_rows: int | None = setting(optional(POSITIVE_INT))
+    language_sampling_temperature: float | None = setting(optional(POSITIVE_FLOAT))
+    """T: draw languages with p_l ∝ n_l^(1/T) (None: plain shuffling)."""
+    speed_perturb: list[float] | None = setting(optional(SPEED_FACTORS))
+    pseudo_labelled_dir: str | None = setting(optional(NON_EMPTY_STR))
+    pseudo_labelled_share: float = setting(OPEN_UNIT, 0.5)
+    pseudo_labelled_min_confidence: float | None = setting(optional(PROBABILITY))
+
+    @classmethod
+    def read(cls, values: Any, section: str | None = None) -> DataSettings:
+        """:meth:`SpecSection.read`, then the required settings."""
+        data = super().read(values, section)
+        if not data.prepared_dir:
+            raise StageConfigError("data.prepared_dir is required (the output folder of `adaptspeech prepare`)")
+        if not data.train_languages:
+            raise StageConfigError("data.train_languages must list at least one language")
+        return data
+
+    @property
+    def evaluated_languages(self) -> list[str]:
+        """:attr:`eval_languages`, else :attr:`train_languages`."""
+        return list(self.eval_languages or self.train_languages)
+
+
+@dataclass
+class TrainableSettings(SpecSection):
+    """``model.trainable``: the parameter groups a stage trains. Without the section (or with an empty one) the
+    backbone and the head train (:data:`DEFAULT_TRAINABLE`); a section trains what it names."""
+
+    what = "model.trainable"
+
+    backbone: bool = setting(BOOL, False)
+    head: bool = setting(BOOL, False)
+    adapters: list[str] | None = setting(optional(LANGUAGES))
+    fusion: bool = setting(BOOL, False)
+    feature_encoder: bool | None = setting(optional(BOOL))
+    heads: list[str] | None = setting(optional(LANGUAGES))
+    lid: bool = setting(BOOL, False)
+
+
+DEFAULT_TRAINABLE = TrainableSettings(backbone=True, head=True)
+"""What a stage without ``model.trainable`` trains: the backbone and the head."""
+
+_MODEL_HINTS = {
+    "head": "the head is model.config.head (init: config / backbone) or the saved model's (init: pretrained)",
+}
+
+
+@dataclass
+class ModelSettings(SpecSection):
+    """A stage's ``model`` section: how the model is built or loaded and what of it trains (see
+    :mod:`adaptspeech.training.stage`). The nested settings (``config``, ``add_adapters``, ``fusion``, ``lid``)
+    stay mappings, checked against their own classes when read."""
+
+    what = "model"
+    HINTS: ClassVar[Mapping[str, str]] = _MODEL_HINTS
+
+    init: str = setting(choice(*MODEL_INITS), "config")
+    path: str | None = setting(optional(NON_EMPTY_STR))
+    config: dict[str, Any] | None = setting(optional(MAPPING))
+    add_adapters: dict[str, Any] | None = setting(optional(MAPPING))
+    fusion: dict[str, Any] | None = setting(optional(MAPPING))
+    active_languages: list[str] | None = setting(optional(LANGUAGES))
+    trainable: TrainableSettings | None = setting(optional(MAPPING))
+    gradient_check_steps: int = setting(NON_NEGATIVE_INT, 10)
+    """Steps checked for trainable parameters without gradient (0: off)."""
+    load_adapters: dict[str, Any] | None = setting(optional(MAPPING))
+    mms_language: str | None = setting(optional(LANGUAGE_CODE))
+    lid: dict[str, Any] | None = setting(optional(MAPPING))
+    fusion_path: str | None = setting(optional(choice(*FUSION_PATHS)))
+
+    @classmethod
+    def read(cls, values: Any, section: str | None = None) -> ModelSettings:
+        """:meth:`SpecSection.read`, then the nested settings (types, language codes) and the settings that need
+        another (``init: pretrained`` / ``backbone`` need ``path``)."""
+        model = super().read(values, section)
+        if model.trainable is not None:
+            model.trainable = TrainableSettings.read(model.trainable)
+        _check_model_settings(model)
+        return model
+
+    @property
+    def trainable_groups(self) -> TrainableSettings:
+        """:attr:`trainable`, or :data:`DEFAULT_TRAINABLE` without the section (or with an empty one)."""
+        if self.trainable is None or not self.trainable.to_dict():
+            return DEFAULT_TRAINABLE
+        return self.trainable
+
+
+@dataclass
+class StageEvaluationSettings(SpecSection):
+    """A stage's ``evaluation`` section: the decoder of its final and its training-time evaluation."""
+
+    what = "evaluation"
+
+    method: str | None = setting(optional(NON_EMPTY_STR))
+    """A decoding method (``adaptspeech.decoding.DECODING_METHODS``; None: the head's default)."""
+    batch_size: int = setting(POSITIVE_INT, 16)
+    options: dict[str, Any] | None = setting(optional(MAPPING))
+    """The method's options (``{beam_size: 8}``)."""
+
+    @classmethod
+    def read(cls, values: Any, section: str | None = None) -> StageEvaluationSettings:
+        """:meth:`SpecSection.read`, then the method against the decoding registry."""
+        evaluation = super().read(values, section)
+        if evaluation.method is not None:
+            from ..decoding import DECODING_METHODS
+
+            if evaluation.method not in DECODING_METHODS:
+                raise StageConfigError(
+                    f"evaluation.method {evaluation.method!r} unknown; allowed values: "
+                    f"{', '.join(DECODING_METHODS.names())}"
+                )
+        return evaluation
 
 
 # ---- the tables ------------------------------------------------------------------------------------------------
@@ -144,55 +219,15 @@ STAGE_TYPES: dict[str, SettingType] = {
     "evaluation": optional(MAPPING),
     "seed": INT,
 }
-DATA_TYPES: dict[str, SettingType] = {
-    "prepared_dir": NON_EMPTY_STR,
-    "train_languages": LANGUAGES,
-    "eval_languages": optional(LANGUAGES),
-    "train_split": NON_EMPTY_STR,
-    "eval_split": NON_EMPTY_STR,
-    "train_subset": optional(SUBSET_SIZE),
-    "subset_seed": INT,
-    "max_eval_rows": optional(POSITIVE_INT),
-    "language_sampling_temperature": optional(POSITIVE_FLOAT),
-    "speed_perturb": optional(SPEED_FACTORS),
-    "pseudo_labelled_dir": optional(NON_EMPTY_STR),
-    "pseudo_labelled_share": OPEN_UNIT,
-    "pseudo_labelled_min_confidence": optional(PROBABILITY),
-}
-MODEL_INITS = ("config", "pretrained", "backbone")
-MODEL_TYPES: dict[str, SettingType] = {
-    "init": choice(*MODEL_INITS),
-    "path": optional(NON_EMPTY_STR),
-    "config": optional(MAPPING),
-    "add_adapters": optional(MAPPING),
-    "fusion": optional(MAPPING),
-    "active_languages": optional(LANGUAGES),
-    "trainable": optional(MAPPING),
-    "gradient_check_steps": NON_NEGATIVE_INT,
-    "load_adapters": optional(MAPPING),
-    "mms_language": optional(LANGUAGE_CODE),
-    "lid": optional(MAPPING),
-    "fusion_path": optional(choice(*FUSION_PATHS)),
-}
-TRAINABLE_TYPES: dict[str, SettingType] = {
-    "backbone": BOOL,
-    "head": BOOL,
-    "adapters": optional(LANGUAGES),
-    "fusion": BOOL,
-    "feature_encoder": optional(BOOL),
-    "heads": optional(LANGUAGES),
-    "lid": BOOL,
-}
-EVALUATION_TYPES: dict[str, SettingType] = {
-    "method": optional(NON_EMPTY_STR),
-    "batch_size": POSITIVE_INT,
-    "options": optional(MAPPING),
-}
+DATA_TYPES: dict[str, SettingType] = DataSettings.types()
+MODEL_TYPES: dict[str, SettingType] = ModelSettings.types()
+TRAINABLE_TYPES: dict[str, SettingType] = TrainableSettings.types()
+EVALUATION_TYPES: dict[str, SettingType] = StageEvaluationSettings.types()
 
 _STEP_FRACTION = "(below 1: a fraction of the training steps)"
 TRAINING_RANGES: dict[str, SettingType] = {
     "max_steps": SettingType(
-        "a positive integer (or -1: train training.num_train_epochs)", lambda v: _is_int(v) and (v > 0 or v == -1)
+        "a positive integer (or -1: train training.num_train_epochs)", lambda v: is_int(v) and (v > 0 or v == -1)
     ),
     "num_train_epochs": FINITE_POSITIVE,
     "per_device_train_batch_size": POSITIVE_INT,
@@ -213,7 +248,7 @@ TRAINING_RANGES: dict[str, SettingType] = {
     "eval_steps": optional(SettingType(f"a finite number > 0 {_STEP_FRACTION}", FINITE_POSITIVE.accepts)),
     "eval_delay": FINITE_NON_NEGATIVE,
     "save_total_limit": SettingType(
-        "a positive integer or null (null: keep every checkpoint)", lambda v: v is None or (_is_int(v) and v > 0)
+        "a positive integer or null (null: keep every checkpoint)", lambda v: v is None or (is_int(v) and v > 0)
     ),
     "dataloader_num_workers": NON_NEGATIVE_INT,
     "dataloader_prefetch_factor": optional(POSITIVE_INT),
@@ -225,96 +260,8 @@ TRAINING_RANGES: dict[str, SettingType] = {
 ``learning_rate: .inf`` it trained into a NaN loss. Checked after their type
 (:func:`adaptspeech.training.checks.check_training_values`)."""
 
-_HINTS = {
-    "model.head": "the head is model.config.head (init: config / backbone) or the saved model's (init: pretrained)",
-}
 
-
-# ---- checking --------------------------------------------------------------------------------------------------
-
-
-def unknown_keys(section: str, unknown: list[str], allowed: Iterable[str]) -> str:
-    """``a (did you mean b?), c``: the unknown keys of ``section``, each with its hint or the closest allowed key."""
-    allowed = list(allowed)
-    parts = []
-    for key in unknown:
-        hint = _HINTS.get(f"{section}.{key}")
-        close = difflib.get_close_matches(str(key), allowed, n=1)
-        if hint:
-            parts.append(f"{key} ({hint})")
-        elif close:
-            parts.append(f"{key} (did you mean {close[0]}?)")
-        else:
-            parts.append(str(key))
-    return ", ".join(parts)
-
-
-def unknown_settings_message(section: str, unknown: list[str], allowed: list[str]) -> str:
-    """``section: unknown setting(s) a (did you mean b?); allowed settings: ...``."""
-    return f"{section}: unknown setting(s) {unknown_keys(section, unknown, allowed)}; allowed settings: " \
-        f"{', '.join(sorted(allowed))}"
-
-
-def check_value(setting: str, setting_type: SettingType, value: Any) -> Any:
-    """The normalised ``value`` of ``setting``, or :class:`StageConfigError` naming the setting, type and value."""
-    if not setting_type.accepts(value):
-        raise StageConfigError(f"{setting}: expected {setting_type.description}, got {value!r}")
-    return setting_type.normalise(value)
-
-
-def check_section(section: str, values: Any, table: Mapping[str, SettingType]) -> dict[str, Any]:
-    """Refuse unknown keys (naming the closest valid one) and values of the wrong type; return a normalised copy.
-
-    Args:
-        section: the section's name in messages (``"data"``, ``"model.trainable"``; ``"stage"`` for the top level).
-        values: the section's mapping.
-        table: setting name -> :class:`SettingType`.
-    """
-    if not isinstance(values, Mapping):
-        raise StageConfigError(f"{section}: expected a mapping of settings, got {values!r}")
-    unknown = [key for key in values if key not in table]
-    if unknown:
-        raise StageConfigError(unknown_settings_message(section, unknown, list(table)))
-    prefix = "" if section == "stage" else f"{section}."
-    return {key: check_value(f"{prefix}{key}", table[key], value) for key, value in values.items()}
-
-
-def type_of_annotation(annotation: Any) -> SettingType:
-    """The :class:`SettingType` of a Python annotation (bool / int / float / str / list / dict / a class / unions)."""
-    if annotation is Any or annotation is typing.Any:
-        return ANY
-    if annotation is type(None) or annotation is None:
-        return SettingType("null", lambda v: v is None)
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        alternatives = [type_of_annotation(a) for a in typing.get_args(annotation)]
-        return SettingType(
-            " or ".join(a.description for a in alternatives), lambda v: any(a.accepts(v) for a in alternatives)
-        )
-    simple = {bool: BOOL, int: INT, float: FLOAT, str: STR}
-    if annotation in simple:
-        return simple[annotation]
-    if annotation in (list, tuple) or origin in (list, tuple):
-        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
-        item = type_of_annotation(args[0]) if len(args) == 1 else ANY
-        what = "a list" if item is ANY else f"a list of {item.description.removeprefix('a ').removeprefix('an ')}s"
-        return SettingType(what, lambda v: isinstance(v, (list, tuple)) and all(item.accepts(x) for x in v))
-    if annotation in (dict, Mapping) or origin in (dict, Mapping, typing.Mapping):
-        return MAPPING
-    if isinstance(annotation, type):
-        return SettingType(
-            f"a mapping of settings or a {annotation.__name__}", lambda v: isinstance(v, (Mapping, annotation))
-        )
-    return ANY
-
-
-def check_dataclass_values(section: str, cls: type, values: Any) -> None:
-    """Refuse keys that are not fields of the dataclass ``cls`` and values that do not fit the field's annotation."""
-    if not isinstance(values, Mapping):
-        raise StageConfigError(f"{section}: expected a mapping of settings, got {values!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    check_section(section, values, {name: type_of_annotation(hints[name]) for name in names})
+# ---- checking the nested model settings -------------------------------------------------------------------------
 
 
 def _init_parameter_types(cls: type) -> dict[str, SettingType]:
@@ -366,7 +313,7 @@ def backbone_range(key: str, default: Any) -> SettingType | None:
         if "dropout" in key or key.endswith("_prob") or key == "layerdrop":
             return PROBABILITY
         return FINITE_POSITIVE if key.endswith("_eps") else FINITE
-    if isinstance(default, (list, tuple)) and default and all(_is_int(x) and x > 0 for x in default):
+    if isinstance(default, (list, tuple)) and default and all(is_int(x) and x > 0 for x in default):
         return POSITIVE_INTS
     return None
 
@@ -443,30 +390,27 @@ def check_fusion_languages(section: str, fusion: Mapping[str, Any]) -> None:
         check_value(f"{section}.target_language", LANGUAGE_CODE, fusion["target_language"])
 
 
-def check_model_section(model: Mapping[str, Any]) -> dict[str, Any]:
-    """The whole ``model`` section (types, nested settings, language codes); returns the normalised copy."""
+def _check_model_settings(model: ModelSettings) -> None:
+    """The nested settings of a ``model`` section (types, language codes) and the settings that need another."""
     from ..adapters.config import FusionConfig, LanguageAdapterConfig
 
-    model = check_section("model", model, MODEL_TYPES)
-    init = model.get("init", "config")
-    if model.get("trainable") is not None:
-        model["trainable"] = check_section("model.trainable", model["trainable"], TRAINABLE_TYPES)
-    if model.get("config") is not None:
-        if init == "pretrained":
+    if model.config is not None:
+        if model.init == "pretrained":
             raise StageConfigError(
                 "model.config: not used with model.init=pretrained (the saved model's config.json is loaded); remove it"
             )
-        check_model_config("model.config", model["config"], init)
-    for language, settings in (model.get("add_adapters") or {}).items():
+        check_model_config("model.config", model.config, model.init)
+    for language, settings in (model.add_adapters or {}).items():
         check_value("model.add_adapters", LANGUAGE_CODE, language)
         if settings is not None:
             check_dataclass_values(f"model.add_adapters.{language}", LanguageAdapterConfig.flat_layout(), settings)
-    if model.get("fusion") is not None:
-        check_dataclass_values("model.fusion", FusionConfig, model["fusion"])
-        check_fusion_languages("model.fusion", model["fusion"])
-    if model.get("lid") is not None:
-        check_lid_section("model.lid", model["lid"])
-    return model
+    if model.fusion is not None:
+        check_dataclass_values("model.fusion", FusionConfig, model.fusion)
+        check_fusion_languages("model.fusion", model.fusion)
+    if model.lid is not None:
+        check_lid_section("model.lid", model.lid)
+    if model.init in ("pretrained", "backbone") and not model.path:
+        raise StageConfigError(f"model.init={model.init!r} needs model.path")
 
 
 def check_lid_section(section: str, values: Mapping[str, Any]) -> None:

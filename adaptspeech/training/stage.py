@@ -55,13 +55,14 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import StageConfigError
+from ..settings import check_section, unknown_keys
 from .model_setup import build_model
 from .resume import STAGE_SPEC_FILE, checkpoint_problem, last_checkpoint
 from .spec_types import (
@@ -71,9 +72,9 @@ from .spec_types import (
     MODEL_TYPES,
     STAGE_TYPES,
     TRAINABLE_TYPES,
-    check_model_section,
-    check_section,
-    unknown_keys,
+    DataSettings,
+    ModelSettings,
+    StageEvaluationSettings,
 )
 
 STAGE_SECTIONS = tuple(STAGE_TYPES)
@@ -94,14 +95,16 @@ __all__ = [
 
 @dataclass
 class StageSpec:
-    """A validated stage spec (see the module docstring)."""
+    """A validated stage spec (see the module docstring): its sections typed and read by attribute
+    (``spec.data.train_split``), their defaults in their classes (:mod:`adaptspeech.training.spec_types`); the
+    ``training`` section is the ``TrainingArguments`` fields it sets, checked and passed through."""
 
     name: str
     output_dir: str
-    data: dict[str, Any]
-    model: dict[str, Any]
+    data: DataSettings
+    model: ModelSettings
     training: dict[str, Any] = field(default_factory=dict)
-    evaluation: dict[str, Any] = field(default_factory=dict)
+    evaluation: StageEvaluationSettings = field(default_factory=StageEvaluationSettings)
     seed: int = 0
 
     @classmethod
@@ -115,24 +118,9 @@ class StageSpec:
         for required in ("name", "output_dir", "data", "model"):
             if spec.get(required) in (None, ""):
                 raise StageConfigError(f"stage: missing required setting {required!r}")
-        data = check_section("data", spec["data"], DATA_TYPES)
-        if not data.get("prepared_dir"):
-            raise StageConfigError("data.prepared_dir is required (the output folder of `adaptspeech prepare`)")
-        if not data.get("train_languages"):
-            raise StageConfigError("data.train_languages must list at least one language")
-        model = check_model_section(spec["model"])
-        init = model.get("init", "config")
-        if init in ("pretrained", "backbone") and not model.get("path"):
-            raise StageConfigError(f"model.init={init!r} needs model.path")
-        evaluation = check_section("evaluation", spec.get("evaluation") or {}, EVALUATION_TYPES)
-        if evaluation.get("method") is not None:
-            from ..decoding import DECODING_METHODS
-
-            if evaluation["method"] not in DECODING_METHODS:
-                raise StageConfigError(
-                    f"evaluation.method {evaluation['method']!r} unknown; allowed values: "
-                    f"{', '.join(DECODING_METHODS.names())}"
-                )
+        data = DataSettings.read(spec["data"])
+        model = ModelSettings.read(spec["model"])
+        evaluation = StageEvaluationSettings.read(spec.get("evaluation"))
         training = dict(spec.get("training") or {})
         from transformers import TrainingArguments
 
@@ -140,7 +128,7 @@ class StageSpec:
         unknown = sorted(set(training) - allowed)
         if unknown:
             raise StageConfigError(
-                f"training: unknown TrainingArguments field(s) {unknown_keys('training', unknown, sorted(allowed))} "
+                f"training: unknown TrainingArguments field(s) {unknown_keys(unknown, sorted(allowed))} "
                 "(see transformers.TrainingArguments for the allowed ones)"
             )
         from .checks import check_training_values
@@ -157,8 +145,12 @@ class StageSpec:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as plain data (what ``stage_spec.json`` records)."""
-        return json.loads(json.dumps(asdict(self), default=str))
+        """The spec as plain data (what ``stage_spec.json`` records): each section's settings as the file gave them,
+        so that a record reads the same whatever defaults a later version gives."""
+        spec = {"name": self.name, "output_dir": self.output_dir, "data": self.data.to_dict(),
+                "model": self.model.to_dict(), "training": self.training, "evaluation": self.evaluation.to_dict(),
+                "seed": self.seed}
+        return json.loads(json.dumps(spec, default=str))
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -206,50 +198,48 @@ def _select_data(spec: StageSpec) -> StageData:
 
     data = spec.data
     try:
-        dataset, processor = load_prepared(data["prepared_dir"])
-        train_split, eval_split = data.get("train_split", "train"), data.get("eval_split", "dev")
+        dataset, processor = load_prepared(data.prepared_dir)
+        train_split, eval_split = data.train_split, data.eval_split
         for split in (train_split, eval_split):
             if split not in dataset:
                 raise StageConfigError(f"data: split {split!r} not prepared; prepared splits: {sorted(dataset)}")
-        train_languages = list(data["train_languages"])
-        eval_languages = list(data.get("eval_languages") or train_languages)
+        train_languages = list(data.train_languages)
+        eval_languages = data.evaluated_languages
         train = select_languages(dataset[train_split], train_languages, train_split, "data.train_languages")
         evaluation_set = select_languages(dataset[eval_split], eval_languages, eval_split, "data.eval_languages")
     except PreparedDataError as err:
         raise StageConfigError(str(err)) from None
-    if data.get("train_subset"):
+    if data.train_subset:
         held = speakers(dataset["test"]) if "test" in dataset else set()
-        train = low_resource_subset(
-            train, data["train_subset"], seed=int(data.get("subset_seed", 0)), exclude_speakers=held
-        )
-    if data.get("max_eval_rows"):
-        evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data["max_eval_rows"])))
+        train = low_resource_subset(train, data.train_subset, seed=data.subset_seed, exclude_speakers=held)
+    if data.max_eval_rows:
+        evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data.max_eval_rows)))
     source_mix, pseudo_rows = None, 0
-    if data.get("pseudo_labelled_dir"):
+    if data.pseudo_labelled_dir:
         from ..data.pool_overlap import check_pool_rows, held_out
         from ..data.pseudo_labelled import ConfidenceFilter, load_pseudo_labelled
         from ..data.source_mix import mix_sources
 
         try:
-            pseudo = load_pseudo_labelled(data["pseudo_labelled_dir"], train_languages, processor.tokenizer,
-                                          ConfidenceFilter(data.get("pseudo_labelled_min_confidence")))
+            pseudo = load_pseudo_labelled(data.pseudo_labelled_dir, train_languages, processor.tokenizer,
+                                          ConfidenceFilter(data.pseudo_labelled_min_confidence))
             for language in sorted(set(pseudo.unique("language"))):
                 check_pool_rows(pseudo.filter(lambda lang, wanted=language: lang == wanted,
                                               input_columns=["language"]),
-                                held_out(data["prepared_dir"], language),
-                                f"data.pseudo_labelled_dir {data['pseudo_labelled_dir']}")
+                                held_out(data.prepared_dir, language),
+                                f"data.pseudo_labelled_dir {data.pseudo_labelled_dir}")
         except (OSError, ValueError) as err:
             raise StageConfigError(str(err)) from None
-        source_mix, pseudo_rows = (len(train), float(data.get("pseudo_labelled_share", 0.5))), len(pseudo)
+        source_mix, pseudo_rows = (len(train), float(data.pseudo_labelled_share)), len(pseudo)
         train = mix_sources(train, pseudo)
     train = with_array_rows(train)
-    if data.get("speed_perturb"):
+    if data.speed_perturb:
         from ..data.feature_types import FeatureType
         from ..data.speed_perturb import SpeedPerturbedRows, WaveformReader
 
         features = FeatureType.of(processor.feature_extractor)
-        train = SpeedPerturbedRows(train, data["speed_perturb"], features, WaveformReader.of_prepared(
-            data["prepared_dir"]), features.encoder_stride, seed=spec.seed)
+        train = SpeedPerturbedRows(train, data.speed_perturb, features, WaveformReader.of_prepared(
+            data.prepared_dir), features.encoder_stride, seed=spec.seed)
     return StageData(processor, train, with_array_rows(evaluation_set), source_mix, pseudo_rows)
 
 
@@ -282,7 +272,7 @@ def _training_arguments(
     from .distributed import ddp_training_defaults
 
     training = {
-        "output_dir": str(Path(spec.output_dir) / "checkpoints"),
+        "output_dir": str(spec.checkpoint_dir),
         "report_to": [],
         "remove_unused_columns": False,
         "seed": spec.seed,
@@ -381,7 +371,7 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
     set_seed(spec.seed)
     data = _select_data(spec)
     processor, train, evaluation_set = data.processor, data.train, data.evaluation
-    model = build_model(spec.model, processor, list(spec.data["train_languages"]))
+    model = build_model(spec.model, processor, list(spec.data.train_languages))
     output_dir = Path(spec.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     lid_trains, ctc_trains = _trained_parts(model)
@@ -392,10 +382,7 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
     args = _training_arguments(spec, model, probe, progress, None if ctc_trains else ["lid_targets"])
     ev = spec.evaluation
     decoding = DecodingEvaluation(
-        processor,
-        method=ev.get("method") or default_method(model),
-        batch_size=int(ev.get("batch_size", 16)),
-        options=dict(ev.get("options") or {}),
+        processor, method=ev.method or default_method(model), batch_size=ev.batch_size, options=dict(ev.options or {})
     )
     trainer = AdaptSpeechTrainer(
         model=model,
@@ -404,8 +391,8 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
         eval_dataset=evaluation_set if args.eval_strategy != "no" else None,
         data_collator=collator,
         decoding=decoding,
-        language_sampling_temperature=spec.data.get("language_sampling_temperature"),
-        gradient_check_steps=spec.model.get("gradient_check_steps", 10),
+        language_sampling_temperature=spec.data.language_sampling_temperature,
+        gradient_check_steps=spec.model.gradient_check_steps,
         source_mix=data.source_mix,
     )
     trainer.add_callback(StageSpecCheckpointCallback(spec.to_dict()))
@@ -427,7 +414,7 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
 
             evaluation = {**(evaluation or {}), "lid": lid_accuracy(model, evaluation_set, processor,
                                                                      batch_size=decoding.batch_size)}
-        eval_split = spec.data.get("eval_split", "dev")
+        eval_split = spec.data.eval_split
         summary = {
             "stage": spec.name,
             "train_seconds": train_seconds,
@@ -439,7 +426,7 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
             "speed_perturb": getattr(train, "counts", None),
             "trainable": model.trainable_parameters(),
             "frozen_unused": frozen_unused,
-            "language_sampling": _language_sampling_summary(train, spec.data.get("language_sampling_temperature")),
+            "language_sampling": _language_sampling_summary(train, spec.data.language_sampling_temperature),
             "active_languages": list(model.config.active_languages),
             f"{eval_split}": evaluation,
             "global_step": trainer.state.global_step,

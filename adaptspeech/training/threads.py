@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..settings import is_int
-from .spec_types import SettingType
+from ..settings import SettingType, is_int
 
 __all__ = [
     "AUTO",

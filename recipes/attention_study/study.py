@@ -47,7 +47,7 @@ from adaptspeech.progress import log
 from adaptspeech.recipes.engine import RECIPE_TASKS, Action, RecipeTask, schedule, set_threads
 from adaptspeech.recipes.spec import EvaluationSettings, RecipeError, RecipeSpec, Section, check_settings, plain
 from adaptspeech.saved_model import load_saved_model
-from adaptspeech.training.spec_types import (
+from adaptspeech.settings import (
     BOOL,
     FINITE_POSITIVE,
     INT,

@@ -28,13 +28,14 @@ from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
 from adaptspeech.recipes.self_training import LMSetup
 from adaptspeech.recipes.self_training_rows import recipe_self_training_rows
 from adaptspeech.recipes.spec import RecipeError, RecipeSpec
-from adaptspeech.training.spec_types import MAPPING, SettingType
+from adaptspeech.settings import MAPPING, SettingType
 
 from .curve.report import plan_markdown
 from .curve.runner import run_curve
 from .curve.settings import load_curve_settings, split_curve_overrides
 from .lid_report import run_lid, split_lid_overrides
 from .lm_rows import LM_STEP, VS_NO_LM_COLUMN, LMSettings, lm_markdown, lm_rows
+from .options import demo_options
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,40 +70,8 @@ class SyntheticDemo(SimAdapterProtocol):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        super().add_arguments(parser)
-        curve = parser.add_argument_group(
-            "transfer curve",
-            "--curve trains and evaluates every method (zero-shot base, from scratch, full fine-tuning, target "
-            "adapter, SimAdapter) on nested subsets of the target's training audio, reusing (or first training) the "
-            "base and the source adapters in output_dir; settings per budget chosen on dev from curve.yaml's grid "
-            "(curve.<key>=value overrides it); writes <output_dir>/curve/curve_results.md, curve_results.json, "
-            "transfer_curve.png",
-        )
-        curve.add_argument(
-            "--curve", default=None, metavar="BUDGET,BUDGET", help="target budgets, e.g. 1min,3min,10min"
-        )
-        curve.add_argument(
-            "--curve-methods",
-            default=None,
-            metavar="METHOD,METHOD",
-            help="a subset of zero_shot,scratch,finetune,adapter,simadapter (default: all) and self_training (the "
-            "self-training arm, curve.self_training.*: run only when named)",
-        )
-        lid = parser.add_argument_group(
-            "language identification",
-            "--lid trains a language-ID head on a finished run's fusion model (stage_lid.yaml; lid.<key>=value "
-            "overrides it) and reports, per language of the evaluation split, its accuracy on whole utterances and "
-            "1 s / 3 s prefixes and the CER of automatic routing against the known language: <output_dir>/lid/"
-            "lid_report.md, lid_report.json, lid_confusion.png (docs/lid.md)",
-        )
-        lid.add_argument("--lid", action="store_true",
-                         help="train (or reuse) the language-ID head and write its report")
-        lid.add_argument("--lid-retrain", action="store_true", help="with --lid: train the head again")
-        curve.add_argument(
-            "--curve-plan",
-            action="store_true",
-            help="print every budget's audio and the grid runs with their steps, train nothing (prepares the data)",
-        )
+        """``--curve``, ``--lid`` and the protocol's options (declared in options.py, the table the command reads)."""
+        demo_options(parser)
 
     def step_names(self, spec: RecipeSpec) -> tuple[str, ...]:
         """The protocol's steps (the stages, ``self_training``) and ``lm``: train nothing, re-evaluate with the LM

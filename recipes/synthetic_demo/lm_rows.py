@@ -50,7 +50,7 @@ from adaptspeech.progress import log
 from adaptspeech.recipes.protocol_evaluation import TargetEvaluation, bootstrap_cell
 from adaptspeech.recipes.protocol_spec import CorpusSettings, SimAdapterRecipe
 from adaptspeech.recipes.spec import RecipeError, Section
-from adaptspeech.training.spec_types import BOOL, FLOAT, INT, POSITIVE_INT, SettingType
+from adaptspeech.settings import BOOL, FLOAT, INT, POSITIVE_INT, SettingType
 
 #: ``run_recipe(spec, only=[LM_STEP])``: train nothing, re-evaluate with the LM rows
 LM_STEP = "lm"

@@ -49,7 +49,8 @@ def test_the_saved_layout_reads_as_the_named_type():
     assert lora.to_dict() == {"adapter_type": "lora", "lora_r": 4, "lora_alpha": 16, "lora_dropout": 0.0,
                               "lora_target_modules": ["q_proj", "v_proj", "linear_q", "linear_v"]}
     assert LanguageAdapterConfig.from_dict({}) == BottleneckAdapterConfig()
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) lora_rank; allowed settings: .*lora_r"):
+    message = r"unknown setting\(s\) lora_rank \(did you mean lora_r\?\); allowed settings: .*lora_r"
+    with pytest.raises(ValueError, match=message):
         LanguageAdapterConfig.from_dict({"adapter_type": "lora", "lora_rank": 4})
     with pytest.raises(ValueError, match="LoraAdapterConfig holds the settings of 'lora' adapters"):
         LoraAdapterConfig.from_dict({"adapter_type": "bottleneck"})

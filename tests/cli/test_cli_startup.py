@@ -12,13 +12,13 @@ import sys
 
 import pytest
 from helpers.cli import subprocess_env
+from helpers.paths import REPO
 
 HEAVY = ("torch", "transformers", "peft")
 
-TASK_OPTION_COMMANDS = ("demo",)
-"""Commands whose parser adds the options of a recipe folder's task before parsing (``demo`` always names the demo
-folder; ``recipe FOLDER`` likewise): the SimAdapter protocol's task, its settings and the recipe engine import the
-training stack today, so their ``--help`` is left out here until the task declares its options in a light module."""
+RECIPE_FOLDERS = ("recipes/synthetic_demo", "recipes/common_voice", "recipes/attention_study")
+"""Recipe folders whose task adds its own options before parsing (``demo`` names the first): the options come from
+the tasks' option table (adaptspeech.recipes.options, the folder's options.py), not from the task."""
 
 _WALK = """
 import argparse, contextlib, io, json, sys
@@ -31,8 +31,7 @@ def subcommands(parser, prefix):
                 yield [*prefix, name]
                 yield from subcommands(sub, [*prefix, name])
 
-skip = set(json.loads(sys.argv[1]))
-commands = [argv for argv in subcommands(build_parser(), []) if argv[0] not in skip]
+commands = [*subcommands(build_parser(), []), *(["recipe", folder] for folder in json.loads(sys.argv[1]))]
 heavy = ("torch", "transformers", "peft")
 found = {}
 for argv in [[], *commands]:
@@ -45,7 +44,8 @@ for argv in [[], *commands]:
             code = stop.code
         else:
             code = None
-        found[" ".join([*argv, *tail])] = [code, [name for name in heavy if name in sys.modules], len(out.getvalue())]
+        found[" ".join([*argv, *tail])] = [code, [name for name in heavy if name in sys.modules], len(out.getvalue()),
+                                           [option in out.getvalue() for option in ("--dry-run", "--curve")]]
 print(json.dumps(found))
 """
 
@@ -56,14 +56,18 @@ def _run(script: str, *argv: str) -> subprocess.CompletedProcess:
 
 
 def test_help_and_a_refused_option_of_every_command_import_no_torch_transformers_or_peft():
-    done = _run(_WALK, json.dumps(TASK_OPTION_COMMANDS))
+    done = _run(_WALK, json.dumps([str(REPO / folder) for folder in RECIPE_FOLDERS]))
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout)
     # every command and sub-command was reached: prepare's four corpora, lm build / tune, transcribe ...
     assert {"--help", "transcribe --help", "prepare common-voice --help", "lm tune --help", "recipe --help",
-            "transcribe --bogus-option", "train --bogus-option"} <= set(found)
-    assert len(found) >= 2 * 14
-    for command, (code, heavy, printed) in found.items():
+            "transcribe --bogus-option", "train --bogus-option", "demo --help", "demo --bogus-option"} <= set(found)
+    assert len(found) >= 2 * (14 + len(RECIPE_FOLDERS))
+    # the tasks' own options are listed: the protocol's --dry-run, the demo's --curve, none for the attention study
+    demo, protocol, study = (f"recipe {REPO / folder} --help" for folder in RECIPE_FOLDERS)
+    assert [found[c][3] for c in ("demo --help", demo, protocol, study)] == [[True, True], [True, True],
+                                                                             [True, False], [False, False]]
+    for command, (code, heavy, printed, _) in found.items():
         assert not heavy, f"`adaptspeech {command}` imported {', '.join(heavy)}"
         if command.endswith("--help"):
             assert code == 0 and printed > 100, (command, code, printed)

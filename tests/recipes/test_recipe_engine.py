@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from adaptspeech.recipes.engine import RECIPE_TASKS, Action, RecipeTask, schedule
 from adaptspeech.recipes.spec import RecipeSpec
-from adaptspeech.training.spec_types import SettingType
+from adaptspeech.settings import SettingType
 
 from .markers import MARKER
 

@@ -267,3 +267,41 @@ def test_a_nan_or_infinite_number_in_a_stage_file_is_refused(tmp_path):
     assert "model.config.ctc_weight: expected a number, got inf" in refused(spec, ["model.config.ctc_weight=.inf"])
     assert "data.language_sampling_temperature: expected a number > 0 or null, got inf" in refused(
         spec, ["data.language_sampling_temperature=.inf"])
+
+
+# ---- the sections read by attribute; the record of a run --------------------------------------------------------
+
+
+def test_the_sections_read_by_attribute_with_the_defaults_of_their_class(tmp_path):
+    spec = StageSpec.from_dict(base(tmp_path))
+    data, model, evaluation = spec.data, spec.model, spec.evaluation
+    assert (data.train_split, data.eval_split, data.subset_seed, data.pseudo_labelled_share) == ("train", "dev", 0, 0.5)
+    assert data.evaluated_languages == ["ro", "cs"] and data.train_subset is None
+    assert (model.init, model.gradient_check_steps, model.trainable) == ("config", 10, None)
+    groups = model.trainable_groups  # no model.trainable: the backbone and the head train
+    assert (groups.backbone, groups.head, groups.fusion, groups.lid) == (True, True, False, False)
+    assert (evaluation.method, evaluation.batch_size, evaluation.options) == (None, 16, None)
+    given = StageSpec.from_dict(apply_overrides(base(tmp_path), ["model.trainable={adapters: [ro]}"])).model
+    assert (given.trainable_groups.backbone, given.trainable_groups.head, given.trainable_groups.adapters) == (
+        False, False, ["ro"])  # a section trains what it names
+
+
+def test_a_run_records_the_settings_as_written_and_an_old_record_still_resumes(tmp_path):
+    """``stage_spec.json`` records each section as the file gave it (the sections' defaults are not written), so a
+    record written before the sections were typed compares equal to the same spec read now."""
+    from adaptspeech.training.resume import changed_settings, check_resumed_spec, save_stage_spec
+
+    spec = apply_overrides(base(tmp_path), ["data.train_languages=ro", "evaluation.batch_size=4",
+                                            "model.trainable.adapters=ro", "training.max_steps=3"])
+    recorded = StageSpec.from_dict(spec).to_dict()
+    old_record = {  # what the plain-mapping sections wrote for this spec
+        "name": "x", "output_dir": str(tmp_path / "run"), "seed": 0, "training": {"max_steps": 3},
+        "data": {"prepared_dir": "p", "train_languages": ["ro"]}, "evaluation": {"batch_size": 4},
+        "model": {"init": "config", "config": {"backbone_type": "fbank_conformer", "backbone_config": dict(TINY)},
+                  "trainable": {"adapters": ["ro"]}},
+    }
+    assert recorded == old_record
+    save_stage_spec(tmp_path, old_record)
+    check_resumed_spec(tmp_path, recorded)  # nothing changed: resumes
+    changed = StageSpec.from_dict(apply_overrides(spec, ["data.subset_seed=1"])).to_dict()
+    assert changed_settings(old_record, changed) == ["data.subset_seed: (unset) -> 1"]
