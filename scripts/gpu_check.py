@@ -496,15 +496,19 @@ def training_section(ctx: Context) -> Section:
                 section.lines.append(f"- {numerator} / {denominator}, checkpointing {on_off(checkpointing)}: "
                                      "not measured")
                 continue
-            value = a["median_seconds"] / b["median_seconds"]
-            verdict = "met" if value <= limit else "**missed**"
-            memory = a[peak_key] / b[peak_key]
-            section.lines.append(
-                f"- {numerator} <= {limit}x {denominator}, checkpointing {on_off(checkpointing)}: {value:.2f}x "
-                f"{verdict} (memory {memory:.2f}x)"
-            )
+            section.lines.append(training_target_line(numerator, denominator, limit, checkpointing, a, b, peak_key))
     section.figures = results
     return section
+
+
+def training_target_line(numerator: str, denominator: str, limit: float, checkpointing: bool,
+                         a: dict[str, Any], b: dict[str, Any], peak_key: str) -> str:
+    """One target line of the training section: ``a``'s step time over ``b``'s against ``limit``, and the memory
+    ratio beside it ("-" where ``b``'s peak is 0: at toy sizes the peak RSS can stay at the import baseline)."""
+    value = a["median_seconds"] / b["median_seconds"]
+    verdict = "met" if value <= limit else "**missed**"
+    return (f"- {numerator} <= {limit}x {denominator}, checkpointing {on_off(checkpointing)}: {value:.2f}x "
+            f"{verdict} (memory {ratio_text(a[peak_key], b[peak_key])})")
 
 
 # --- 3. attention at long inputs ----------------------------------------------------------------------------------

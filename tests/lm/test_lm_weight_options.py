@@ -75,6 +75,6 @@ def test_evaluate_with_an_lm_labels_its_summary_ctc_lm(lm_setup: SimpleNamespace
     assert json.loads(results.read_text())["method"] == "ctc_lm"
     overall = next(line for line in out.splitlines() if line.startswith("overall\t"))
     assert overall.endswith("3 utt (ctc_lm)")
-    code, out, _ = run_main([a for a in argv if a not in ("--lm", lm_setup.lm)], capsys)
+    code, out, _ = run_main([a for a in argv if a not in ("--lm", lm_setup.lm)] + ["--overwrite"], capsys)
     assert code == 0
     assert next(line for line in out.splitlines() if line.startswith("overall\t")).endswith("3 utt (ctc_greedy)")

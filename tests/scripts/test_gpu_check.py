@@ -115,3 +115,15 @@ def test_the_ranking_line_tells_a_changed_ranking():
                                                 cpu)
     line = gpu_check.ranking_line({"rows": [{"system": "a", "cer": 0.3}, {"system": "b", "cer": 0.2}]}, cpu)
     assert "differs" in line and "b < a" in line
+
+
+def test_a_training_target_line_with_a_zero_baseline_peak_says_no_memory_ratio():
+    """At toy sizes the full fine-tuning peak RSS can stay at the import baseline (0 MiB above it): the target line
+    said nothing and the section ended in ZeroDivisionError."""
+    a = {"median_seconds": 0.5, "peak_above_baseline_mib": 3.0}
+    b = {"median_seconds": 1.0, "peak_above_baseline_mib": 0.0}
+    line = gpu_check.training_target_line("adapter", "full", 0.6, False, a, b, "peak_above_baseline_mib")
+    assert line == "- adapter <= 0.6x full, checkpointing off: 0.50x met (memory -)"
+    b["peak_above_baseline_mib"] = 2.0
+    assert gpu_check.training_target_line("adapter", "full", 0.4, True, a, b, "peak_above_baseline_mib") == (
+        "- adapter <= 0.4x full, checkpointing on: 0.50x **missed** (memory 1.50x)")
