@@ -23,7 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import yaml_loader
 from ..registry import Registry
 
 RECIPE_FILE = "recipe.yaml"
@@ -89,6 +88,11 @@ def folder_options(folder: str | os.PathLike) -> TaskOptions | None:
     """The options of the task of the recipe folder ``folder`` from :data:`TASK_OPTIONS` (after importing the
     folder's :data:`OPTIONS_FILE` when it has one); None when the folder or its ``recipe.yaml`` cannot be read (the
     command then says why) or its task's options are not in the table."""
+    try:  # here, not at the top: the parser of `transcribe --onnx` needs no YAML reader
+        from .. import yaml_loader
+    except ImportError:  # the runtime extra alone: no task options to show (running the recipe needs the full install)
+        return None
+
     folder = Path(folder)
     folder = folder.parent if folder.name == RECIPE_FILE else folder
     try:

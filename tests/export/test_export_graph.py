@@ -13,6 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from helpers.export_models import routed_for_export
 from helpers.int8 import INT8_BOUND, INT8_KERNEL_TOLERANCE
 
 from adaptspeech.export.graph import ExportableCTC, eager_attention, export_graph
@@ -38,16 +39,7 @@ def _model(backbone: str, stable: bool) -> AdaptSpeechForCTC:
                          backbone_overrides=overrides)
     torch.manual_seed(0)
     model = AdaptSpeechForCTC(config).eval()
-    for block in model.adapter_blocks.values():  # non-zero adapters: a wrong routing must show
-        for param in block.parameters():
-            torch.nn.init.normal_(param, std=0.1)
-    if backbone == "fbank_conformer":
-        model.add_fusion(["ro", "cs"], target_language="ro")
-        for param in (p for n, p in model.named_parameters() if "fusion" in n):
-            torch.nn.init.normal_(param, std=0.1)
-    else:
-        model.set_target_language("ro")
-    return model
+    return routed_for_export(model, fusion=backbone == "fbank_conformer")  # non-zero adapters: a wrong routing shows
 
 
 def _inputs(model: AdaptSpeechForCTC, seconds: list[float], seed: int) -> list[np.ndarray]:

@@ -5,6 +5,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from helpers.export_models import routed_for_export
 
 from adaptspeech.data.feature_types import StackedFbankFeatures
 from adaptspeech.export.exporter import ExportError, export_model
@@ -19,16 +20,7 @@ TOLERANCE = 1e-4
 def _model(fusion: bool) -> AdaptSpeechForCTC:
     torch.manual_seed(0)
     model = AdaptSpeechForCTC(tiny_config("wav2vec2_bert", adapter_languages=["ro", "cs"])).eval()
-    for block in model.adapter_blocks.values():  # non-zero adapters: a wrong routing must show
-        for param in block.parameters():
-            torch.nn.init.normal_(param, std=0.1)
-    if fusion:
-        model.add_fusion(["ro", "cs"], target_language="ro")
-        for param in (p for n, p in model.named_parameters() if "fusion" in n):
-            torch.nn.init.normal_(param, std=0.1)
-    else:
-        model.set_target_language("ro")
-    return model
+    return routed_for_export(model, fusion)  # non-zero adapters: a wrong routing must show
 
 
 def _rows(seconds: list[float], seed: int) -> list[np.ndarray]:
