@@ -33,6 +33,8 @@ case "$cmd" in
   smoke) exec python -m adaptspeech.smoke "$@" ;;
   test)
     ruff check adaptspeech tests scripts recipes
-    exec python -m pytest -q --durations=15 "$@" ;;
+    # two workers (tests run on one torch thread each: tests/conftest.py), whole files per worker so that a
+    # module's shared fixtures are built once; ADAPTSPEECH_TEST_WORKERS=0 runs them in this process
+    exec python -m pytest -q -n "${ADAPTSPEECH_TEST_WORKERS:-2}" --dist loadfile --durations=15 "$@" ;;
   *) echo "usage: ./run.sh demo|test|smoke [args...]" >&2; exit 2 ;;
 esac
