@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from adaptspeech.adapters.bottleneck import BottleneckAdapter
-from adaptspeech.adapters.engine import reference_path, route
+from adaptspeech.adapters.layer_forward import reference_path, route
 
 
 def languages_of(count: int) -> list[str]:

@@ -117,7 +117,7 @@ def _lm_cers(model: Any, data: Any, processor: Any, chunk: int, languages: list[
     """CER % with the offline LM decoder and with the streaming fused search at ``chunk`` frames, the share of clips
     on which their texts are the same, and each one's decoding seconds (the encoder included)."""
     from adaptspeech.lm.decoder import LMDecoder, build_decoder
-    from adaptspeech.lm.fusion import NGramFusion
+    from adaptspeech.lm.shallow_fusion import NGramFusion
 
     offline = LMDecoder(build_decoder(processor.tokenizer, lm, alpha=alpha, beta=beta))
     fusion = NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=alpha, beta=beta)

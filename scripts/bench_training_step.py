@@ -18,7 +18,7 @@ the 7-layer convolutional feature encoder), each in its own Python process so th
   ``routed_reference``: ``routed`` with each language's rows gathered, run and scattered back one language at a
   time, as before the grouped path (inside ``reference_path()``);
 - ``fusion_reference`` (on request): ``fusion`` computed by each adapter's own forward and the fusion over their
-  stacked outputs (``adaptspeech.adapters.engine.reference_path()``), as before the stacked path;
+  stacked outputs (``adaptspeech.adapters.layer_forward.reference_path()``), as before the stacked path;
   ``fusion_recompute``: ``fusion`` with ``model.set_fusion_recompute(True)``.
 
 Beside each configuration's time the table prints its arithmetic bound: the multiply-adds of one step
@@ -164,7 +164,7 @@ def step_context(configuration: str) -> Any:
     """What a training step of ``configuration`` runs inside: ``reference_path()`` for ``fusion_reference``."""
     import contextlib
 
-    from adaptspeech.adapters.engine import reference_path
+    from adaptspeech.adapters.layer_forward import reference_path
 
     return reference_path() if configuration.endswith("_reference") else contextlib.nullcontext()
 

@@ -18,7 +18,7 @@ from adaptspeech.data.prepared_data import load_prepared, select_languages
 from adaptspeech.evaluation import transcribe_dataset
 from adaptspeech.metrics.significance import paired_bootstrap, utterance_edits
 from adaptspeech.recipes import load_recipe
-from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
+from adaptspeech.recipes.simadapter.spec import SimAdapterRecipe
 from adaptspeech.saved_model import load_saved_model
 
 SYSTEMS = {

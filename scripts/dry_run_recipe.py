@@ -1,7 +1,7 @@
 """Dry run of a real-data recipe: every stage for a few steps with the real model shape on a tiny corpus.
 
-The same as ``adaptspeech recipe RECIPE_DIR --dry-run``; see :mod:`adaptspeech.recipes.dry_run` for what it runs
-and measures (trainable parameters, seconds per step, peak memory per stage, each stage in its own process).
+The same as ``adaptspeech recipe RECIPE_DIR --dry-run``; see :mod:`adaptspeech.recipes.simadapter.dry_run` for what it
+runs and measures (trainable parameters, seconds per step, peak memory per stage, each stage in its own process).
 
     python scripts/dry_run_recipe.py recipes/common_voice                     # XLS-R 300M shape, 3 steps x batch 2
     python scripts/dry_run_recipe.py recipes/common_voice --steps 2 --seconds 1 target=cs
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from adaptspeech.recipes.dry_run import main
+from adaptspeech.recipes.simadapter.dry_run import main
 
 if __name__ == "__main__":
     sys.exit(main())

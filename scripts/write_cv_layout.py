@@ -1,6 +1,6 @@
 """Write a tiny corpus in the Common Voice release layout (``<lang>/clips/*.mp3``, ``train/dev/test.tsv``,
 ``clip_durations.tsv``): tones and noise with short real sentences of each language; for dry runs and tests of the
-real-data path without a download (see :mod:`adaptspeech.recipes.cv_layout`).
+real-data path without a download (see :mod:`adaptspeech.recipes.simadapter.cv_layout`).
 
     python scripts/write_cv_layout.py --out /tmp/cv --languages ru,cy,it,eu,pt,ro,cs,br,ar,uk --train 8 --seconds 2
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from adaptspeech.recipes.cv_layout import write_common_voice_layout
+from adaptspeech.recipes.simadapter.cv_layout import write_common_voice_layout
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ Which adapters run is decided by the model's :class:`~adaptspeech.adapters.routi
 the running call's :class:`~adaptspeech.adapters.routing.RoutingOverride`: :func:`~adaptspeech.adapters.routing.
 effective_routing`) and, for per-utterance languages, by the :class:`~adaptspeech.adapters.routing.RoutingCall` of
 the running forward;
-what they do is :mod:`adaptspeech.adapters.engine` (shared with the peft ``speech_adapter`` layer):
+what they do is :mod:`adaptspeech.adapters.layer_forward` (shared with the peft ``speech_adapter`` layer):
 
 * fusion active: every fused language's adapter runs on the layer output ``z`` and SimAdapter mixes them;
 * one active language: ``y = adapter_lang(z)``;
@@ -31,8 +31,8 @@ from torch import nn
 
 from .adapter_types import ADAPTER_MODULE_NAME
 from .bottleneck import BottleneckAdapter
-from .engine import fuse, route
 from .fusion import SimAdapterFusion
+from .layer_forward import fuse, route
 from .routing import AdapterRouting, RoutingCall, current_call, effective_routing
 
 if TYPE_CHECKING:

@@ -65,7 +65,7 @@ class SimAdapterFusion(nn.Module):
             memory, one more forward of the block). A training-time choice, not saved with the weights.
         reference (`bool`, defaults to `False`): compute every call on the reference path (each adapter's own
             forward and the fusion over their stacked outputs), as inside
-            :func:`~adaptspeech.adapters.engine.reference_path`; for before / after measurements. Not saved.
+            :func:`~adaptspeech.adapters.layer_forward.reference_path`; for before / after measurements. Not saved.
     """
 
     def __init__(self, hidden_size: int, num_entries: int, temperature: float = 1.0) -> None:

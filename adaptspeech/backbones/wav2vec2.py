@@ -45,8 +45,8 @@ XLSR_300M_BACKBONE: dict[str, Any] = {
 """The ``backbone_config`` of ``facebook/wav2vec2-xls-r-300m`` (315M parameters), for building a model of its shape and
 settings with random weights, without a download: wav2vec2 with stable (pre-) layer norm, 24 layers of width 1024, 16
 heads, FFN 4096, the 7-layer convolutional feature encoder (512 channels, 320x downsampling: 50 frames per second of
-16 kHz audio). The dry run of a recipe (:mod:`adaptspeech.recipes.dry_run`) and the size and training-step benchmarks
-(``scripts/adapter_size.py``, ``scripts/bench_training_step.py``) use it."""
+16 kHz audio). The dry run of a recipe (:mod:`adaptspeech.recipes.simadapter.dry_run`) and the size and training-step
+benchmarks (``scripts/adapter_size.py``, ``scripts/bench_training_step.py``) use it."""
 
 
 @BACKBONES.register("wav2vec2")

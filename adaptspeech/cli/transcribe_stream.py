@@ -151,7 +151,7 @@ def run_stream(args: argparse.Namespace) -> int:
     model.to(_resolve_device(args.device))
     fusion = None
     if lm is not None:
-        from ..lm.fusion import NGramFusion
+        from ..lm.shallow_fusion import NGramFusion
 
         try:  # weights left out: the tuned ones of an LM saved by `lm tune --save`, else the defaults
             fusion = NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=args.alpha, beta=args.beta)

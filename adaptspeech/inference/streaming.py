@@ -3,7 +3,7 @@
 Samples go through the stream's features (:mod:`.stream_features`: units as their windows complete, normalised over the
 last ``norm_window_s`` seconds), then, one chunk of ``chunk_ms`` at a time, through the encoder with its cache
 (:meth:`~adaptspeech.inference.stream_encoding.StreamingMixin.encode_chunk`), the CTC head and an incremental CTC search
-(:mod:`adaptspeech.decoding.streaming`: greedy or prefix beam, carried across chunks). :meth:`finalize` decodes the
+(:mod:`adaptspeech.decoding.ctc_streaming`: greedy or prefix beam, carried across chunks). :meth:`finalize` decodes the
 last, partial chunk. Example::
 
     recognizer = StreamingRecognizer(model, processor, chunk_ms=640)
@@ -34,8 +34,8 @@ import torch
 
 from ..adapters.routing import current_override, routing_call
 from ..data.feature_types import FeatureType
+from ..decoding.ctc_streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
 from ..decoding.hypothesis import Hypothesis
-from ..decoding.streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
 from .language_routing import routed_tokenizer, routing_override
 from .local_norm import DEFAULT_NORM_WINDOW_S
 from .silero import DEFAULT_THRESHOLD, check_threshold
@@ -59,9 +59,9 @@ LM_TOKEN_MIN_LOGP, LM_BEAM_PRUNE_LOGP = -5.0, -10.0
 def lm_prefix_beam(
     vocab_size: int, blank_id: int, fusion: Any, beam_size: int = LM_BEAM_SIZE
 ) -> StreamingCTCPrefixBeam:
-    """The streaming prefix beam search with a word n-gram LM fused (:class:`~adaptspeech.lm.fusion.NGramFusion`),
-    with the offline LM decoder's settings: every label with log-probability >= -5 tried, prefixes more than 10 below
-    the best dropped."""
+    """The streaming prefix beam search with a word n-gram LM fused
+    (:class:`~adaptspeech.lm.shallow_fusion.NGramFusion`), with the offline LM decoder's settings: every label with
+    log-probability >= -5 tried, prefixes more than 10 below the best dropped."""
     return StreamingCTCPrefixBeam(vocab_size, beam_size, blank_id, token_prune=vocab_size,
                                   token_min_logp=LM_TOKEN_MIN_LOGP, beam_prune_logp=LM_BEAM_PRUNE_LOGP, fusion=fusion)
 
@@ -125,7 +125,7 @@ class StreamingRecognizer:
         vad_threshold: ``speech_finder="silero"``: the speech probability that starts speech.
         lm: a word n-gram LM fused into the prefix beam search (``ctc_beam``): a folder as ``transcribe --lm`` takes
             (an ``lm build`` folder, or a model folder with the LM of ``lm tune --save``) or an
-            :class:`~adaptspeech.lm.fusion.NGramFusion`.
+            :class:`~adaptspeech.lm.shallow_fusion.NGramFusion`.
         alpha, beta: the LM weight and word bonus (None: the tuned ones saved with the LM, else 0.5 and 1.0).
         rescore: at the end of each utterance, rescore the search's n-best (``beam_size``) with the attention (LAS)
             decoder (``ctc_beam``, a ``ctc_las`` model).
@@ -183,7 +183,8 @@ class StreamingRecognizer:
 
     @staticmethod
     def _fusion(processor: Any, method: str, lm: Any, alpha: float | None, beta: float | None) -> Any:
-        """The :class:`~adaptspeech.lm.fusion.NGramFusion` of ``lm`` (None without); ValueError for greedy search."""
+        """The :class:`~adaptspeech.lm.shallow_fusion.NGramFusion` of ``lm`` (None without); ValueError for greedy
+        search."""
         if lm is None:
             if alpha is not None or beta is not None:
                 raise ValueError("alpha / beta weigh an n-gram LM: give lm= too")
@@ -192,7 +193,7 @@ class StreamingRecognizer:
             raise ValueError(f"an n-gram LM is fused into the prefix beam search: method='ctc_beam', not {method!r}")
         if not isinstance(lm, (str, os.PathLike)):
             return lm
-        from ..lm.fusion import NGramFusion
+        from ..lm.shallow_fusion import NGramFusion
 
         return NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=alpha, beta=beta)
 

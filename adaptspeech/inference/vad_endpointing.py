@@ -1,10 +1,10 @@
 """Endpointing a stream on a voice activity detector instead of the best path's blanks.
 
-The rule is :class:`~adaptspeech.decoding.streaming.Endpointer`'s (an utterance with text ends after ``silence_frames``
-silent frames; before that, ``leading_frames`` of them are dropped), with the silence measured on the audio: the
-detector (a streaming entry of :data:`~adaptspeech.inference.speech_finders.SPEECH_FINDERS`, silero-vad) scores the
-samples as they arrive, and after each decoded chunk the trailing silence is the frames since the end of the last
-speech window that lies within the decoded audio (encoder frame ``t`` reads samples ``[t s, (t + 1) s)``, ``s``
+The rule is :class:`~adaptspeech.decoding.ctc_streaming.Endpointer`'s (an utterance with text ends after
+``silence_frames`` silent frames; before that, ``leading_frames`` of them are dropped), with the silence measured on the
+audio: the detector (a streaming entry of :data:`~adaptspeech.inference.speech_finders.SPEECH_FINDERS`, silero-vad)
+scores the samples as they arrive, and after each decoded chunk the trailing silence is the frames since the end of the
+last speech window that lies within the decoded audio (encoder frame ``t`` reads samples ``[t s, (t + 1) s)``, ``s``
 samples per frame), counted from the last event at the earliest. An utterance ends only when the detector heard speech
 in it and the CTC search has text; text decoded where the detector heard none (noise) is dropped with the leading
 silence.
@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ..decoding.streaming import Endpointer
+from ..decoding.ctc_streaming import Endpointer
 
 
 class StreamVAD(Protocol):

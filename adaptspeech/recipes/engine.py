@@ -4,8 +4,8 @@ A recipe folder holds ``recipe.yaml`` (:mod:`~adaptspeech.recipes.spec` lists th
 files it names (stage files) and, optionally, its own Python (``python: [study.py]``): the engine imports those
 modules from the folder, as a package of their own (so they may import each other relatively), before it looks the
 task up, so a study defined beside its YAML registers itself. The library registers the SimAdapter protocol
-(:mod:`~adaptspeech.recipes.protocol`, task ``simadapter``, the default); ESPnet's ``egs2/*/local`` and transformers'
-``examples/`` keep studies outside the library in the same way.
+(:mod:`~adaptspeech.recipes.simadapter.protocol`, task ``simadapter``, the default); ESPnet's ``egs2/*/local`` and
+transformers' ``examples/`` keep studies outside the library in the same way.
 
 A task (:class:`RecipeTask`, registered in :data:`RECIPE_TASKS`) is what ESPnet calls a Task: it names its spec
 class, adds its own command-line options (:meth:`RecipeTask.add_arguments`, as ``AbsTask.add_task_arguments``), plans

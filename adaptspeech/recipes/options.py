@@ -30,7 +30,7 @@ OPTIONS_FILE = "options.py"
 """The module of a recipe folder that declares the options of the task the folder's Python defines."""
 DEFAULT_TASK = "simadapter"
 """The task of a ``recipe.yaml`` without ``task:``: the SimAdapter protocol."""
-LIBRARY_TASKS: dict[str, str] = {DEFAULT_TASK: "adaptspeech.recipes.protocol"}
+LIBRARY_TASKS: dict[str, str] = {DEFAULT_TASK: "adaptspeech.recipes.simadapter.protocol"}
 """The library's tasks: name -> the module that registers it (imported when a recipe asks for a task by name)."""
 
 TaskOptions = Callable[[argparse.ArgumentParser], None]
@@ -42,7 +42,7 @@ def add_dry_run_arguments(parser: Any, prefix: str = "") -> None:
     """The dry run's options (a parser or an argument group): ``--steps``, ``--batch``, ``--seconds``, ``--backbone``,
     ``--precision`` as ``scripts/dry_run_recipe.py`` takes them, ``prefix="dry-run-"`` for ``adaptspeech recipe``'s
     ``--dry-run-steps`` ...; unset ones take ``DryRunSettings``'s defaults
-    (:func:`adaptspeech.recipes.dry_run.settings_from_arguments`)."""
+    (:func:`adaptspeech.recipes.simadapter.dry_run.settings_from_arguments`)."""
     parser.add_argument(f"--{prefix}steps", type=int, default=None, metavar="N", help="optimizer steps per stage (3)")
     parser.add_argument(f"--{prefix}batch", type=int, default=None, metavar="N", help="utterances per step (2)")
     parser.add_argument(f"--{prefix}seconds", type=float, default=None, metavar="S", help="mean clip length (2.0)")
@@ -59,7 +59,7 @@ def add_dry_run_arguments(parser: Any, prefix: str = "") -> None:
 
 @TASK_OPTIONS.register(DEFAULT_TASK)
 def simadapter_options(parser: argparse.ArgumentParser) -> None:
-    """The SimAdapter protocol's options: ``--dry-run`` and the dry run's settings (:mod:`.dry_run`)."""
+    """The SimAdapter protocol's options: ``--dry-run`` and the dry run's settings (:mod:`.simadapter.dry_run`)."""
     dry = parser.add_argument_group(
         "dry run",
         "--dry-run runs every stage for a few steps on a tiny corpus in the Common Voice layout, with the real "

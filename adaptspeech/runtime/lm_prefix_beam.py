@@ -42,7 +42,7 @@ PrefixLM = tuple[float, float, Any, str]
 
 
 class WordScorer(Protocol):
-    """The word LM as the fused search uses it (:class:`adaptspeech.lm.fusion.NGramFusion` over KenLM)."""
+    """The word LM as the fused search uses it (:class:`adaptspeech.lm.shallow_fusion.NGramFusion` over KenLM)."""
 
     labels: list[str]  # the text of every label id: "" for the blank, " " for the word delimiter
 

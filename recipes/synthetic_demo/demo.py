@@ -1,7 +1,7 @@
 """The synthetic demo's recipe task (``task: synthetic_demo``): the library's SimAdapter protocol with this folder's
 own additions, the n-gram LM rows (:mod:`.lm_rows`: the ``lm`` section of ``recipe.yaml``, ``--only lm``), the
 LM with which the protocol's self-training rounds label the target's unlabelled synthetic clips and decode their rows
-(the ``self_training`` section, ``--only self_training``: :mod:`adaptspeech.recipes.self_training`) and the
+(the ``self_training`` section, ``--only self_training``: :mod:`adaptspeech.recipes.simadapter.self_training`) and the
 transfer curve (``curve/``: ``--curve BUDGET,BUDGET``, ``--curve-methods``, ``--curve-plan`` and
 ``curve.<key>=value`` settings over ``curve.yaml``).
 
@@ -22,11 +22,11 @@ from typing import Any, ClassVar
 
 from adaptspeech.progress import library_progress_bars
 from adaptspeech.recipes.engine import RECIPE_TASKS, comma_list
-from adaptspeech.recipes.protocol import SimAdapterProtocol
-from adaptspeech.recipes.protocol_evaluation import ExtraRows, TargetEvaluation
-from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
-from adaptspeech.recipes.self_training import LMSetup
-from adaptspeech.recipes.self_training_rows import recipe_self_training_rows
+from adaptspeech.recipes.simadapter.evaluation import ExtraRows, TargetEvaluation
+from adaptspeech.recipes.simadapter.protocol import SimAdapterProtocol
+from adaptspeech.recipes.simadapter.self_training import LMSetup
+from adaptspeech.recipes.simadapter.self_training_rows import recipe_self_training_rows
+from adaptspeech.recipes.simadapter.spec import SimAdapterRecipe
 from adaptspeech.recipes.spec import RecipeError, RecipeSpec
 from adaptspeech.settings import MAPPING, SettingType
 

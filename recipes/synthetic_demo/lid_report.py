@@ -227,7 +227,7 @@ def plot_confusions(accuracy: dict[str, Any], path: Path) -> Path:
 
 def run_lid(recipe_dir: Path, spec: Any, overrides: Sequence[str] = (), retrain: bool = False) -> dict[str, Any]:
     """Train the head (unless ``<output_dir>/lid/model`` holds one and not ``retrain``), then :func:`lid_report`."""
-    from adaptspeech.recipes.protocol_stages import prepare_data
+    from adaptspeech.recipes.simadapter.stages import prepare_data
     from adaptspeech.training.stage import run_stage
 
     prepared = prepare_data(spec)

@@ -47,8 +47,8 @@ import numpy as np
 
 from adaptspeech.metrics.significance import utterance_edits
 from adaptspeech.progress import log
-from adaptspeech.recipes.protocol_evaluation import TargetEvaluation, bootstrap_cell
-from adaptspeech.recipes.protocol_spec import CorpusSettings, SimAdapterRecipe
+from adaptspeech.recipes.simadapter.evaluation import TargetEvaluation, bootstrap_cell
+from adaptspeech.recipes.simadapter.spec import CorpusSettings, SimAdapterRecipe
 from adaptspeech.recipes.spec import RecipeError, Section
 from adaptspeech.settings import BOOL, FLOAT, INT, POSITIVE_INT, SettingType
 

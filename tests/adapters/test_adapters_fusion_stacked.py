@@ -23,13 +23,13 @@ from peft import get_peft_model
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.adapters.bottleneck import ACTIVATIONS, BottleneckAdapter, stack_bottlenecks, stackable
-from adaptspeech.adapters.engine import fuse, reference_path
 from adaptspeech.adapters.fusion import (
     FUSION_RESIDUALS,
     SimAdapterFusion,
     simadapter_output,
     stacked_simadapter_output,
 )
+from adaptspeech.adapters.layer_forward import fuse, reference_path
 from adaptspeech.adapters.peft_method import SpeechAdapterConfig
 from adaptspeech.testing import tiny_config, tiny_inputs
 
@@ -174,7 +174,7 @@ def test_bfloat16_agrees_within_its_rounding():
 @pytest.fixture
 def stacked_calls(monkeypatch):
     """How often the engine took the stacked path."""
-    from adaptspeech.adapters import engine
+    from adaptspeech.adapters import layer_forward
 
     calls = []
 
@@ -182,7 +182,7 @@ def stacked_calls(monkeypatch):
         calls.append(kwargs.get("recompute"))
         return stacked_simadapter_output(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "stacked_simadapter_output", counted)
+    monkeypatch.setattr(layer_forward, "stacked_simadapter_output", counted)
     return calls
 
 

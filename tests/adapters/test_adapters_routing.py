@@ -1,4 +1,4 @@
-"""Per-call routing (adaptspeech/adapters/routing.py) and the one adapter engine (adapters/engine.py):
+"""Per-call routing (adaptspeech/adapters/routing.py) and the one adapter layer forward (adapters/layer_forward.py):
 checkpoint recomputation, threads, and the native block against the peft ``speech_adapter`` layer."""
 
 import threading

@@ -19,7 +19,7 @@ from torch import nn
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.adapters.bottleneck import BottleneckAdapter
-from adaptspeech.adapters.engine import reference_path, route
+from adaptspeech.adapters.layer_forward import reference_path, route
 from adaptspeech.adapters.peft_method import SpeechAdapterConfig
 from adaptspeech.testing import tiny_config, tiny_inputs
 

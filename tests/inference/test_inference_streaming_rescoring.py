@@ -14,8 +14,8 @@ from transformers import Wav2Vec2Processor
 from adaptspeech import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
 from adaptspeech.attention.chunking import chunk_attention
 from adaptspeech.decoding.attention_rescoring import attention_log_probs, attention_rescore
+from adaptspeech.decoding.ctc_streaming import StreamingCTCPrefixBeam
 from adaptspeech.decoding.hypothesis import Hypothesis
-from adaptspeech.decoding.streaming import StreamingCTCPrefixBeam
 from adaptspeech.inference.streaming import StreamingRecognizer
 from adaptspeech.lm.build import build_arpa
 from adaptspeech.testing.tiny_models import save_tiny_model
@@ -51,7 +51,7 @@ def offline_log_probs(model, recognizer: StreamingRecognizer, wave: np.ndarray) 
 
 def test_lm_text_equals_the_fused_search_on_the_offline_posteriors(folders) -> None:
     pytest.importorskip("kenlm")
-    from adaptspeech.lm.fusion import NGramFusion
+    from adaptspeech.lm.shallow_fusion import NGramFusion
 
     ctc_dir, _, lm = folders
     model = AdaptSpeechForCTC.from_pretrained(ctc_dir).eval()

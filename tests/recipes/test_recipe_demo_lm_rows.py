@@ -15,7 +15,7 @@ import pytest
 from helpers.recipes import DEMO, TINY
 
 from adaptspeech.recipes import RecipeError, load_recipe, recipe_module, run_recipe
-from adaptspeech.recipes.protocol_spec import CorpusSettings
+from adaptspeech.recipes.simadapter.spec import CorpusSettings
 
 lm_rows = recipe_module(DEMO, "lm_rows.py")
 VS_NO_LM_COLUMN, LMSettings, lm_text = lm_rows.VS_NO_LM_COLUMN, lm_rows.LMSettings, lm_rows.lm_text

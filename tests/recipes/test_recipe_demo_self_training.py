@@ -16,9 +16,9 @@ import pytest
 from helpers.recipes import DEMO, ST_POOL_CLIPS, self_training_overrides
 
 from adaptspeech.recipes import RecipeError, load_recipe, recipe_module, run_recipe
-from adaptspeech.recipes.self_training import CONFIDENCE_BINS, same_round, student_spec
-from adaptspeech.recipes.self_training_rows import VS_NO_SELF_TRAINING_COLUMN
-from adaptspeech.recipes.self_training_settings import SelfTrainingSettings
+from adaptspeech.recipes.simadapter.self_training import CONFIDENCE_BINS, same_round, student_spec
+from adaptspeech.recipes.simadapter.self_training_rows import VS_NO_SELF_TRAINING_COLUMN
+from adaptspeech.recipes.simadapter.self_training_settings import SelfTrainingSettings
 
 ADAPTER = "target adapter alone"
 SELF_TRAINED = f"{ADAPTER} + self-training"

@@ -9,8 +9,8 @@ import torch
 from helpers.model_folders import model_folder
 from transformers import Wav2Vec2Processor
 
-from adaptspeech.adapters.engine import reference_path
 from adaptspeech.adapters.fusion import SimAdapterFusion
+from adaptspeech.adapters.layer_forward import reference_path
 from adaptspeech.overrides import apply_overrides
 from adaptspeech.testing import tiny_inputs
 from adaptspeech.training.model_setup import build_model

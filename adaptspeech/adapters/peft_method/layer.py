@@ -12,8 +12,8 @@ from torch import nn
 from ...backbones import get_backbone_spec
 from ..bottleneck import BottleneckAdapter
 from ..config import FusionConfig
-from ..engine import fuse, route
 from ..fusion import SimAdapterFusion
+from ..layer_forward import fuse, route
 from ..routing import current_call, current_override, routing_call
 from .config import SpeechAdapterConfig
 
@@ -43,7 +43,7 @@ class SpeechAdapterLayer(nn.Module, BaseTunerLayer):
     * one active bottleneck adapter ``a``: ``a(z) = z + up(act(down(LN(z))))`` for every utterance;
     * several active bottleneck adapters: each utterance goes through the adapter named for it in the call
       (``peft_model(..., adapter_names=[...])``, one name per utterance, ``"__base__"`` for none), exactly as the
-      native adaptspeech block routes by ``lang_ids``: both run :mod:`adaptspeech.adapters.engine`. Deltas are
+      native adaptspeech block routes by ``lang_ids``: both run :mod:`adaptspeech.adapters.layer_forward`. Deltas are
       never summed (peft's LoRA sums them; a per-language adapter has no meaning on another language's speech),
       and several active adapters without per-utterance names are refused;
     * an active fusion adapter (it must be the only active one): SimAdapter over its fused adapters.

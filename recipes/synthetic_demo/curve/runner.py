@@ -47,9 +47,15 @@ from adaptspeech.data.subsets import SubsetSize, nested_subsets, speakers
 from adaptspeech.metrics.significance import utterance_edits
 from adaptspeech.progress import log
 from adaptspeech.recipes.engine import set_threads
-from adaptspeech.recipes.protocol_evaluation import fusion_heatmap, resolve_device, trained_parameters
-from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
-from adaptspeech.recipes.protocol_stages import PlannedStage, prepare_data, recipe_plan, stage_spec, train_recipe_stage
+from adaptspeech.recipes.simadapter.evaluation import fusion_heatmap, resolve_device, trained_parameters
+from adaptspeech.recipes.simadapter.spec import SimAdapterRecipe
+from adaptspeech.recipes.simadapter.stages import (
+    PlannedStage,
+    prepare_data,
+    recipe_plan,
+    stage_spec,
+    train_recipe_stage,
+)
 from adaptspeech.saved_model import model_fingerprint
 from adaptspeech.training.stage import StageSpec, run_stage
 

@@ -1,16 +1,17 @@
 """The transfer curve's self-training arm (method ``self_training``): at each budget, the system the curve chose on dev
 (``curve.self_training.system``: the target adapter by default) becomes the teacher of K noisy-student rounds on the
-untranscribed pool, run by the recipe's own machinery (:class:`~adaptspeech.recipes.self_training.SelfTrainingRunner`
-with the recipe's ``self_training`` section, the curve overriding only ``pool``, ``rounds`` and ``steps_scale``).
+untranscribed pool, run by the recipe's own machinery
+(:class:`~adaptspeech.recipes.simadapter.self_training.SelfTrainingRunner` with the recipe's ``self_training`` section,
+the curve overriding only ``pool``, ``rounds`` and ``steps_scale``).
 
-- The pool is the recipe's (:func:`~adaptspeech.recipes.self_training.ensure_pool`: ``self_training.pool``, or the
-  pool its section builds in ``<output_dir>/self_training/pool``, reused when built before), so every budget labels
-  the same audio; the teachers label it with the recipe's n-gram LM when the section says so (``use_lm``, the
+- The pool is the recipe's (:func:`~adaptspeech.recipes.simadapter.self_training.ensure_pool`: ``self_training.pool``,
+  or the pool its section builds in ``<output_dir>/self_training/pool``, reused when built before), so every budget
+  labels the same audio; the teachers label it with the recipe's n-gram LM when the section says so (``use_lm``, the
   demo's ``lm`` section: built, or reused, in ``<output_dir>/lm`` as the demo's LM rows build it).
 - A student trains as the curve trained its teacher (that run's spec: the budget's nested subset, the learning rate
   chosen on dev, the budget's steps) on the labelled and the kept pseudo-labelled rows, with speed perturbation, for
-  ``steps_scale`` times the run's steps (:func:`~adaptspeech.recipes.self_training.student_spec_from`). The rounds
-  stop when dev CER stops improving; the point is the round with the lowest dev CER, evaluated on the test set as
+  ``steps_scale`` times the run's steps (:func:`~adaptspeech.recipes.simadapter.self_training.student_spec_from`). The
+  rounds stop when dev CER stops improving; the point is the round with the lowest dev CER, evaluated on the test set as
   every other point.
 - At the recipe's own budget (``target_subset``, 10 minutes for the demo), with ``reuse_recipe_rounds`` on and the
   recipe's stage of the system finished in ``output_dir`` on the same rows, the teacher is that stage (the demo's
@@ -33,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 from adaptspeech.data.prepared_data import select_languages
 from adaptspeech.data.subsets import SubsetSize
 from adaptspeech.progress import log
-from adaptspeech.recipes.protocol_evaluation import trained_parameters
-from adaptspeech.recipes.protocol_spec import SimAdapterRecipe
-from adaptspeech.recipes.self_training import FOLDER, LMSetup, SelfTrainingRunner, SystemRun, ensure_pool
+from adaptspeech.recipes.simadapter.evaluation import trained_parameters
+from adaptspeech.recipes.simadapter.self_training import FOLDER, LMSetup, SelfTrainingRunner, SystemRun, ensure_pool
+from adaptspeech.recipes.simadapter.spec import SimAdapterRecipe
 
 from .report import METHOD_LABELS
 from .settings import ARM_SYSTEMS, CurveSettings
@@ -54,7 +55,7 @@ def arm_label(system: str) -> str:
 
 def arm_settings(recipe: SimAdapterRecipe, settings: CurveSettings) -> Any:
     """The recipe's ``self_training`` section with the arm's system and its ``pool`` / ``rounds`` / ``steps_scale``
-    where the curve sets them (:class:`~adaptspeech.recipes.self_training_settings.SelfTrainingSettings`)."""
+    where the curve sets them (:class:`~adaptspeech.recipes.simadapter.self_training_settings.SelfTrainingSettings`)."""
     arm = settings.self_training
     changes: dict[str, Any] = {"enabled": True, "systems": (arm["system"],)}
     changes.update({key: arm[key] for key in ("pool", "rounds", "steps_scale") if arm[key] is not None})

@@ -145,7 +145,7 @@ def test_a_misspelt_stage_override_is_refused_before_the_data_is_built(tmp_path,
 def test_evaluation_runs_on_the_device_the_stages_trained_on(monkeypatch):
     import torch
 
-    from adaptspeech.recipes.protocol_evaluation import resolve_device
+    from adaptspeech.recipes.simadapter.evaluation import resolve_device
 
     demo = load_recipe("recipes/synthetic_demo")  # every stage sets training.use_cpu
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.prepared_data import load_prepared, select_languages
-from ..metrics.significance import paired_bootstrap, utterance_edits
-from ..progress import log
-from .engine import recipe_task
-from .protocol_spec import SimAdapterRecipe
-from .spec import RecipeError
+from ...data.prepared_data import load_prepared, select_languages
+from ...metrics.significance import paired_bootstrap, utterance_edits
+from ...progress import log
+from ..engine import recipe_task
+from ..spec import RecipeError
+from .spec import SimAdapterRecipe
 
 ADAPTER_ALONE = "target adapter alone"
 #: results.md column: CER difference to the adapter alone with its 95% paired-bootstrap interval (points)
@@ -44,7 +44,7 @@ ZERO_SHOT = "base, zero-shot (no target training)"
 
 @dataclass
 class TargetEvaluation:
-    """What the evaluation hands a task's :meth:`~adaptspeech.recipes.protocol.SimAdapterProtocol.extra_rows`.
+    """What the evaluation hands a task's :meth:`~.protocol.SimAdapterProtocol.extra_rows`.
 
     Args:
         dataset: the prepared ``DatasetDict``.
@@ -150,7 +150,7 @@ def resolve_device(spec: SimAdapterRecipe) -> torch.device:
     the stages trained on: the CPU when every stage sets ``training.use_cpu``, else the best available one (CUDA,
     then MPS, then the CPU), as the Trainer does.
     """
-    from ..devices import DeviceError, best_device, choose_device
+    from ...devices import DeviceError, best_device, choose_device
 
     name = spec.evaluation.device
     if name != "auto":
@@ -174,9 +174,9 @@ def fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_s
         ``{"languages": [N], "layers": [L], "weights": [L][N]}``: the mean attention of each layer over the fused
         languages (``self`` last when the fusion includes the layer's own output).
     """
-    from ..data.collator import DataCollatorCTCWithPadding
-    from ..data.feature_types import feature_type_of_model
-    from .plots import fusion_weight_sums, plot_fusion_heatmap
+    from ...data.collator import DataCollatorCTCWithPadding
+    from ...data.feature_types import feature_type_of_model
+    from ..plots import fusion_weight_sums, plot_fusion_heatmap
 
     collator = DataCollatorCTCWithPadding(processor, feature_type=feature_type_of_model(model))
     model.eval()
@@ -249,7 +249,7 @@ def evaluate_recipe(
     """Evaluate every trained system on the test sets; write ``results.{md,json}``, the heatmap and the curves.
 
     Args:
-        prepared: the prepared data folder (:func:`~adaptspeech.recipes.protocol.prepare_data`).
+        prepared: the prepared data folder (:func:`~adaptspeech.recipes.simadapter.protocol.prepare_data`).
         results, histories: ``stage_summary.json`` and the log history of every stage, by name.
         total_start: ``time.perf_counter()`` at the start of the run, for the total wall time (None: now).
 
@@ -257,14 +257,14 @@ def evaluate_recipe(
         What ``results.json`` holds.
 
     Raises:
-        RecipeError: the rows the recipe's task adds (:meth:`~adaptspeech.recipes.protocol.SimAdapterProtocol.
+        RecipeError: the rows the recipe's task adds (:meth:`~.protocol.SimAdapterProtocol.
             extra_rows`: self-training, the LM rows) failed with an expected error: its line, raised once the
             table of the trained systems is written (another error is raised as it is, after the table too).
     """
-    from ..evaluation import evaluate_dataset
-    from ..modeling import AdaptSpeechForCTC
-    from .plots import plot_training_curves
-    from .tables import TABLE_COLUMNS, write_results
+    from ...evaluation import evaluate_dataset
+    from ...modeling import AdaptSpeechForCTC
+    from ..plots import plot_training_curves
+    from ..tables import TABLE_COLUMNS, write_results
 
     total_start = time.perf_counter() if total_start is None else total_start
     out = spec.output_dir

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from adaptspeech.decoding import ctc_greedy_decode, ctc_prefix_beam_search
-from adaptspeech.decoding.streaming import StreamingCTCGreedy, StreamingCTCPrefixBeam
+from adaptspeech.decoding.ctc_streaming import StreamingCTCGreedy, StreamingCTCPrefixBeam
 
 
 def posteriors(frames: int, vocab: int, seed: int) -> torch.Tensor:

@@ -1,6 +1,6 @@
-"""The stages of a SimAdapter protocol run (:mod:`~adaptspeech.recipes.protocol`): the prepared data, the plan (stages
-and baselines in the order they run), each stage's spec for the stage runner, training a stage (continuing one that
-was interrupted) and reading a stage that ran before."""
+"""The stages of a SimAdapter protocol run (:mod:`~adaptspeech.recipes.simadapter.protocol`): the prepared data, the
+plan (stages and baselines in the order they run), each stage's spec for the stage runner, training a stage (continuing
+one that was interrupted) and reading a stage that ran before."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..progress import log
-from ..training.stage import StageSpec, run_stage
-from .protocol_spec import SimAdapterRecipe
-from .spec import RecipeError
+from ...progress import log
+from ...training.stage import StageSpec, run_stage
+from ..spec import RecipeError
+from .spec import SimAdapterRecipe
 
 #: the prepared data's folder inside the recipe's ``output_dir``
 PREPARED = "prepared"
@@ -37,8 +37,8 @@ class PlannedStage:
 
 def prepare_data(spec: SimAdapterRecipe) -> Path:
     """Build (synthetic) or locate (Common Voice) the corpus and prepare it once; returns the prepared folder."""
-    from ..data.prepared_corpus import prepare_corpus
-    from ..data.synthetic import build_synthetic_corpus
+    from ...data.prepared_corpus import prepare_corpus
+    from ...data.synthetic import build_synthetic_corpus
 
     out = spec.output_dir
     corpus = spec.corpus
@@ -125,7 +125,7 @@ def interrupted_checkpoint(settings: dict[str, Any], stage: str) -> str | None:
         RecipeError: the interrupted run has other settings; one line listing them and saying what to do. Nothing
             is removed.
     """
-    from ..training.resume import STAGE_SPEC_FILE, changed_settings, last_checkpoint
+    from ...training.resume import STAGE_SPEC_FILE, changed_settings, last_checkpoint
 
     spec = StageSpec.from_dict(settings)
     output_dir = Path(spec.output_dir)

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import StageConfigError
+from ...errors import StageConfigError
 
 
 def retarget_stages(stages: Mapping[str, Any], sources: Sequence[str], target: str) -> dict[str, Any]:

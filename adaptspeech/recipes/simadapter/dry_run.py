@@ -5,8 +5,8 @@ checks, before a long GPU run, that every stage of the recipe builds, trains, sa
 each stage costs per step:
 
 1. writes a tiny corpus in the Common Voice release layout for the recipe's languages
-   (:func:`~adaptspeech.recipes.cv_layout.write_common_voice_layout`: ``<lang>/clips/*.mp3``, ``train/dev/test.tsv``,
-   ``clip_durations.tsv``; 8 / 2 / 2 clips of about 2 s per language by default);
+   (:func:`~adaptspeech.recipes.simadapter.cv_layout.write_common_voice_layout`: ``<lang>/clips/*.mp3``,
+   ``train/dev/test.tsv``, ``clip_durations.tsv``; 8 / 2 / 2 clips of about 2 s per language by default);
 2. replaces every ``model.init: backbone`` stage (a Hub checkpoint such as ``facebook/wav2vec2-xls-r-300m``, which
    needs the network) with ``model.init: config`` and a backbone config of the checkpoint's shape and settings,
    random weights (:data:`~adaptspeech.backbones.wav2vec2.XLSR_300M_BACKBONE`, also importable from here);
@@ -44,16 +44,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..backbones.wav2vec2 import XLSR_300M_BACKBONE
-from ..memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
-from ..progress import log
+from ...backbones.wav2vec2 import XLSR_300M_BACKBONE
+from ...memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
+from ...progress import log
+from ..engine import comma_list, load_recipe, spec_from_dict
+from ..options import add_dry_run_arguments
+from ..spec import RecipeError
 from .cv_layout import write_common_voice_layout
-from .engine import comma_list, load_recipe, spec_from_dict
-from .options import add_dry_run_arguments
-from .protocol_evaluation import evaluate_recipe
-from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
-from .protocol_stages import load_stage_outputs, prepare_data, recipe_plan, train_recipe_stage
-from .spec import RecipeError
+from .evaluation import evaluate_recipe
+from .spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
+from .stages import load_stage_outputs, prepare_data, recipe_plan, train_recipe_stage
 
 STEP_PREPARE, STEP_EVALUATE = "prepare", "evaluate"
 TAG = "dry-run"
@@ -260,7 +260,7 @@ def _run_isolated(recipe_json: Path, step: str, result_json: Path) -> dict[str, 
     """Run :func:`run_step` in a new Python process; its output goes to this process's stdout / stderr."""
     result_json.unlink(missing_ok=True)
     start = time.perf_counter()
-    command = [sys.executable, "-m", "adaptspeech.recipes.dry_run", "--worker", step, str(recipe_json)]
+    command = [sys.executable, "-m", "adaptspeech.recipes.simadapter.dry_run", "--worker", step, str(recipe_json)]
     command.append(str(result_json))
     code = subprocess.run(command, check=False).returncode
     if result_json.is_file():
@@ -426,7 +426,7 @@ def run_dry_run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m adaptspeech.recipes.dry_run`` (also the worker entry point of isolated steps)."""
+    """``python -m adaptspeech.recipes.simadapter.dry_run`` (also the worker entry point of isolated steps)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
         return _worker(*argv[1:4])

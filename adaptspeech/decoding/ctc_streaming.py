@@ -9,10 +9,10 @@ continued from the previous beam). Feeding the frames in any pieces therefore gi
 :func:`~adaptspeech.decoding.ctc_greedy_decode` and :func:`~adaptspeech.decoding.ctc_prefix_beam_search` on the
 concatenated frames (tested: the same computation, compared exactly).
 
-With a word n-gram LM (``fusion``, :class:`~adaptspeech.lm.fusion.NGramFusion`) the prefix beam search is the fused one
-of :mod:`adaptspeech.runtime.lm_prefix_beam` (shallow fusion, the offline LM decoder's alpha and beta), carried across
-chunks the same way; :meth:`StreamingCTCPrefixBeam.finish` ranks its beam at the end of the utterance (the last,
-partial word scored as a word, with the end of sentence).
+With a word n-gram LM (``fusion``, :class:`~adaptspeech.lm.shallow_fusion.NGramFusion`) the prefix beam search is the
+fused one of :mod:`adaptspeech.runtime.lm_prefix_beam` (shallow fusion, the offline LM decoder's alpha and beta),
+carried across chunks the same way; :meth:`StreamingCTCPrefixBeam.finish` ranks its beam at the end of the utterance
+(the last, partial word scored as a word, with the end of sentence).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class StreamingCTCGreedy:
     Example:
         ```python
         >>> import torch
-        >>> from adaptspeech.decoding.streaming import StreamingCTCGreedy
+        >>> from adaptspeech.decoding.ctc_streaming import StreamingCTCGreedy
         >>> search = StreamingCTCGreedy(blank_id=0)
         >>> search.accept(torch.tensor([[0.0, 5.0, 0.0], [0.0, 5.0, 0.0]]))  # label 1 twice
         [1]
@@ -86,7 +86,7 @@ class StreamingCTCPrefixBeam:
         vocab_size: labels per frame (checked against every piece).
         beam_size, blank_id, token_prune, token_min_logp, beam_prune_logp: as in the offline search (with an LM,
             ``beam_prune_logp`` compares the fused ranks, as pyctcdecode does).
-        fusion: a word LM (:class:`~adaptspeech.lm.fusion.NGramFusion`) for shallow fusion, or None.
+        fusion: a word LM (:class:`~adaptspeech.lm.shallow_fusion.NGramFusion`) for shallow fusion, or None.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""A recipe stage interrupted half-way (adaptspeech/recipes/protocol_stages.py): the same recipe run again continues
+"""A recipe stage interrupted half-way (adaptspeech/recipes/simadapter/stages.py): the same recipe run again continues
 the stage from its last complete checkpoint when its settings are unchanged, and with changed settings says so in
 one line and removes nothing (before: "overwrite: removed the earlier run", and the stage retrained from step 0)."""
 
@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from adaptspeech.data import build_synthetic_corpus, prepare_corpus
 from adaptspeech.recipes import RecipeError, load_recipe
-from adaptspeech.recipes.protocol_stages import prepare_data, recipe_plan, train_recipe_stage
+from adaptspeech.recipes.simadapter.stages import prepare_data, recipe_plan, train_recipe_stage
 
 STEPS, SAVE_STEPS = 6, 3
 

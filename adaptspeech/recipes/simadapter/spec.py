@@ -1,5 +1,5 @@
-"""The settings of a SimAdapter protocol recipe (:mod:`~adaptspeech.recipes.protocol`), typed: the corpus, the data
-preparation, the languages, the stage files and the test-set evaluation.
+"""The settings of a SimAdapter protocol recipe (:mod:`~adaptspeech.recipes.simadapter.protocol`), typed: the corpus,
+the data preparation, the languages, the stage files and the test-set evaluation.
 
 ``recipe.yaml`` (with :mod:`~adaptspeech.recipes.spec`'s settings every recipe has)::
 
@@ -20,7 +20,7 @@ preparation, the languages, the stage files and the test-set evaluation.
 
 The stage files keep the stage runner's own format (:mod:`adaptspeech.training.stage`: checked by
 :class:`~adaptspeech.training.stage.StageSpec` when each stage's spec is built); their languages follow ``sources`` /
-``target`` (:func:`~adaptspeech.recipes.languages.retarget_stages`).
+``target`` (:func:`~adaptspeech.recipes.simadapter.languages.retarget_stages`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import StageConfigError
-from ..settings import (
+from ...errors import StageConfigError
+from ...settings import (
     INT,
     LANGUAGE_CODE,
     LANGUAGES,
@@ -44,9 +44,9 @@ from ..settings import (
     choice,
     optional,
 )
+from ..spec import EvaluationSettings, RecipeError, RecipeSpec, Section, check_settings
 from .languages import check_stage_languages, retarget_stages
 from .self_training_settings import SelfTrainingSettings
-from .spec import EvaluationSettings, RecipeError, RecipeSpec, Section, check_settings
 
 STAGE_NAMES = ("base", "source_adapters", "target_adapter", "fusion")
 BASELINE_NAMES = ("finetune", "scratch")
@@ -85,7 +85,7 @@ class CorpusSettings(Section):
     def from_dict(cls, section: str, values: Any, error: type[RecipeError] = RecipeError) -> CorpusSettings:
         """The section from its flat mapping: the keys of :attr:`SETTINGS`, and SyntheticConfig fields for a
         synthetic corpus."""
-        from ..data.synthetic import SyntheticConfig
+        from ...data.synthetic import SyntheticConfig
 
         values = dict(values or {})
         if "kind" in values:
@@ -106,7 +106,7 @@ class CorpusSettings(Section):
     def synthetic_config(self) -> Any:
         """The :class:`~adaptspeech.data.synthetic.SyntheticConfig` of the corpus's word lists and sentences (its
         fields set here; the seed and the size left at their defaults: they do not change the word lists)."""
-        from ..data.synthetic import SyntheticConfig
+        from ...data.synthetic import SyntheticConfig
 
         if self.type != "synthetic":
             return SyntheticConfig()
@@ -140,7 +140,7 @@ class SimAdapterRecipe(RecipeSpec):
         baselines: baseline name -> its stage settings (names of :data:`BASELINE_NAMES`).
         evaluation: the test-set evaluation.
         self_training: the self-training rounds of the trained systems on untranscribed audio
-            (:mod:`~adaptspeech.recipes.self_training`; off by default).
+            (:mod:`~adaptspeech.recipes.simadapter.self_training`; off by default).
     """
 
     corpus: CorpusSettings
@@ -177,7 +177,7 @@ class SimAdapterRecipe(RecipeSpec):
         return values
 
     def __post_init__(self) -> None:
-        from ..data.subsets import SubsetSize
+        from ...data.subsets import SubsetSize
 
         missing = [s for s in STAGE_NAMES if s not in self.stages]
         if missing:
@@ -202,7 +202,7 @@ class SimAdapterRecipe(RecipeSpec):
 
     def retargeted(self) -> SimAdapterRecipe:
         """A copy whose stage settings' languages follow ``sources`` / ``target`` once more, after the stage overrides
-        (:func:`~adaptspeech.recipes.languages.retarget_stages`; the transfer curve trains with these)."""
+        (:func:`~adaptspeech.recipes.simadapter.languages.retarget_stages`; the transfer curve trains with these)."""
         return dataclasses.replace(self, stages=retarget_stages(self.stages, self.sources, self.target))
 
     def stage_settings(self, group: str, name: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""The ``self_training`` section of a SimAdapter recipe (:mod:`~adaptspeech.recipes.self_training` runs it): which
-systems are self-trained on the untranscribed pool, for how many rounds, with which confidence filter, batch share,
-speed perturbation and steps. Its own module so the recipe's settings (:mod:`~adaptspeech.recipes.protocol_spec`)
-can hold it without importing the rounds.
+"""The ``self_training`` section of a SimAdapter recipe (:mod:`~adaptspeech.recipes.simadapter.self_training` runs it):
+which systems are self-trained on the untranscribed pool, for how many rounds, with which confidence filter, batch
+share, speed perturbation and steps. Its own module so the recipe's settings
+(:mod:`~adaptspeech.recipes.simadapter.spec`) can hold it without importing the rounds.
 
 .. code-block:: yaml
 
@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..decoding.confidence import ConfidenceMethod
-from ..settings import (
+from ...decoding.confidence import ConfidenceMethod
+from ...settings import (
     BOOL,
     FINITE_POSITIVE,
     NON_EMPTY_STR,
@@ -45,7 +45,7 @@ from ..settings import (
     SettingType,
     optional,
 )
-from .spec import RecipeError, Section
+from ..spec import RecipeError, Section
 
 #: ``--only self_training``: train nothing else, run (or reuse) the self-training rounds, re-evaluate
 SELF_TRAINING_STEP = "self_training"
@@ -81,7 +81,7 @@ class SelfTrainingSettings(Section):
     Args:
         enabled: run the rounds (``--only self_training`` runs them too); off, a finished run's rows are still shown.
         pool: a pool folder (``adaptspeech prepare audio-folder`` / ``common-voice-other``); None: built by
-            :func:`~adaptspeech.recipes.self_training.ensure_pool`.
+            :func:`~adaptspeech.recipes.simadapter.self_training.ensure_pool`.
         pool_clips: a synthetic corpus: unlabelled clips of the target synthesised for the pool.
         systems: the systems self-trained.
         rounds: the most rounds per system.
@@ -164,7 +164,7 @@ class SelfTrainingSettings(Section):
 
     def confidence_filter(self, round_: int = 1) -> Any:
         """The filter of round ``round_`` (1-based): ``keep_fraction_schedule``'s share when set."""
-        from ..data.pseudo_labelled import ConfidenceFilter
+        from ...data.pseudo_labelled import ConfidenceFilter
 
         if self.keep_fraction_schedule is not None:
             return ConfidenceFilter(None, self.keep_fraction_schedule[min(round_, len(self.keep_fraction_schedule))

@@ -13,7 +13,7 @@ from transformers import Wav2Vec2Processor
 from adaptspeech.data.processor import build_processor
 from adaptspeech.data.text import build_vocab
 from adaptspeech.decoding import ctc_prefix_beam_search
-from adaptspeech.decoding.streaming import StreamingCTCPrefixBeam
+from adaptspeech.decoding.ctc_streaming import StreamingCTCPrefixBeam
 from adaptspeech.lm.build import build_arpa
 from adaptspeech.metrics.scoring import error_rate
 
@@ -55,7 +55,7 @@ def text_of(tokenizer, tokens: list[int]) -> str:
 
 def test_fused_search_chunk_by_chunk_equals_one_pass(setup: tuple) -> None:
     """Beam, partial ranks and final n-best are the same whatever the pieces (empty pieces too)."""
-    from adaptspeech.lm.fusion import NGramFusion
+    from adaptspeech.lm.shallow_fusion import NGramFusion
 
     tokenizer, lm = setup
     fusion = NGramFusion.from_lm_dir(tokenizer, lm, alpha=1.0, beta=2.0)
@@ -107,7 +107,7 @@ def test_fused_search_keeps_what_the_plain_search_keeps(setup: tuple, alpha: flo
     """The bound that skips extensions loses nothing: the beam after every frame equals the plain search's (the same
     sums in the same order: compared exactly); alpha < 0 has no bound and tries every extension."""
     from adaptspeech.decoding.ctc_prefix_beam import frame_candidates
-    from adaptspeech.lm.fusion import NGramFusion
+    from adaptspeech.lm.shallow_fusion import NGramFusion
     from adaptspeech.runtime.lm_prefix_beam import FusedSearch
 
     tokenizer, lm = setup
@@ -126,7 +126,7 @@ def test_fused_search_keeps_what_the_plain_search_keeps(setup: tuple, alpha: flo
 def test_fused_search_at_zero_weights_is_the_search_without_lm(setup: tuple) -> None:
     """alpha = beta = 0 (and so no unknown-word offset): the same prefixes as the prefix beam search without an LM;
     the CTC scores to 1e-9 (the sums are added in another order)."""
-    from adaptspeech.lm.fusion import NGramFusion
+    from adaptspeech.lm.shallow_fusion import NGramFusion
 
     tokenizer, lm = setup
     fusion = NGramFusion.from_lm_dir(tokenizer, lm, alpha=0.0, beta=0.0)
@@ -153,7 +153,7 @@ def test_fused_search_agrees_with_the_offline_lm_decoder(setup: tuple) -> None:
     the same text on 15 of the 20 (asserted: at least 14), the fused search right on 18 (asserted: at least 18), and
     pyctcdecode's character error never below the fused search's on any (asserted)."""
     from adaptspeech.lm.decoder import LMDecoder, build_decoder
-    from adaptspeech.lm.fusion import NGramFusion
+    from adaptspeech.lm.shallow_fusion import NGramFusion
 
     tokenizer, lm = setup
     offline = LMDecoder(build_decoder(tokenizer, lm, alpha=1.0, beta=1.0), beam_width=32)
@@ -174,7 +174,7 @@ def test_fused_search_agrees_with_the_offline_lm_decoder(setup: tuple) -> None:
 
 
 def test_an_lm_of_another_alphabet_is_refused(setup: tuple) -> None:
-    from adaptspeech.lm.fusion import NGramFusion
+    from adaptspeech.lm.shallow_fusion import NGramFusion
 
     tokenizer, lm = setup
     fusion = NGramFusion.from_lm_dir(tokenizer, lm)

@@ -13,7 +13,7 @@ from helpers.recipes import ST_POOL_CLIPS as POOL_CLIPS
 from helpers.recipes import self_training_overrides as _overrides
 
 from adaptspeech.recipes import RecipeError, load_recipe, run_recipe
-from adaptspeech.recipes.self_training import same_round
+from adaptspeech.recipes.simadapter.self_training import same_round
 from adaptspeech.saved_model import model_fingerprint
 
 ADAPTER = "target adapter alone"

@@ -1,4 +1,4 @@
-"""The one adapter engine: what an adapter layer does to an encoder layer's output, shared by the native
+"""The one adapter layer forward: what an adapter layer does to an encoder layer's output, shared by the native
 :class:`~adaptspeech.adapters.block.LanguageAdapterBlock` and the peft ``speech_adapter`` layer.
 
 Semantics (the same in both):

@@ -20,7 +20,7 @@ from helpers.recipes import DEMO, TINY, few_steps
 
 from adaptspeech.cli import main
 from adaptspeech.recipes import load_recipe
-from adaptspeech.recipes.protocol_evaluation import ADAPTER_ALONE, ZERO_SHOT
+from adaptspeech.recipes.simadapter.evaluation import ADAPTER_ALONE, ZERO_SHOT
 
 STAGES = ("base", "source_adapters", "target_adapter", "fusion")
 POOL_CLIPS = 8
@@ -132,7 +132,7 @@ def test_an_audio_folder_pool_is_read_as_one(runs, tmp_path):
     """What an audio folder's clips say is unknown: it is not read as a Common Voice release (which failed after
     every system was evaluated); its language must be the target's."""
     from adaptspeech.data.pools import feature_extractor_for, prepare_audio_folder
-    from adaptspeech.recipes.self_training import held_aside_sentences
+    from adaptspeech.recipes.simadapter.self_training import held_aside_sentences
 
     clips = tmp_path / "recordings"
     clips.mkdir()

@@ -1,6 +1,6 @@
 """The self-training rows of a SimAdapter recipe's results table: each self-trained system on the test set, without
 and with the n-gram LM, each with the paired bootstrap against the same system without self-training, and the
-results.md section with every round's figures (:mod:`~adaptspeech.recipes.self_training`).
+results.md section with every round's figures (:mod:`~adaptspeech.recipes.simadapter.self_training`).
 
 Rows ``<system> + self-training`` (compared with ``<system>``) and, where the recipe has an LM row for the system,
 ``<system> + self-training + <n>-gram LM`` (compared with ``<system> + <n>-gram LM``; alpha / beta tuned on dev for
@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics.significance import utterance_edits
-from ..progress import log
-from .protocol_evaluation import ExtraRows, TargetEvaluation, bootstrap_cell
-from .protocol_spec import SimAdapterRecipe
+from ...metrics.significance import utterance_edits
+from ...progress import log
+from .evaluation import ExtraRows, TargetEvaluation, bootstrap_cell
 from .self_training import LMSetup, SystemRun, describe_run
 from .self_training_settings import SelfTrainingSettings
+from .spec import SimAdapterRecipe
 
 #: results.md column of the self-training rows: CER difference to the same system without self-training
 VS_NO_SELF_TRAINING_COLUMN = "CER - same system without self-training, 95% CI"
@@ -31,8 +31,8 @@ SUFFIX = "self-training"
 
 def _evaluate(model_dir: Path, data: Any, evaluation: TargetEvaluation, method: str, options: dict[str, Any],
               lm_decoder: Any = None) -> dict[str, Any]:
-    from ..evaluation import evaluate_dataset
-    from ..modeling import AdaptSpeechForCTC
+    from ...evaluation import evaluate_dataset
+    from ...modeling import AdaptSpeechForCTC
 
     model = AdaptSpeechForCTC.from_pretrained(model_dir).to(evaluation.device)
     extra = {} if lm_decoder is not None else options
@@ -41,9 +41,9 @@ def _evaluate(model_dir: Path, data: Any, evaluation: TargetEvaluation, method: 
 
 
 def _tuned_lm(model_dir: Path, dev: Any, evaluation: TargetEvaluation, lm: LMSetup) -> tuple[Any, dict[str, float]]:
-    from ..lm.decoder import LMDecoder, build_decoder
-    from ..lm.tune import dev_log_probs, grid_search
-    from ..modeling import AdaptSpeechForCTC
+    from ...lm.decoder import LMDecoder, build_decoder
+    from ...lm.tune import dev_log_probs, grid_search
+    from ...modeling import AdaptSpeechForCTC
 
     model = AdaptSpeechForCTC.from_pretrained(model_dir).to(evaluation.device)
     decoder = LMDecoder(build_decoder(evaluation.processor.tokenizer, lm.folder), beam_width=lm.beam_size)
@@ -61,13 +61,13 @@ def self_training_rows(target: str, split: str, method: str, options: dict[str, 
 
     Args:
         target, split, method, options: the recipe's target and its test-set decoding.
-        runs: the self-trained systems (:meth:`~adaptspeech.recipes.self_training.SelfTrainingRunner.run`).
+        runs: the self-trained systems (:meth:`~adaptspeech.recipes.simadapter.self_training.SelfTrainingRunner.run`).
         evaluation: the protocol's evaluation so far (the rows without self-training and their edits).
         lm: the LM the rows with an LM decode with (None: no LM rows).
         lm_rows: the recipe's LM rows by system name (``<system> + <n>-gram LM``), lm_edits their edits.
         pool_minutes: the pool's audio.
     """
-    from ..data.prepared_data import select_languages
+    from ...data.prepared_data import select_languages
 
     started = time.perf_counter()
     dataset = evaluation.dataset
@@ -129,8 +129,8 @@ def self_training_rows(target: str, split: str, method: str, options: dict[str, 
 def recipe_self_training_rows(spec: SimAdapterRecipe, evaluation: TargetEvaluation, lm: LMSetup | None = None,
                               lm_extra: ExtraRows | None = None, lm_label: str = "4-gram LM") -> ExtraRows:
     """Run (or reuse) the rounds of every system of ``spec.self_training`` and evaluate the rows: the pool
-    (:func:`~adaptspeech.recipes.self_training.ensure_pool`), the rounds
-    (:class:`~adaptspeech.recipes.self_training.SelfTrainingRunner`), then :func:`self_training_rows`.
+    (:func:`~adaptspeech.recipes.simadapter.self_training.ensure_pool`), the rounds
+    (:class:`~adaptspeech.recipes.simadapter.self_training.SelfTrainingRunner`), then :func:`self_training_rows`.
 
     Args:
         spec: the recipe (its ``self_training`` section).

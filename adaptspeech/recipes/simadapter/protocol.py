@@ -2,7 +2,7 @@
 as a recipe task, with its baselines on the same target data: task ``simadapter``, the default of ``recipe.yaml``.
 
 Stages (each a YAML file beside ``recipe.yaml``, each overridable as ``<stage>.<section>.<key>=value``; settings:
-:mod:`~adaptspeech.recipes.protocol_spec`):
+:mod:`~adaptspeech.recipes.simadapter.spec`):
 
 1. ``base``: a multilingual encoder + CTC head trained on the source languages (or a pretrained checkpoint:
    ``base.model.init=backbone``, ``base.model.path=facebook/wav2vec2-xls-r-300m``);
@@ -14,17 +14,17 @@ Stages (each a YAML file beside ``recipe.yaml``, each overridable as ``<stage>.<
 Baselines on the same target data: ``finetune`` (the whole base model), ``scratch`` (the same architecture from
 random initialisation) and the target adapter alone (stage 3a). Zero-shot base is reported too.
 
-:func:`run_protocol` is the sequence :func:`~.protocol_stages.prepare_data` ->
-:func:`~.protocol_stages.train_recipe_stage` for each stage of :func:`~.protocol_stages.recipe_plan` (a stage
+:func:`run_protocol` is the sequence :func:`~.stages.prepare_data` ->
+:func:`~.stages.train_recipe_stage` for each stage of :func:`~.stages.recipe_plan` (a stage
 ``--only`` leaves out is reused from an earlier run; one interrupted half-way continues from its last complete
 checkpoint when its settings are unchanged) -> the test-set evaluation
-(:func:`~adaptspeech.recipes.protocol_evaluation.evaluate_recipe`: ``results.md`` / ``results.json``,
-``fusion_heatmap.png``, ``training_curves.png``); the dry run (:mod:`adaptspeech.recipes.dry_run`,
+(:func:`~adaptspeech.recipes.simadapter.evaluation.evaluate_recipe`: ``results.md`` / ``results.json``,
+``fusion_heatmap.png``, ``training_curves.png``); the dry run (:mod:`adaptspeech.recipes.simadapter.dry_run`,
 ``--dry-run``) runs the same steps one process each. With the ``self_training`` section on (or ``--only
 self_training``), the trained systems are self-trained on untranscribed audio and the table gains their rows
-(:mod:`~adaptspeech.recipes.self_training`, :mod:`~adaptspeech.recipes.self_training_rows`). A recipe folder's own
-task may subclass
-:class:`SimAdapterProtocol` to add rows to the table (:meth:`SimAdapterProtocol.extra_rows`), steps and options.
+(:mod:`~adaptspeech.recipes.simadapter.self_training`, :mod:`~adaptspeech.recipes.simadapter.self_training_rows`). A
+recipe folder's own task may subclass :class:`SimAdapterProtocol` to add rows to the table
+(:meth:`SimAdapterProtocol.extra_rows`), steps and options.
 """
 
 from __future__ import annotations
@@ -36,14 +36,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..progress import log
+from ...progress import log
+from ..engine import RECIPE_TASKS, Action, RecipeTask, check_only, recipe_task, schedule, set_threads
+from ..options import simadapter_options
+from ..spec import RecipeSpec
 from . import dry_run
-from .engine import RECIPE_TASKS, Action, RecipeTask, check_only, recipe_task, schedule, set_threads
+from .evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
 from .languages import retarget_stages
-from .options import simadapter_options
-from .protocol_evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
-from .protocol_spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
-from .protocol_stages import (
+from .self_training import check_pool_setting, ensure_pool
+from .self_training_settings import SELF_TRAINING_STEP
+from .spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
+from .stages import (
     PREPARED,
     PlannedStage,
     load_stage_outputs,
@@ -53,9 +56,6 @@ from .protocol_stages import (
     stage_spec,
     train_recipe_stage,
 )
-from .self_training import check_pool_setting, ensure_pool
-from .self_training_settings import SELF_TRAINING_STEP
-from .spec import RecipeSpec
 
 
 def run_protocol(spec: SimAdapterRecipe, only: Sequence[str] | None = None) -> dict[str, Any]:
@@ -119,7 +119,7 @@ class SimAdapterProtocol(RecipeTask):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """``--dry-run`` and its settings (:func:`~.options.simadapter_options`, the table the command line reads)."""
+        """``--dry-run`` and its settings (:func:`~..options.simadapter_options`, the table the command line reads)."""
         simadapter_options(parser)
 
     def command(

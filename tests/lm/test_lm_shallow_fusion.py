@@ -1,5 +1,5 @@
-"""The word LM of the fused streaming search (adaptspeech.lm.fusion.NGramFusion): the folders and tuned weights of
-``transcribe --lm``, and pyctcdecode's scores."""
+"""The word LM of the fused streaming search (adaptspeech.lm.shallow_fusion.NGramFusion): the folders and tuned weights
+of ``transcribe --lm``, and pyctcdecode's scores."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from transformers import AutoProcessor
 
 from adaptspeech.lm.build import build_arpa
 from adaptspeech.lm.decoder import build_decoder
-from adaptspeech.lm.fusion import NGramFusion
 from adaptspeech.lm.processor import save_processor_with_lm
+from adaptspeech.lm.shallow_fusion import NGramFusion
 
 pytest.importorskip("kenlm")
 pytest.importorskip("pyctcdecode")

@@ -41,12 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from ..progress import log
-from ..saved_model import model_fingerprint
-from .protocol_spec import SimAdapterRecipe
-from .protocol_stages import PlannedStage, recipe_plan, stage_spec
+from ...progress import log
+from ...saved_model import model_fingerprint
+from ..spec import RecipeError
 from .self_training_settings import SELF_TRAINED_SYSTEMS, SelfTrainingSettings
-from .spec import RecipeError
+from .spec import SimAdapterRecipe
+from .stages import PlannedStage, recipe_plan, stage_spec
 
 #: confidence bins of the label-quality table
 CONFIDENCE_BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -102,7 +102,7 @@ class SystemRun:
 def check_pool_setting(spec: SimAdapterRecipe, settings: SelfTrainingSettings) -> None:
     """Refuse a ``self_training.pool`` that is no pool folder or holds another language than the target (read from
     its ``pool_config.json`` alone: checked before the corpus is prepared and anything trains)."""
-    from ..data.pools import POOL_MARKER
+    from ...data.pools import POOL_MARKER
 
     if not settings.pool:
         return
@@ -120,9 +120,9 @@ def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared
     """The pool folder of the target: ``settings.pool``, else (built once into ``self_training/pool``) the synthetic
     corpus's ``pool_clips`` unlabelled clips, or the Common Voice release's ``other.tsv``; refused when it shares a
     clip or a sentence with the prepared dev / test splits."""
-    from ..data.pool_overlap import check_pool_rows, held_out
-    from ..data.pools import POOL_MARKER, feature_extractor_for, load_pool, prepare_common_voice_other
-    from ..data.synthetic import build_synthetic_corpus
+    from ...data.pool_overlap import check_pool_rows, held_out
+    from ...data.pools import POOL_MARKER, feature_extractor_for, load_pool, prepare_common_voice_other
+    from ...data.synthetic import build_synthetic_corpus
 
     held = held_out(prepared, spec.target)
     if settings.pool:
@@ -159,10 +159,10 @@ def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared
 def held_aside_sentences(spec: SimAdapterRecipe, pool: Path) -> dict[str, str] | None:
     """What each pool clip says (normalised), when the corpus knows it (the synthetic corpus's
     ``unlabelled_sentences.tsv``; read only to measure the labels' error), else None."""
-    from ..data.common_voice import find_language_dir, read_tsv
-    from ..data.pools import OTHER_TSV_SOURCE, POOL_MARKER
-    from ..data.synthetic import UNLABELLED_SENTENCES
-    from ..data.text import normalize_text
+    from ...data.common_voice import find_language_dir, read_tsv
+    from ...data.pools import OTHER_TSV_SOURCE, POOL_MARKER
+    from ...data.synthetic import UNLABELLED_SENTENCES
+    from ...data.text import normalize_text
 
     source = str(json.loads((pool / POOL_MARKER).read_text()).get("source", ""))
     if not source.endswith(OTHER_TSV_SOURCE):  # an audio folder's pool: nobody knows what its clips say
@@ -181,8 +181,8 @@ def label_quality(labels_dir: Path, pool_paths: list[str], truth: dict[str, str]
                   kept: set[int] | None = None) -> dict[str, Any]:
     """The pseudo-labels' CER against what the clips say: all of them, the kept ones, per confidence bin
     (:data:`CONFIDENCE_BINS`); ``{}`` when the truth is unknown."""
-    from ..data.pseudo_labelled import LABELS_FILE
-    from ..metrics.scoring import count_edits
+    from ...data.pseudo_labelled import LABELS_FILE
+    from ...metrics.scoring import count_edits
 
     if truth is None:
         return {}
@@ -259,7 +259,7 @@ def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSetting
         student["model"]["add_adapters"] = {lang: {**(value or {}), "bottleneck": settings.adapter_bottleneck}
                                             for lang, value in adapters.items()}
     training.pop("train_sampling_strategy", None)
-    from ..training.stage import StageSpec
+    from ...training.stage import StageSpec
 
     StageSpec.from_dict(student)
     return student
@@ -303,8 +303,8 @@ class SelfTrainingRunner:
 
     def __init__(self, spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared: Path, pool: Path,
                  lm: LMSetup | None) -> None:
-        from ..data.pools import load_pool, pool_fingerprint
-        from ..data.prepared_data import load_prepared, select_languages
+        from ...data.pools import load_pool, pool_fingerprint
+        from ...data.prepared_data import load_prepared, select_languages
 
         self.spec, self.settings, self.prepared, self.pool, self.lm = spec, settings, prepared, pool, lm
         self.folder = spec.output_dir / FOLDER
@@ -323,8 +323,8 @@ class SelfTrainingRunner:
         with ``fit_nbest_temperature``, else 1)."""
         if self.lm is None:
             return None, None, None, 1.0
-        from ..lm.decoder import LMDecoder, build_decoder
-        from ..lm.tune import dev_log_probs, grid_search
+        from ...lm.decoder import LMDecoder, build_decoder
+        from ...lm.tune import dev_log_probs, grid_search
 
         decoder = LMDecoder(build_decoder(self.processor.tokenizer, self.lm.folder), beam_width=self.lm.beam_size)
         log_probs = dev_log_probs(model, self.dev, self.processor)
@@ -332,8 +332,8 @@ class SelfTrainingRunner:
         decoder.set_weights(best["alpha"], best["beta"])
         temperature = 1.0
         if self.settings.fit_nbest_temperature:
-            from ..decoding.confidence import fit_nbest_temperature, frame_confidence
-            from ..metrics.confidence import word_correctness
+            from ...decoding.confidence import fit_nbest_temperature, frame_confidence
+            from ...metrics.confidence import word_correctness
 
             method = self.settings.confidence_method()
             nbests = [decoder.nbest(lp, self.settings.beam_size)[1] for lp in log_probs]
@@ -348,9 +348,9 @@ class SelfTrainingRunner:
                                                                           float]:
         from dataclasses import replace
 
-        from ..data.pseudo_labelled import NothingDecodedError
-        from ..inference.pseudo_label import pseudo_label
-        from ..modeling import AdaptSpeechForCTC
+        from ...data.pseudo_labelled import NothingDecodedError
+        from ...inference.pseudo_label import pseudo_label
+        from ...modeling import AdaptSpeechForCTC
 
         started = time.perf_counter()
         model = AdaptSpeechForCTC.from_pretrained(teacher)
@@ -378,9 +378,9 @@ class SelfTrainingRunner:
     def _average(self, student_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
         """Replace the student's model by the average of its ``average_top_n`` best checkpoints and its dev
         evaluation in ``stage_summary.json`` by the average's (the last step's kept as ``<split>_last_step``)."""
-        from ..saved_model import load_saved_model
-        from ..training.checkpoint_averaging import average_top_checkpoints
-        from ..training.decoding_evaluation import DecodingEvaluation
+        from ...saved_model import load_saved_model
+        from ...training.checkpoint_averaging import average_top_checkpoints
+        from ...training.decoding_evaluation import DecodingEvaluation
 
         record = average_top_checkpoints(student_dir / "checkpoints", int(self.settings.average_top_n),
                                          student_dir / "model", student_dir / "model")
@@ -403,7 +403,7 @@ class SelfTrainingRunner:
         """The rounds of ``system``.
 
         Args:
-            system: a stage of :data:`~adaptspeech.recipes.self_training_settings.SELF_TRAINED_SYSTEMS`.
+            system: a stage of :data:`~adaptspeech.recipes.simadapter.self_training_settings.SELF_TRAINED_SYSTEMS`.
             start: the students' starting model instead of the stage's own.
             teacher: the first teacher (a trained model folder beside its ``stage_summary.json``); None: the
                 recipe's stage, ``<output_dir>/<system>/model``.
@@ -413,7 +413,7 @@ class SelfTrainingRunner:
             reuse: more folders of rounds, searched after ``folder``: a finished round there whose key matches
                 is reused as it is (its student stays where it is); new rounds are written only in ``folder``.
         """
-        from ..training.stage import run_stage
+        from ...training.stage import run_stage
 
         own = teacher or self.spec.output_dir / system / "model"
         teacher = own

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.common_voice import CV_COLUMNS
+from ...data.common_voice import CV_COLUMNS
 
 SAMPLE_RATE = 48_000
 """Common Voice clips are 48 kHz (older releases) or 32 kHz MP3; 48 kHz makes the preparation resample."""

@@ -13,8 +13,8 @@ import torch
 
 from adaptspeech.cli import main as cli_main
 from adaptspeech.recipes import RecipeError, load_recipe
-from adaptspeech.recipes.cv_layout import write_common_voice_layout
-from adaptspeech.recipes.dry_run import (
+from adaptspeech.recipes.simadapter.cv_layout import write_common_voice_layout
+from adaptspeech.recipes.simadapter.dry_run import (
     STEP_NAMES,
     XLSR_300M_BACKBONE,
     DryRunSettings,
@@ -133,7 +133,7 @@ def test_settings_and_cli_flags(monkeypatch, tmp_path, capsys):
         calls.append((recipe_dir, overrides, settings, only))
         return {"markdown": "| table |", "output_dir": str(tmp_path), "total_seconds": 1.0, "failed": []}
 
-    monkeypatch.setattr("adaptspeech.recipes.dry_run.run_dry_run", fake)
+    monkeypatch.setattr("adaptspeech.recipes.simadapter.dry_run.run_dry_run", fake)
     code = cli_main(["recipe", "recipes/common_voice", "--dry-run", "--dry-run-steps", "2", "--only", "base,evaluate",
                      "target=cs"])  # fmt: skip
     assert code == 0 and "| table |" in capsys.readouterr().out
