@@ -24,12 +24,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  demo)
-    # OpenMP threads that wait at a barrier sleep instead of spinning: on a machine where other work runs, 2 spinning
-    # threads made a training step 15-37x slower (docs/benchmarks.md, "Threads on a busy machine"); read when torch
-    # loads, so it is set here, before Python starts
-    export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-    exec adaptspeech demo "$@" ;;
+  demo) exec adaptspeech demo "$@" ;;   # threads: auto (recipe.yaml) takes the cores other work leaves free
   smoke) exec python -m adaptspeech.smoke "$@" ;;
   test)
     ruff check adaptspeech tests scripts recipes
