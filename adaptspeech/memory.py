@@ -8,14 +8,17 @@ allocator.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 MIB = 2**20
 """Bytes in a MiB."""
 
-__all__ = ["MIB", "current_rss_bytes", "peak_rss_bytes", "reset_peak_rss"]
+__all__ = ["MIB", "current_rss_bytes", "in_fresh_process", "peak_rss_bytes", "reset_peak_rss"]
 
 
 def _status_kib(key: str) -> int | None:
@@ -56,3 +59,15 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+def in_fresh_process(target: Callable[..., None], *args: Any) -> Any:
+    """Run ``target(*args, queue)`` in a newly spawned Python process and return what it puts on ``queue``: each
+    measurement's peak memory starts from an interpreter of its own (the benchmarks' way to keep peaks apart)."""
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=target, args=(*args, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result

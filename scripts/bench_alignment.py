@@ -18,12 +18,13 @@ recognition.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from adaptspeech.memory import in_fresh_process
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_long_form import _build, _recording  # the same model and recording
@@ -72,13 +73,7 @@ def _measure(what: str, minutes: float, threads: int, queue: Any) -> None:
 
 def run(what: str, minutes: float, threads: int) -> tuple[float, float, float]:
     """``(seconds, peak RSS MB, RSS MB before)`` of ``what`` (``decode`` or ``align``) in a fresh process."""
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_measure, args=(what, minutes, threads, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    return result
+    return in_fresh_process(_measure, what, minutes, threads)
 
 
 def main() -> None:

@@ -18,10 +18,11 @@ RTF = seconds / audio seconds.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import resource
 import time
 from typing import Any
+
+from adaptspeech.memory import in_fresh_process
 
 
 def _build(threads: int) -> tuple[Any, Any]:
@@ -84,14 +85,8 @@ def _measure(split_by: str, minutes: float, threads: int, chunk: float, stride: 
 def run(split_by: str, minutes: float, args: argparse.Namespace) -> tuple[float, float, float]:
     """``(seconds, peak RSS MB, RSS MB before decoding)`` in a fresh process; ``split_by``: ``chunks`` or ``pauses``
     (``transcribe``'s), or ``unchunked`` (one encoder call on the whole recording)."""
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_measure, args=(split_by, minutes, args.threads, args.chunk_length,
-                                                     args.stride_length, args.pause_every, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    return result
+    return in_fresh_process(_measure, split_by, minutes, args.threads, args.chunk_length, args.stride_length,
+                            args.pause_every)
 
 
 def main() -> None:
