@@ -4,23 +4,15 @@ process with the wait policy they name (libgomp's spin count: 0 passive, 300,000
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import pytest
-from helpers.paths import SCRIPTS
+from helpers.scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_threads_busy", SCRIPTS / "bench_threads_busy.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_threads_busy", module)
-    spec.loader.exec_module(module)
-    yield module
-    if sys.modules.get("bench_threads_busy") is module:
-        del sys.modules["bench_threads_busy"]
+    yield from script_module("bench_threads_busy")
 
 
 def record(load: str, policy: str, threads: str, walls: list[float], torch_threads: int, cpus=None) -> dict:

@@ -10,12 +10,9 @@ above it."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import torch
-from helpers.paths import SCRIPTS
+from helpers.scripts import script_module
 from torch.utils.flop_counter import FlopCounterMode
 
 #: the formula leaves out the CTC head's loss and elementwise work, which the counter does not count either; the
@@ -27,13 +24,7 @@ STACKED = 0.05
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_training_step", SCRIPTS / "bench_training_step.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_training_step", module)
-    spec.loader.exec_module(module)
-    yield module
-    if sys.modules.get("bench_training_step") is module:
-        del sys.modules["bench_training_step"]
+    yield from script_module("bench_training_step")
 
 
 def counted_multiply_adds(bench, configuration: str) -> tuple[float, float]:
