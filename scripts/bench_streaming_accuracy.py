@@ -28,9 +28,9 @@ corpus cleaned them, frequency-weighted, 3-10 words, no test sentence), as an LM
 
 Each row names the system's convolution (``causal``, ``DCConv``, ``look-ahead r``, ``symmetric``), read from its
 config, so that the tables of runs trained with each setting line up (the WeNet-style table: run the script once per
-run). A look-ahead or symmetric model cannot stream (``encode_chunk`` refuses it): its chunk figures are the
-chunk-masked forward (the attention chunked, the convolution crossing into the next chunk), which no stream computes,
-marked ``masked only``, and ``--stream-corpus`` skips it.
+run). A symmetric model cannot stream (``encode_chunk`` refuses it): its chunk figures are the chunk-masked forward
+(the attention chunked, the convolution crossing into the next chunk), which no stream computes, marked ``masked
+only``, and ``--stream-corpus`` skips it.
 """
 
 from __future__ import annotations

@@ -7,20 +7,27 @@ wav2vec2-conformer backbones) changes that:
 
 - ``None`` (the default): transformers' symmetric convolution.
 - ``0``: causal (WeNet's ``causal: true``, ``lorder = k - 1``): pads ``k - 1`` frames on the left, none on the right.
-- ``r`` in ``1 .. (k-1)/2``: a limited look-ahead, ``k - 1 - r`` frames on the left and ``r`` on the right.
+- ``r`` in ``1 .. (k-1)/2``: a limited look-ahead, ``k - 1 - r`` frames on the left and up to ``r`` on the right: at
+  full context the ``r`` frames ahead, under chunk masks only those of the running chunk
+  (:class:`ChunkDepthwiseConv1d`).
 - ``"chunk"``: dynamic chunk convolution (Li et al., ICASSP 2023, "Dynamic Chunk Convolution for Unified Streaming and
-  Non-Streaming Conformer ASR"; :class:`DynamicChunkDepthwiseConv1d`): the symmetric kernel, whose frames past the end
-  of the running chunk (the chunk size the attention masks use) are zeros. At full context it *is* the symmetric
-  convolution.
+  Non-Streaming Conformer ASR"; :class:`ChunkDepthwiseConv1d` with ``r = (k-1)/2``): the symmetric kernel, whose
+  frames past the end of the running chunk (the chunk size the attention masks use) are zeros. At full context it *is*
+  the symmetric convolution. ``conv_lookahead: (k-1)/2`` is the same convolution.
 
 The kernel and its weights are unchanged in every case (the state dict keeps its keys and shapes), so a pretrained or
 symmetric model can be made causal, look-ahead or dynamic-chunk and fine-tuned.
 
-Streamed (:mod:`adaptspeech.stream_state`), a causal convolution continues from the last ``k - 1`` input frames of the
-previous chunk instead of zeros, a dynamic chunk convolution from the last ``(k-1)/2``, so chunk-by-chunk encoding
-equals the whole-sequence forward under the same chunk mask. A look-ahead ``r > 0`` is refused for streaming
-(:func:`conv_stream_refusal`): under chunk-masked attention a frame of the next chunk depends on that whole chunk at
-the layer below, so exact streaming would wait one more chunk per layer, not ``r`` frames.
+Streamed (:mod:`adaptspeech.stream_state`), the convolution continues from the last ``k - 1 - r`` input frames of the
+previous chunk instead of zeros (``k - 1`` causal, ``(k-1)/2`` dynamic chunk), and the frames past the chunk's end are
+zeros, so chunk-by-chunk encoding equals the whole-sequence forward under the same chunk mask.
+
+Deviation from NeMo's look-ahead (``conv_context_size: [left, right]``), whose right context crosses into the next
+chunk: under chunk-masked attention a frame of the next chunk depends on that whole chunk at the layer below, so an
+exact stream of that convolution would wait one more chunk per layer (4 x 640 ms on the demo base), and NeMo's
+cache-drop recomputation is not exact there. Here the look-ahead stops at the chunk's end, in training (the chunk drawn
+per batch) as in decoding, so a look-ahead model streams exactly with no latency beyond the chunk; without chunks it
+adds ``r`` frames per layer.
 """
 
 from __future__ import annotations
@@ -38,56 +45,65 @@ CHUNK = "chunk"
 
 
 class ShiftedDepthwiseConv1d(nn.Conv1d):
-    """A depthwise ``nn.Conv1d`` (``[B, D, T] -> [B, D, T]``) padded ``left`` frames before and ``right`` after."""
+    """The causal depthwise ``nn.Conv1d`` (``[B, D, T] -> [B, D, T]``): padded ``k - 1`` frames before, none after, so
+    no chunk mask can change it."""
 
-    def __init__(self, channels: int, kernel_size: int, lookahead: int, bias: bool = False) -> None:
+    def __init__(self, channels: int, kernel_size: int, bias: bool = False) -> None:
         super().__init__(channels, channels, kernel_size, padding=0, groups=channels, bias=bias)
-        self.left = kernel_size - 1 - lookahead
-        self.right = lookahead
+        self.left = kernel_size - 1
+        self.right = 0
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         """``[B, D, T] -> [B, D, T]``; inside a stream the left padding is the previous chunk's last frames."""
         state = current_stream()
         if state is None:
-            return super().forward(F.pad(hidden_states, (self.left, self.right)))
-        if self.right:
-            raise ValueError(f"backbone_config.conv_lookahead={self.right}: {LOOKAHEAD_REFUSAL}")
+            return super().forward(F.pad(hidden_states, (self.left, 0)))
         return super().forward(_continue_stream(self, state, hidden_states, self.left))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, left={self.left}, right={self.right}"
 
 
-class DynamicChunkDepthwiseConv1d(nn.Conv1d):
-    """Dynamic chunk convolution: a depthwise ``nn.Conv1d`` of odd kernel ``k`` (``[B, D, T] -> [B, D, T]``) that never
-    looks past the end of the running chunk.
+class ChunkDepthwiseConv1d(nn.Conv1d):
+    """A depthwise ``nn.Conv1d`` of kernel ``k`` (``[B, D, T] -> [B, D, T]``) with ``r`` frames of look-ahead that never
+    looks past the end of the running chunk: the dynamic chunk convolution (``r = (k-1)/2``, odd ``k``) and the limited
+    look-ahead (``1 <= r < (k-1)/2``).
 
     With the chunk size ``c`` in force for the call (:func:`~adaptspeech.attention.chunking.active_chunking`: chosen
     with ``chunk_attention``, drawn per batch by dynamic chunk training, or the attention config's ``chunk_size``),
-    output frame ``t`` in chunk ``j = t // c`` (frames ``jc .. (j+1)c - 1``) is, with ``h = (k-1)/2``::
+    output frame ``t`` in chunk ``j = t // c`` (frames ``jc .. (j+1)c - 1``) is, with ``l = k - 1 - r`` left frames::
 
-        y[d, t] = sum_{i=0}^{k-1} w[d, i] * x[d, t - h + i] * [0 <= t - h + i < min((j+1)c, T)]  (+ b[d])
+        y[d, t] = sum_{i=0}^{k-1} w[d, i] * x[d, t - l + i] * [0 <= t - l + i < min((j+1)c, T)]  (+ b[d])
 
-    i.e. its ``h`` left frames (previous chunks included) and the frames of its own chunk, the frames past the chunk's
-    end being zeros. With ``c = 0`` (full context) the mask is ``t - h + i < T``: transformers' symmetric ("same")
-    convolution, computed by the same ``conv1d`` call. The chunked case unfolds the zero-padded input into the ``k``
+    i.e. its ``l`` left frames (previous chunks included) and at most ``r`` frames of its own chunk ahead of it, the
+    frames past the chunk's end being zeros. With ``c = 0`` (full context) the mask is ``t - l + i < T``: the
+    convolution padded ``l`` frames before and ``r`` after (for ``r = (k-1)/2`` transformers' symmetric ("same")
+    convolution), computed by one ``conv1d`` call. The chunked case unfolds the zero-padded input into the ``k``
     frames around each frame (``[B, D, T, k]``), multiplies them by the kernel masked per frame (``[D, T, k]``) and
     sums: ``O(B D T k)`` memory, no loop over frames, and every size follows ``T`` (the graph of an export with a
     configured ``attention.chunk_size`` holds it).
 
     Deviations from the paper: the chunk is the attention's (WeNet's U2 draw, not a separate draw for the
-    convolution), and the left context is never limited by ``num_left_chunks`` (the kernel's ``h`` left frames are
+    convolution), and the left context is never limited by ``num_left_chunks`` (the kernel's ``l`` left frames are
     always seen, whatever the attention's left chunks).
     """
 
     def __init__(self, channels: int, kernel_size: int, bias: bool = False,
-                 attention: AttentionConfig | None = None) -> None:
-        if kernel_size % 2 == 0:
+                 attention: AttentionConfig | None = None, lookahead: int | None = None) -> None:
+        if lookahead is None and kernel_size % 2 == 0:
             raise ValueError(f"conv_lookahead: chunk needs an odd conv_depthwise_kernel_size, got {kernel_size}")
         super().__init__(channels, channels, kernel_size, padding=0, groups=channels, bias=bias)
-        self.half = (kernel_size - 1) // 2
+        #: frames ahead at full context (``(k-1)/2``: the dynamic chunk convolution)
+        self.right = (kernel_size - 1) // 2 if lookahead is None else lookahead
+        #: frames behind, cached between the chunks of a stream
+        self.left = kernel_size - 1 - self.right
         #: the model's attention settings: their chunk_size unless the call chooses (None: the call's choice only)
         self.attention = attention if attention is not None else AttentionConfig()
+
+    @property
+    def dynamic_chunk(self) -> bool:
+        """The symmetric kernel (``conv_lookahead: chunk``)."""
+        return self.left == self.right
 
     def chunk_size(self) -> int:
         """Encoder frames per chunk in force for this call (0: full context)."""
@@ -95,25 +111,27 @@ class DynamicChunkDepthwiseConv1d(nn.Conv1d):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         """``[B, D, T] -> [B, D, T]``; inside a stream ``hidden_states`` is one chunk, continued from the previous
-        chunk's last ``(k-1)/2`` frames and followed by zeros."""
-        h = self.half
+        chunk's last ``l`` frames and followed by ``r`` zeros."""
+        left, right = self.left, self.right
         state = current_stream()
         if state is not None:
-            return super().forward(F.pad(_continue_stream(self, state, hidden_states, h), (0, h)))
+            return super().forward(F.pad(_continue_stream(self, state, hidden_states, left), (0, right)))
         chunk = self.chunk_size()
         if chunk <= 0:
-            return super().forward(F.pad(hidden_states, (h, h)))
+            return super().forward(F.pad(hidden_states, (left, right)))
         frames = hidden_states.shape[-1]
-        windows = F.pad(hidden_states, (h, h)).unfold(-1, 2 * h + 1, 1)  # [B, D, T, k]: frames t - h .. t + h
+        windows = F.pad(hidden_states, (left, right)).unfold(-1, left + right + 1, 1)  # [B, D, T, k]: t - l .. t + r
         position = torch.arange(frames, device=hidden_states.device)
-        source = position[:, None] + torch.arange(-h, h + 1, device=hidden_states.device)  # [T, k]
+        source = position[:, None] + torch.arange(-left, right + 1, device=hidden_states.device)  # [T, k]
         visible = source < (position // chunk + 1)[:, None] * chunk  # not past the end of t's chunk
         kernels = self.weight[:, 0, None, :] * visible.to(windows.dtype)  # [D, T, k]: each frame's masked kernel
         out = (windows * kernels).sum(-1)  # faster than an einsum of the masked windows with the kernel
         return out if self.bias is None else out + self.bias[:, None]
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, dynamic_chunk=True"
+        kind = "dynamic_chunk=True" if self.dynamic_chunk else f"lookahead={self.right}, within the chunk"
+        return f"{super().extra_repr()}, {kind}"
+
 
 
 def _continue_stream(conv: nn.Module, state: StreamState, hidden_states: torch.Tensor, keep: int) -> torch.Tensor:
@@ -127,28 +145,16 @@ def _continue_stream(conv: nn.Module, state: StreamState, hidden_states: torch.T
     return extended
 
 
-#: why a look-ahead convolution does not stream (one line, after the setting)
-LOOKAHEAD_REFUSAL = (
-    "a frame of the next chunk depends on that whole chunk at the layer below (chunk-masked attention), so streaming "
-    "it exactly would wait one more chunk per layer; streaming needs backbone_config.conv_lookahead: 0 (causal) or "
-    "chunk (dynamic chunk convolution)"
-)
-
-
 def conv_stream_refusal(conv: nn.Module, setting: object) -> str | None:
     """Why the depthwise convolution ``conv`` (of a layer whose ``backbone_config.conv_lookahead`` is ``setting``)
-    cannot stream, or None when it can (causal or dynamic chunk)."""
-    if isinstance(conv, DynamicChunkDepthwiseConv1d):
+    cannot stream, or None when it can (causal, look-ahead within the chunk or dynamic chunk)."""
+    if isinstance(conv, (ChunkDepthwiseConv1d, ShiftedDepthwiseConv1d)):
         return None
-    if isinstance(conv, ShiftedDepthwiseConv1d):
-        if not conv.right:
-            return None
-        return f"looks {conv.right} frame(s) ahead (backbone_config.conv_lookahead={setting!r}): {LOOKAHEAD_REFUSAL}"
     ahead = (conv.kernel_size[0] - 1) // 2
     return (
         f"looks {ahead} frame(s) ahead (backbone_config.conv_lookahead={setting!r}); streaming needs "
-        "backbone_config.conv_lookahead: 0 (causal) or chunk (dynamic chunk convolution: the same weights, and the "
-        "symmetric convolution at full context)"
+        "backbone_config.conv_lookahead: 0 (causal), 1 .. (k-1)/2 (look-ahead within the chunk) or chunk (dynamic "
+        "chunk convolution: the same weights, and the symmetric convolution at full context)"
     )
 
 
@@ -168,10 +174,10 @@ def check_conv_lookahead(lookahead: object, kernel_size: int) -> None:
 def set_conv_lookahead(
     encoder_layers: nn.ModuleList, lookahead: int | str | None, attention: AttentionConfig | None = None
 ) -> int:
-    """Give the depthwise convolution of every conformer layer ``lookahead`` frames of right context (0: causal) or
-    make it a dynamic chunk convolution (``"chunk"``, its chunk size that of ``attention`` or of the call); returns
-    how many layers changed. ``None`` leaves transformers' symmetric convolution; layers without a ``conv_module``
-    (wav2vec2's) refuse any other value."""
+    """Give the depthwise convolution of every conformer layer ``lookahead`` frames of right context within the chunk
+    (0: causal) or make it a dynamic chunk convolution (``"chunk"``, its chunk size that of ``attention`` or of the
+    call); returns how many layers changed. ``None`` leaves transformers' symmetric convolution; layers without a
+    ``conv_module`` (wav2vec2's) refuse any other value."""
     if lookahead is None:
         return 0
     convs = [getattr(layer, "conv_module", None) for layer in encoder_layers]
@@ -185,10 +191,11 @@ def set_conv_lookahead(
         kernel = old.kernel_size[0]
         check_conv_lookahead(lookahead, kernel)
         bias = old.bias is not None
-        if lookahead == CHUNK:
-            new: nn.Conv1d = DynamicChunkDepthwiseConv1d(old.in_channels, kernel, bias=bias, attention=attention)
+        if lookahead == 0:
+            new: nn.Conv1d = ShiftedDepthwiseConv1d(old.in_channels, kernel, bias=bias)
         else:
-            new = ShiftedDepthwiseConv1d(old.in_channels, kernel, lookahead, bias=bias)
+            new = ChunkDepthwiseConv1d(old.in_channels, kernel, bias=bias, attention=attention,
+                                       lookahead=None if lookahead == CHUNK else lookahead)
         new.to(device=old.weight.device, dtype=old.weight.dtype)
         with torch.no_grad():
             new.weight.copy_(old.weight)

@@ -9,7 +9,7 @@ from transformers import Wav2Vec2ConformerConfig
 from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import Wav2Vec2ConformerConvolutionModule
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.backbones.causal_conv import ShiftedDepthwiseConv1d, set_conv_lookahead
+from adaptspeech.backbones.causal_conv import ChunkDepthwiseConv1d, set_conv_lookahead
 from adaptspeech.testing import tiny_config, tiny_inputs
 
 KERNEL = 7
@@ -44,7 +44,7 @@ def test_symmetric_lookahead_is_transformers_convolution() -> None:
     zero padding against the convolution's own)."""
     ours = conv_module((KERNEL - 1) // 2)
     theirs = conv_module(None)
-    assert isinstance(ours.depthwise_conv, ShiftedDepthwiseConv1d)
+    assert isinstance(ours.depthwise_conv, ChunkDepthwiseConv1d)
     theirs.load_state_dict(ours.state_dict())  # same keys and shapes
     x = torch.randn(2, 11, 16)
     with torch.no_grad():

@@ -9,17 +9,19 @@ import torch
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.attention.chunking import chunk_attention, draw_dynamic_chunk
-from adaptspeech.backbones.causal_conv import DynamicChunkDepthwiseConv1d
+from adaptspeech.backbones.causal_conv import ChunkDepthwiseConv1d
 from adaptspeech.testing import tiny_config, tiny_inputs
 
 BACKBONES = ["fbank_conformer", "wav2vec2_conformer"]
 ATTENTION = {"kind": "rel_pos", "dynamic_chunks": True}
 
 
-def reference(conv: torch.nn.Conv1d, x: torch.Tensor, chunk: int) -> torch.Tensor:
-    """The definition frame by frame: output ``t`` sums ``w[i] x[t - h + i]`` over the inputs ``0 <= s < T`` that do
-    not lie past the end of ``t``'s chunk (``chunk = 0``: none does)."""
-    weight, half = conv.weight[:, 0], (conv.kernel_size[0] - 1) // 2  # [D, k]
+def reference(conv: torch.nn.Conv1d, x: torch.Tensor, chunk: int, lookahead: int | None = None) -> torch.Tensor:
+    """The definition frame by frame: output ``t`` sums ``w[i] x[t - l + i]`` (``l = k - 1 - r`` left frames, ``r``
+    the look-ahead, ``(k-1)/2`` by default) over the inputs ``0 <= s < T`` that do not lie past the end of ``t``'s
+    chunk (``chunk = 0``: none does)."""
+    kernel = conv.kernel_size[0]
+    weight, half = conv.weight[:, 0], kernel - 1 - ((kernel - 1) // 2 if lookahead is None else lookahead)  # [D, k]
     frames = x.shape[-1]
     out = torch.zeros_like(x)
     for t in range(frames):
@@ -34,19 +36,20 @@ def reference(conv: torch.nn.Conv1d, x: torch.Tensor, chunk: int) -> torch.Tenso
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_chunked_convolution_is_the_definition(bias: bool) -> None:
+@pytest.mark.parametrize("lookahead", [None, 1, 2, 3])  # None: the dynamic chunk convolution (3 of kernel 7)
+def test_chunked_convolution_is_the_definition(bias: bool, lookahead: int | None) -> None:
     torch.manual_seed(0)
-    conv = DynamicChunkDepthwiseConv1d(6, 7, bias=bias)
+    conv = ChunkDepthwiseConv1d(6, 7, bias=bias, lookahead=lookahead)
     x = torch.randn(2, 6, 17)
     with torch.no_grad():
         for chunk in (0, 1, 2, 4, 5, 17, 30):  # 0: full context; 5 does not divide 17; 17 and 30: one chunk
             with chunk_attention(chunk):
-                torch.testing.assert_close(conv(x), reference(conv, x, chunk), atol=1e-6, rtol=0)
+                torch.testing.assert_close(conv(x), reference(conv, x, chunk, lookahead), atol=1e-6, rtol=0)
 
 
 def test_a_frame_sees_its_left_context_and_its_own_chunk_only() -> None:
     torch.manual_seed(0)
-    conv = DynamicChunkDepthwiseConv1d(4, 7)  # 3 frames each side
+    conv = ChunkDepthwiseConv1d(4, 7)  # 3 frames each side
     x = torch.randn(1, 4, 16)
     changed = x.clone()
     changed[..., 8] += 1.0  # the first frame of the third chunk of 4
@@ -55,6 +58,22 @@ def test_a_frame_sees_its_left_context_and_its_own_chunk_only() -> None:
     assert moved[:8].eq(0).all()  # earlier chunks never see it, however close (frames 5-7 would without chunks)
     assert (moved[8:12] > 0).all()  # its own chunk, frame 8 and the three after it
     assert moved[12:].eq(0).all()  # past its reach of 3 frames (frame 11 is the last it reaches)
+
+
+def test_a_lookahead_within_the_chunk_sees_its_left_context_and_r_frames_of_its_chunk() -> None:
+    torch.manual_seed(0)
+    conv = ChunkDepthwiseConv1d(4, 7, lookahead=1)  # 5 frames behind, 1 ahead
+    x = torch.randn(1, 4, 16)
+    changed = x.clone()
+    changed[..., 8] += 1.0  # the first frame of the third chunk of 4
+    with torch.no_grad(), chunk_attention(4):
+        moved = (conv(changed) - conv(x)).abs().amax(dim=1)[0]  # [T]
+    assert moved[:8].eq(0).all()  # frame 7 would see it one frame ahead without chunks: not across the chunk's end
+    assert (moved[8:12] > 0).all()  # its own chunk
+    assert (moved[12:14] > 0).all() and moved[14:].eq(0).all()  # the next chunk's first 5 frames reach back to it
+    with torch.no_grad():
+        moved = (conv(changed) - conv(x)).abs().amax(dim=1)[0]
+    assert moved[:7].eq(0).all() and moved[7] > 0  # full context: one frame ahead, across any chunk
 
 
 @pytest.mark.parametrize("backbone", BACKBONES)
@@ -67,7 +86,7 @@ def test_full_context_is_the_symmetric_model_with_the_same_weights(backbone: str
     chunked = AdaptSpeechForCTC(tiny_config(backbone, backbone_overrides={**overrides, "conv_lookahead": "chunk"},
                                             attention=ATTENTION)).eval()
     chunked.load_state_dict(symmetric.state_dict())  # strict: the same keys and shapes
-    assert isinstance(chunked._encoder_layers()[0].conv_module.depthwise_conv, DynamicChunkDepthwiseConv1d)
+    assert isinstance(chunked._encoder_layers()[0].conv_module.depthwise_conv, ChunkDepthwiseConv1d)
     inputs = tiny_inputs(chunked.config, batch=2, seconds=0.5)  # a padded batch
     with torch.no_grad():
         torch.testing.assert_close(chunked(**inputs).logits, symmetric(**inputs).logits, atol=0, rtol=0)
@@ -139,7 +158,7 @@ def test_a_symmetric_checkpoint_loads_as_a_chunk_model(tmp_path) -> None:
     loaded = chunked.state_dict()
     assert loaded.keys() == expected.keys()
     assert all(torch.equal(loaded[key], expected[key]) for key in expected)  # every weight came from the folder
-    assert isinstance(chunked._encoder_layers()[0].conv_module.depthwise_conv, DynamicChunkDepthwiseConv1d)
+    assert isinstance(chunked._encoder_layers()[0].conv_module.depthwise_conv, ChunkDepthwiseConv1d)
     inputs = tiny_inputs(config, batch=2, seconds=0.5)
     with torch.no_grad():
         torch.testing.assert_close(chunked.eval()(**inputs).logits, symmetric(**inputs).logits, atol=0, rtol=0)
