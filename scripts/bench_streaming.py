@@ -7,11 +7,12 @@ Usage::
     OMP_NUM_THREADS=1 python scripts/bench_streaming.py --decoders beam,lm,rescore --sizes demo  # utterance ends
 
 Models are built from config with random weights (time and memory do not depend on the weights), with streaming
-settings: ``rel_pos`` attention with dynamic chunks and causal depthwise convolution (kernel 15). *demo*: the demo's
-shape (fbank Conformer width 144, 4 layers, 4 heads, FFN 576); *deployment*: 12 layers of width 256, 4 heads, FFN
-1024. The stream is a noisy chirp generated block by block (0.1 s blocks, as a live source delivers them; never held
-whole), fed as fast as it is decoded. Each size runs in its own process (``multiprocessing`` spawn), so resident memory
-is that configuration's alone.
+settings: ``rel_pos`` attention with dynamic chunks and a depthwise convolution of kernel 15 that streams (``--convs``:
+``0`` causal, ``chunk`` the dynamic chunk convolution, ``r`` a look-ahead within the chunk; one row each). *demo*:
+the demo's shape (fbank Conformer width 144, 4 layers, 4 heads, FFN 576); *deployment*: 12 layers of width 256, 4
+heads, FFN 1024. The stream is a noisy chirp generated block by block (0.1 s blocks, as a live source delivers them;
+never held whole), fed as fast as it is decoded. Each size and convolution runs in its own process (``multiprocessing``
+spawn), so resident memory is that configuration's alone.
 
 Printed per size: compute per chunk (median and p95, ms), real-time factor (compute / audio), the time from the end of
 the audio to the final text (``finalize``: the last partial chunk), resident memory after the first minute and at the
@@ -46,7 +47,7 @@ BLOCK_S = 0.1
 RATE = 16000
 
 
-def _build(size: str, threads: int, head: str = "ctc") -> tuple[Any, Any]:
+def _build(size: str, threads: int, head: str = "ctc", conv: int | str = 0) -> tuple[Any, Any]:
     import torch
     from transformers import Wav2Vec2Processor
 
@@ -62,7 +63,7 @@ def _build(size: str, threads: int, head: str = "ctc") -> tuple[Any, Any]:
     config = AdaptSpeechConfig(
         backbone_type="fbank_conformer",
         vocab_size=len(vocab),
-        backbone_config=dict(SIZES[size], conv_depthwise_kernel_size=15, conv_lookahead=0),
+        backbone_config=dict(SIZES[size], conv_depthwise_kernel_size=15, conv_lookahead=conv),
         attention={"kind": "rel_pos", "dynamic_chunks": True},
         head=head,
     )
@@ -89,13 +90,13 @@ def _rss_mb() -> float:
 
 
 def _measure(size: str, minutes: float, chunk_ms: float, left: int, threads: int, out: Any,
-             speech_finder: str | None = None) -> None:
+             speech_finder: str | None = None, conv: int | str = 0) -> None:
     import numpy as np
     import torch
 
     from adaptspeech.inference.streaming import StreamingRecognizer
 
-    model, processor = _build(size, threads)
+    model, processor = _build(size, threads, conv=conv)
     # the baseline, in this process: one offline forward over the first minute
     minute = np.concatenate([_block(i) for i in range(int(60 / BLOCK_S))])
     features = processor.feature_extractor(minute, sampling_rate=RATE, return_tensors="pt")["input_features"]
@@ -204,6 +205,8 @@ def main() -> None:
     parser.add_argument("--chunk-ms", type=float, default=640.0, help="chunk length (default 640)")
     parser.add_argument("--num-left-chunks", type=int, default=-1, help="left chunks attended (default -1: all)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--convs", default="0", help="comma-separated conv_lookahead values: 0 (causal, the default), "
+                        "chunk (dynamic chunk convolution), r (look-ahead within the chunk)")
     parser.add_argument("--speech-finder", default=None, choices=("silero",),
                         help="endpoint on this speech finder (0.5 s of silence); its own compute is the VAD RTF column "
                         "(default: the blanks, no VAD)")
@@ -217,22 +220,23 @@ def main() -> None:
         _decoder_table(context, args)
         return
     header = (
-        "| size | params | chunk | left | minutes | chunk median ms | p95 ms | RTF | final ms | RSS 1 min MB "
+        "| size | conv | params | chunk | left | minutes | chunk median ms | p95 ms | RTF | final ms | RSS 1 min MB "
         "| RSS end MB | offline RTF | ratio | VAD RTF |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
-    for size in args.sizes.split(","):
+    for size, conv in [(size, conv) for size in args.sizes.split(",") for conv in args.convs.split(",")]:
         queue = context.Queue()
         process = context.Process(
             target=_measure,
-            args=(size, args.minutes, args.chunk_ms, args.num_left_chunks, args.threads, queue, args.speech_finder),
+            args=(size, args.minutes, args.chunk_ms, args.num_left_chunks, args.threads, queue, args.speech_finder,
+                  conv if conv == "chunk" else int(conv)),
         )
         process.start()
         r = queue.get()
         process.join()
         print(
-            f"| {r['size']} | {r['parameters'] / 1e6:.1f}M | {r['chunk_ms']:g} ms | {r['num_left_chunks']} | "
+            f"| {r['size']} | {conv} | {r['parameters'] / 1e6:.1f}M | {r['chunk_ms']:g} ms | {r['num_left_chunks']} | "
             f"{r['minutes']:g} | {r['median_ms']:.1f} | {r['p95_ms']:.1f} | {r['rtf']:.4f} | {r['final_ms']:.1f} | "
             f"{r['rss_first_minute_mb']:.0f} | {r['rss_end_mb']:.0f} | {r['offline_rtf']:.4f} | "
             f"{r['rtf'] / r['offline_rtf']:.2f} | {r['vad_rtf']:.4f} |",
