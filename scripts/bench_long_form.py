@@ -72,7 +72,7 @@ def _measure(split_by: str, minutes: float, threads: int, chunk: float, stride: 
     if split_by in ("chunks", "pauses"):
         transcribe(model, processor, [wave], chunk_length_s=chunk, stride_length_s=stride, split_by=split_by)
     else:
-        from adaptspeech.inference.local_norm import model_input
+        from adaptspeech.inference.long_form.local_norm import model_input
 
         with torch.no_grad():
             hidden, _, _, _ = model.encode(model_input(wave, processor.feature_extractor)[None])
