@@ -37,7 +37,7 @@ def identify_dataset(identifier: Any, dataset: Any, processor: Any, batch_size: 
     """Log-posteriors ``[N, L]`` (over ``identifier.languages``) of every row of a prepared split, in order.
 
     Args:
-        identifier: a :class:`~adaptspeech.inference.language_id.LanguageIdentifier`.
+        identifier: a :class:`~adaptspeech.inference.language_id.identifiers.LanguageIdentifier`.
         dataset: the prepared split.
         processor: the routed model's processor (its feature type names the input column).
         prefix_seconds: read only the first seconds of each row (None: the whole row).
@@ -99,7 +99,7 @@ def accuracy_report(log_probs: np.ndarray, languages: Sequence[str], truth: Sequ
 def lid_accuracy(model: Any, dataset: Any, processor: Any, batch_size: int = 16,
                  prefix_seconds: float | None = None) -> dict[str, Any]:
     """:func:`accuracy_report` of ``model``'s own language-ID head on a prepared split."""
-    from .inference.language_id import HeadIdentifier
+    from .inference.language_id.identifiers import HeadIdentifier
 
     identifier = HeadIdentifier(model, processor)
     log_probs = identify_dataset(identifier, dataset, processor, batch_size, prefix_seconds)
@@ -122,12 +122,12 @@ def evaluate_dataset_auto(
     **options: Any,
 ) -> dict[str, Any]:
     """:func:`~adaptspeech.evaluation.evaluate_dataset` with every row routed to the language ``identifier`` finds
-    (:mod:`adaptspeech.inference.language_routing`): rows are decoded in groups of one routed language; the rates are
+    (:mod:`adaptspeech.inference.language_id.routing`): rows are decoded in groups of one routed language; the rates are
     scored against the rows' own references and languages.
 
     Args:
-        hybrid: a :class:`~adaptspeech.inference.lid_hybrid.HybridScorer`: the ``top_k`` candidates are scored with
-            its calibration (:func:`candidate_feature_table`; ``prior_weight`` is not used) and only the chosen
+        hybrid: a :class:`~adaptspeech.inference.language_id.hybrid.HybridScorer`: the ``top_k`` candidates are scored
+            with its calibration (:func:`candidate_feature_table`; ``prior_weight`` is not used) and only the chosen
             language's system decodes each row.
 
     Returns:
@@ -138,7 +138,7 @@ def evaluate_dataset_auto(
     import time
 
     from .evaluation import transcribe_dataset
-    from .inference.language_routing import ctc_log_likelihoods, routed_processor, routed_to, top_languages
+    from .inference.language_id.routing import ctc_log_likelihoods, routed_processor, routed_to, top_languages
 
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
@@ -181,7 +181,7 @@ def _routed_result(model: Any, dataset: Any, identifier: Any, chosen: list[str],
     """The result of :func:`evaluate_dataset_auto` from the chosen languages and their hypotheses (dataset order)."""
     import time
 
-    from .inference.language_routing import system_for
+    from .inference.language_id.routing import system_for
     from .metrics import compute_error_rates
 
     truth = column_list(dataset, "language")
@@ -204,13 +204,13 @@ def candidate_feature_table(model: Any, dataset: Any, processor: Any, candidates
                             lms: Any = None, batch_size: int = 16,
                             prefix_seconds: float | None = None) -> list[list[dict[str, float]]]:
     """Per row, per candidate ``(language, lid log-prob)`` of ``candidates``: the hybrid features
-    (:func:`~adaptspeech.inference.lid_hybrid.candidate_features`: one pass of the language's system over the row, its
-    best-path hypothesis, the CTC log-likelihood per frame and, with ``lms``, the LM log-probability per character).
-    Rows are run in groups of one candidate language; with ``prefix_seconds`` only their first seconds
+    (:func:`~adaptspeech.inference.language_id.hybrid.candidate_features`: one pass of the language's system over the
+    row, its best-path hypothesis, the CTC log-likelihood per frame and, with ``lms``, the LM log-probability per
+    character). Rows are run in groups of one candidate language; with ``prefix_seconds`` only their first seconds
     (:func:`prefix_row`)."""
     from .data.collator import model_collator
-    from .inference.language_routing import routed_processor, routed_to
-    from .inference.lid_hybrid import best_path_scores, candidate_features
+    from .inference.language_id.hybrid import best_path_scores, candidate_features
+    from .inference.language_id.routing import routed_processor, routed_to
 
     wanted: dict[str, list[int]] = {}
     for i, row in enumerate(candidates):
@@ -240,7 +240,7 @@ def choose_languages(model: Any, dataset: Any, processor: Any, identifier: Any, 
     """The language each row of a prepared split is routed to (dataset order): the identifier's most probable one,
     or with ``hybrid`` the best hybrid score among its ``top_k`` (default: the calibration's) candidates; with
     ``prefix_seconds`` both read only the rows' first seconds."""
-    from .inference.language_routing import top_languages
+    from .inference.language_id.routing import top_languages
 
     log_probs = torch.from_numpy(identify_dataset(identifier, dataset, processor, batch_size, prefix_seconds))
     if hybrid is None:
@@ -258,7 +258,7 @@ def _evaluate_hybrid(model: Any, dataset: Any, processor: Any, identifier: Any,
     """:func:`evaluate_dataset_auto` with the hybrid score: candidates scored, then each chosen language decodes its
     rows."""
     from .evaluation import transcribe_dataset
-    from .inference.language_routing import routed_processor, routed_to
+    from .inference.language_id.routing import routed_processor, routed_to
 
     table = candidate_feature_table(model, dataset, processor, candidates, hybrid.lms, batch_size)
     chosen = [row[int(np.argmax([hybrid.score(f) for f in features]))][0]
@@ -280,13 +280,13 @@ def _evaluate_hybrid(model: Any, dataset: Any, processor: Any, identifier: Any,
 def fit_lid_calibration(model: Any, dataset: Any, processor: Any, identifier: Any, top_k: int, lms: Any = None,
                         batch_size: int = 16, l2: float = 1e-3) -> Any:
     """Fit the hybrid score's weights on a prepared (dev) split
-    (:func:`~adaptspeech.inference.lid_hybrid.fit_calibration` of :func:`candidate_feature_table`'s features).
+    (:func:`~adaptspeech.inference.language_id.hybrid.fit_calibration` of :func:`candidate_feature_table`'s features).
 
     Raises:
         ValueError: ``top_k`` below 2 (nothing to choose between).
     """
-    from .inference.language_routing import top_languages
-    from .inference.lid_hybrid import fit_calibration
+    from .inference.language_id.hybrid import fit_calibration
+    from .inference.language_id.routing import top_languages
 
     if top_k < 2:
         raise ValueError(f"--lid-top-k {top_k}: fitting the hybrid score needs at least 2 candidate languages")

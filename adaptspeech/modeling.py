@@ -32,7 +32,7 @@ from .heads.ctc import CTCHead
 from .heads.encoder_prefix import encode_from_prefix, usable_prefix
 from .heads.lid_model import LanguageIDMixin
 from .inference.model_mixin import InferenceMixin
-from .inference.stream_encoding import StreamingMixin
+from .inference.streaming.encoding import StreamingMixin
 from .modeling_outputs import AdaptSpeechOutput
 
 

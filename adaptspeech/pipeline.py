@@ -18,8 +18,8 @@ adaptspeech.pipeline``, or taking any model name from the package, ``from adapts
   (:func:`~adaptspeech.data.load_audio`), an array at another rate (``{"raw": array, "sampling_rate": 8000}``) is
   resampled with soxr. An input with nothing to decode (no samples, non-finite samples, digital silence or a
   peak below ``prepare``'s silence threshold, fewer samples than one output frame needs:
-  :func:`~adaptspeech.inference.recording.nothing_to_decode`, the rule of ``transcribe`` and ``prepare``) gives
-  ``{"text": "", "skipped": reason}`` (``"chunks": []`` with timestamps) and a warning on the
+  :func:`~adaptspeech.inference.long_form.recording.nothing_to_decode`, the rule of ``transcribe`` and ``prepare``)
+  gives ``{"text": "", "skipped": reason}`` (``"chunks": []`` with timestamps) and a warning on the
   ``adaptspeech.pipeline`` logger, without reaching the model; the other inputs of the call are decoded as alone.
 
 Which path a folder takes: the pipeline tries its model classes in turn; :func:`register_pipeline` puts
@@ -63,9 +63,10 @@ _STOCK_IMPL = f"{AutomaticSpeechRecognitionPipeline.__module__}.{AutomaticSpeech
 
 class _TextTokenizer:
     """A view of a CTC tokenizer whose ``decode`` writes the text ``transcribe`` writes
-    (:func:`~adaptspeech.inference.stitching.decoded_text`: special tokens dropped, where transformers' pipeline keeps
-    them for CTC models), of CTC frame labels (``group_tokens=True``) or of label sequences (``False``: no merging of
-    repeated tokens, which only CTC frame labels need); with character offsets the special tokens are dropped too."""
+    (:func:`~adaptspeech.inference.long_form.stitching.decoded_text`: special tokens dropped, where transformers'
+    pipeline keeps them for CTC models), of CTC frame labels (``group_tokens=True``) or of label sequences (``False``:
+    no merging of repeated tokens, which only CTC frame labels need); with character offsets the special tokens are
+    dropped too."""
 
     def __init__(self, tokenizer: Any, group_tokens: bool) -> None:
         self._tokenizer = tokenizer
@@ -81,7 +82,7 @@ class _TextTokenizer:
         return self._tokenizer(*args, **kwargs)
 
     def decode(self, token_ids: Any, **kwargs: Any) -> Any:
-        from .inference.stitching import decoded_text, specials_as_blank
+        from .inference.long_form.stitching import decoded_text, specials_as_blank
 
         group = kwargs.pop("group_tokens", self._group_tokens)
         if kwargs.get("output_char_offsets") or kwargs.get("output_word_offsets"):
@@ -115,7 +116,7 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         if not isinstance(self.model, AdaptSpeechPreTrainedModel):
             yield from super().preprocess(inputs, chunk_length_s=chunk_length_s, stride_length_s=stride_length_s)
             return
-        from .inference.recording import nothing_to_decode, shortest_input
+        from .inference.long_form.recording import nothing_to_decode, shortest_input
 
         name = f"{inputs}: " if isinstance(inputs, str) else ""
         inputs, waveform, reason = self._read_audio(inputs)
@@ -201,7 +202,7 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         tokenizer reads ``language``'s vocabulary: the shared tokenizer is never switched per call."""
         if language is None or self.tokenizer is None:
             return self
-        from .inference.language_routing import routed_tokenizer
+        from .inference.language_id.routing import routed_tokenizer
 
         tokenizer = routed_tokenizer(self.model, language, self.tokenizer)
         if tokenizer is self.tokenizer:
@@ -217,7 +218,7 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         mask = model_inputs.get("attention_mask")
         adaptspeech_ctc = self.type in ("ctc", "ctc_with_lm") and isinstance(self.model, AdaptSpeechPreTrainedModel)
         if getattr(self.model, "auto_language", False):
-            from .inference.language_routing import batch_routed_by_lid
+            from .inference.language_id.routing import batch_routed_by_lid
 
             inputs = model_inputs[self.model.main_input_name]
             with torch.no_grad(), batch_routed_by_lid(self.model, inputs.to(self.model.device),

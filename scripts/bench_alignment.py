@@ -50,7 +50,7 @@ def _lines(seconds: float, vocab: dict[str, int], delimiter: int) -> list[Any]:
 def _measure(what: str, minutes: float, threads: int, queue: Any) -> None:
     from adaptspeech.alignment.posteriors import AlignmentModel
     from adaptspeech.alignment.segmentation import align_lines
-    from adaptspeech.inference.recording import FrameGrid
+    from adaptspeech.inference.long_form.recording import FrameGrid
     from adaptspeech.inference.transcriber import transcribe
 
     model, processor = _build(threads)

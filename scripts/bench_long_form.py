@@ -9,10 +9,10 @@ The model is the demo's shape (fbank_conformer width 144, 4 layers, 4 heads, FFN
 config with random weights: memory and time do not depend on the weights. The recording is a noisy chirp with
 0.5 s of -60 dBFS noise every ``--pause-every`` seconds (default 5; 0: none). Each measurement runs in its own process
 (``multiprocessing`` spawn) so that the peak resident memory (``ru_maxrss``) is that configuration's alone: *chunks*
-and *pauses* are ``adaptspeech.inference.transcribe`` with ``split_by`` (whole-recording features; the encoder on
-30 s chunks with 5 s strides, or on one speech region at a time; CTC greedy); *unchunked* is one encoder call over the
-whole recording, measured at ``--unchunked-minutes`` (default 2: at 10 minutes full attention needs several GB).
-RTF = seconds / audio seconds.
+and *pauses* are ``adaptspeech.inference.transcriber.transcribe`` with ``split_by`` (whole-recording features; the
+encoder on 30 s chunks with 5 s strides, or on one speech region at a time; CTC greedy); *unchunked* is one encoder call
+over the whole recording, measured at ``--unchunked-minutes`` (default 2: at 10 minutes full attention needs several
+GB). RTF = seconds / audio seconds.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _measure(split_by: str, minutes: float, threads: int, chunk: float, stride: 
     if split_by in ("chunks", "pauses"):
         transcribe(model, processor, [wave], chunk_length_s=chunk, stride_length_s=stride, split_by=split_by)
     else:
-        from adaptspeech.inference.local_norm import model_input
+        from adaptspeech.inference.long_form.local_norm import model_input
 
         with torch.no_grad():
             hidden, _, _, _ = model.encode(model_input(wave, processor.feature_extractor)[None])

@@ -19,8 +19,8 @@ encoder call each: every clip is shorter than the chunk), with the same decoder.
   reference string as the concatenation; the per-utterance corpus CER is printed beside it);
 - *separate, locally normalised input*: each utterance decoded alone from its slice of the long recording's model
   input normalised by the sliding-window rule over the whole recording (``--norm-window`` seconds, digital silence
-  left out; :mod:`adaptspeech.inference.local_norm`) instead of over the utterance: the share of the difference due
-  to the normalisation statistics rather than to chunking;
+  left out; :mod:`adaptspeech.inference.long_form.local_norm`) instead of over the utterance: the share of the
+  difference due to the normalisation statistics rather than to chunking;
 - *pauses* / *chunks* / *segments*: the long recording's hypothesis against that reference string;
 - *per-utterance normalised* (CTC greedy only): the same chunking over the recording's features with every frame
   normalised by its own utterance's statistics, as if the utterance boundaries were known (frames of the pauses take
@@ -98,7 +98,7 @@ def locally_normalised_slices(model: Any, processor: Any, recording: np.ndarray,
     of sliding-window instead of utterance-level normalisation, without chunking."""
     from adaptspeech.data.feature_types import FeatureType
     from adaptspeech.decoding import transcribe_batch
-    from adaptspeech.inference.local_norm import recording_input
+    from adaptspeech.inference.long_form.local_norm import recording_input
 
     whole = recording_input(recording, processor.feature_extractor, window_s)
     inputs = whole.local(0, len(whole))
@@ -123,7 +123,7 @@ def per_utterance_normalised(processor: Any, waves: list[np.ndarray], recording:
     import torch
 
     from adaptspeech.data.audio import frame_params
-    from adaptspeech.inference.local_norm import recording_input
+    from adaptspeech.inference.long_form.local_norm import recording_input
 
     raw = recording_input(recording, processor.feature_extractor).raw.astype(np.float64)
     fbank = raw.ndim == 2
@@ -153,8 +153,8 @@ def boundaries_s(model: Any, processor: Any, wave: np.ndarray, method: str, chun
     """Seconds where one chunk's kept frames (CTC) or one segment (attention / joint) end and the next begin."""
     from adaptspeech.decoding import DECODING_METHODS
     from adaptspeech.inference.encoding import plan_chunks
-    from adaptspeech.inference.local_norm import recording_input
-    from adaptspeech.inference.recording import FrameGrid
+    from adaptspeech.inference.long_form.local_norm import recording_input
+    from adaptspeech.inference.long_form.recording import FrameGrid
     from adaptspeech.inference.transcriber import LongFormSettings, attention_segments
 
     inputs = recording_input(wave, processor.feature_extractor)
@@ -207,7 +207,7 @@ def main() -> None:
     from adaptspeech.cli.transcribe import _model_language
     from adaptspeech.decoding import DECODING_METHODS
     from adaptspeech.heads import get_head
-    from adaptspeech.inference.local_norm import DEFAULT_NORM_WINDOW_S
+    from adaptspeech.inference.long_form.local_norm import DEFAULT_NORM_WINDOW_S
     from adaptspeech.inference.transcriber import transcribe
     from adaptspeech.metrics import compute_error_rates
 

@@ -1,6 +1,6 @@
-"""Throughput of pseudo-labelling (:func:`adaptspeech.inference.pseudo_label.pseudo_label`): label a pool with a model
-by the CTC best path and, with ``--lm``, by the n-gram LM beam search, each into a fresh folder, and print per
-decoder the audio labelled, the seconds, the real-time factor (seconds / audio seconds) and its ratio to the best
+"""Throughput of pseudo-labelling (:func:`adaptspeech.inference.pseudo_labels.labelling.pseudo_label`): label a pool
+with a model by the CTC best path and, with ``--lm``, by the n-gram LM beam search, each into a fresh folder, and print
+per decoder the audio labelled, the seconds, the real-time factor (seconds / audio seconds) and its ratio to the best
 path measured in the same run, and the process's CPU seconds per audio second (on a shared machine the wall clock
 also counts the other processes' turns; on an idle one with ``--threads`` cores the wall-clock RTF lies between the
 CPU RTF / threads and the CPU RTF). The target of the self-training loop: an hour of audio labelled with the LM in
@@ -27,7 +27,7 @@ TARGET_RTF = 0.05
 def label(model: Any, processor: Any, pool: Path, out: Path, lm_decoder: Any, beam_size: int | None,
           batch_size: int) -> dict[str, Any]:
     """Label ``pool`` into ``out`` (a fresh folder); the run's summary plus its wall time."""
-    from adaptspeech.inference.pseudo_label import pseudo_label
+    from adaptspeech.inference.pseudo_labels.labelling import pseudo_label
 
     started, cpu = time.perf_counter(), time.process_time()
     result = pseudo_label(model, processor, pool, out, model_id="bench", lm_decoder=lm_decoder,

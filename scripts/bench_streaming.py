@@ -94,7 +94,7 @@ def _measure(size: str, minutes: float, chunk_ms: float, left: int, threads: int
     import numpy as np
     import torch
 
-    from adaptspeech.inference.streaming import StreamingRecognizer
+    from adaptspeech.inference.streaming.recognizer import StreamingRecognizer
 
     model, processor = _build(size, threads, conv=conv)
     # the baseline, in this process: one offline forward over the first minute
@@ -173,7 +173,7 @@ def _measure_decoder(size: str, decoder: str, posteriors: str, seconds: float, c
     import numpy as np
     import torch
 
-    from adaptspeech.inference.streaming import StreamingRecognizer
+    from adaptspeech.inference.streaming.recognizer import StreamingRecognizer
 
     model, processor = _build(size, threads, head="ctc_las" if decoder == "rescore" else "ctc")
     if posteriors == "peaky":

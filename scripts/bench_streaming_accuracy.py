@@ -10,17 +10,17 @@ Usage::
 ``base`` is evaluated on the source languages' test sets (the mean of the per-language CERs, as
 the demo reports it), its ``target_adapter`` and ``fusion`` on the target's. Decoding is CTC greedy (the figures
 WeNet's and SpeechBrain's degradations quote) on the prepared features (normalised per utterance); chunk-by-chunk
-streaming with a cache gives the same posteriors as this chunk-masked forward (``tests/inference/
-test_inference_stream_encoding.py``); ``--stream-corpus`` also decodes the test clips' audio through
-``StreamingRecognizer``, whose features are normalised over past audio only (training normalises each utterance over
-itself): the end-to-end streaming figure. ``--reference-run``: the same systems trained without chunks (today's
-settings) at full context, for the "within +0.5 points" comparison (every system found in both runs).
+streaming with a cache gives the same posteriors as this chunk-masked forward
+(``tests/inference/streaming/test_inference_stream_encoding.py``); ``--stream-corpus`` also decodes the test clips'
+audio through ``StreamingRecognizer``, whose features are normalised over past audio only (training normalises each
+utterance over itself): the end-to-end streaming figure. ``--reference-run``: the same systems trained without chunks
+(today's settings) at full context, for the "within +0.5 points" comparison (every system found in both runs).
 
 ``--lm DIR`` (an ``adaptspeech lm build`` folder or a model folder with a tuned LM; ``--alpha`` / ``--beta``) adds, for
 every system and chunk size, the CER with the word n-gram LM two ways on the same posteriors: the offline LM decoder of
 ``transcribe --lm`` (pyctcdecode) and the streaming prefix beam search with the LM fused
-(:func:`~adaptspeech.inference.streaming.lm_prefix_beam`), fed the posteriors one decoding chunk at a time (640 ms
-for full context), as a stream gives them. ``--sets sources`` / ``target`` limits the test sets. The demo's test
+(:func:`~adaptspeech.inference.streaming.recognizer.lm_prefix_beam`), fed the posteriors one decoding chunk at a time
+(640 ms for full context), as a stream gives them. ``--sets sources`` / ``target`` limits the test sets. The demo's test
 sentences are made of held-out words that no training or dev sentence holds, so an LM of the training transcripts knows
 almost none of them: ``--lm-word-lists N --corpus DIR`` builds instead a word 3-gram LM (``lm build``) of N sentences
 per source language drawn from the corpus's own word lists (``DIR/synthetic_config.json``: wordfreq's lists as the
@@ -80,8 +80,8 @@ class _StreamedLM:
                                                                                   blank_id, chunk)
 
     def decode(self, log_probs: torch.Tensor, **_: Any) -> tuple[str, list]:
-        from adaptspeech.inference.stitching import label_text
-        from adaptspeech.inference.streaming import lm_prefix_beam
+        from adaptspeech.inference.long_form.stitching import label_text
+        from adaptspeech.inference.streaming.recognizer import lm_prefix_beam
 
         search = lm_prefix_beam(self.vocab_size, self.blank_id, self.fusion)
         for start in range(0, len(log_probs), self.chunk):
@@ -145,7 +145,7 @@ def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms:
     (features normalised over past audio, the encoder chunk by chunk, greedy CTC across chunks), the mean over
     ``languages``."""
     from adaptspeech.data import load_audio
-    from adaptspeech.inference.streaming import StreamingRecognizer
+    from adaptspeech.inference.streaming.recognizer import StreamingRecognizer
     from adaptspeech.metrics import compute_error_rates
 
     recognizer = StreamingRecognizer(model, processor, chunk_ms=chunk_ms)

@@ -3,7 +3,7 @@ best path and, with ``--lm``, by the n-gram LM beam search, and score its words 
 (:class:`~adaptspeech.decoding.confidence.ConfidenceMethod`: a frame measure, max-probability or an entropy of
 Laptev & Ginsburg 2022 with its order, and how a word aggregates its tokens; the LM beam's N-best posterior at
 temperature 1 and at a temperature fitted on ``--fit-split``, or two-fold on the split itself). Per method
-(:func:`adaptspeech.inference.confidence_comparison.compare_methods`):
+(:func:`adaptspeech.inference.pseudo_labels.confidence_comparison.compare_methods`):
 
 * the area under the ROC curve of "word correct" against its confidence (a hypothesis word is correct when the WER
   alignment matches it to an equal reference word): the probability that a random correct word scores above a random
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from adaptspeech.data.prepared_data import load_prepared
-    from adaptspeech.inference.confidence_comparison import compare_methods, decode_split
+    from adaptspeech.inference.pseudo_labels.confidence_comparison import compare_methods, decode_split
     from adaptspeech.metrics.confidence import reliability_diagram
     from adaptspeech.modeling import AdaptSpeechForCTC
 

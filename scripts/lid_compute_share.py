@@ -26,8 +26,8 @@ Computations, batch 1, float32, CPU, ``--threads`` torch threads (default 2):
   rest is not counted), and time: the fastest of ``--rounds`` interleaved passes after one warm-up (the least
   disturbed estimate on a shared machine).
 
-* **candidate pass**: one candidate of the hybrid score (:mod:`adaptspeech.inference.lid_hybrid`): the routed pass
-  from the prefix, its best path and the CTC log-likelihood of that path (``best_path_scores``; the LM score of the
+* **candidate pass**: one candidate of the hybrid score (:mod:`adaptspeech.inference.language_id.hybrid`): the routed
+  pass from the prefix, its best path and the CTC log-likelihood of that path (``best_path_scores``; the LM score of the
   hypothesis is a KenLM lookup per word and is not counted).
 
 Printed, as ratios to the encoder pass measured in the same run: the head's share (target: the head adds < 1% to the
@@ -96,8 +96,8 @@ def inputs_of(model: AdaptSpeechForCTC, seconds: float) -> torch.Tensor:
 
 def computations(model: AdaptSpeechForCTC, x: torch.Tensor, tokenizer: Any) -> dict[str, Any]:
     """name -> a no-argument function running it."""
-    from adaptspeech.inference.language_routing import routed_to
-    from adaptspeech.inference.lid_hybrid import best_path_scores
+    from adaptspeech.inference.language_id.hybrid import best_path_scores
+    from adaptspeech.inference.language_id.routing import routed_to
 
     key = model.main_input_name
     layer = model.config.lid.resolved_layer(model.config.num_encoder_layers)

@@ -180,7 +180,7 @@ FLOORS: dict[str, int] = {
     # 3: the model
     "configuration": 3, "modeling": 3, "modeling_outputs": 3, "generation": 3, "feature_extraction": 3,
     "saved_model": 3,
-    # 4: recognizers
+    # 4: recognizers (inference/ and its subpackages: long_form, streaming, language_id, pseudo_labels)
     "inference": 4,
     # 5: what runs a model: export, training, evaluation, the pipeline, the Hub
     "export": 5, "training": 5, "evaluation": 5, "pipeline": 5, "lid_evaluation": 5, "hub": 5, "model_card": 5,
@@ -192,10 +192,11 @@ FLOORS: dict[str, int] = {
 
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("adaptspeech.modeling", "adaptspeech.inference.model_mixin"):
-        "the model class is built from its inference mixin (from_pretrained(target_lang=...), the frame ratio); the "
-        "mixin sits in inference/ until inference/ is grouped into folders, then beside the model",
-    ("adaptspeech.modeling", "adaptspeech.inference.stream_encoding"):
-        "the model class is built from its streaming mixin (encode_chunk with a cache); same move as above",
+        "the model class is built from its inference mixin (from_pretrained(target_lang=...), the frame ratio), which "
+        "sits with the inference stages that read it (the frame grid, the long-form features)",
+    ("adaptspeech.modeling", "adaptspeech.inference.streaming.encoding"):
+        "the model class is built from its streaming mixin (encode_chunk with a cache), which sits with the "
+        "streaming recognizer that drives it",
     ("adaptspeech.runtime.recognizer", "adaptspeech.lm.decoder"):
         "the ONNX recognizer's --decoder lm: the n-gram LM decoder (pyctcdecode, numpy), imported lazily, the one "
         "thing of the package the runtime may use",

@@ -14,7 +14,7 @@ from transformers import AutoFeatureExtractor, AutoProcessor, pipeline
 from adaptspeech import AdaptSpeechFeatureExtractor, AdaptSpeechForCTC
 from adaptspeech.data.features import extract_features
 from adaptspeech.decoding import ctc_greedy_decode
-from adaptspeech.inference.stitching import label_text, specials_as_blank
+from adaptspeech.inference.long_form.stitching import label_text, specials_as_blank
 
 TASK = "automatic-speech-recognition"
 

@@ -15,7 +15,7 @@ Two kinds of state decide what an adapter layer does, and they live in different
 **Routing per call.** A :class:`RoutingOverride` (active languages, fusion on / off, the target language whose CTC
 head and vocabulary are used) replaces the settings for the calls inside its :func:`routing_call` block, as peft
 takes ``adapter_names=`` per forward: automatic language routing
-(:mod:`adaptspeech.inference.language_routing`), the language-ID pass (no adapters) and a stream routed to a
+(:mod:`adaptspeech.inference.language_id.routing`), the language-ID pass (no adapters) and a stream routed to a
 language use it instead of writing ``config.active_languages`` / ``fusion_active``. Every consumer (the bottleneck
 blocks, LoRA's routing pre-hook, the PEFT ``speech_adapter`` layers, the CTC head's choice of output layer,
 streaming) reads :func:`effective_routing`: the override of the running call if there is one, else the model's

@@ -69,7 +69,7 @@ class AlignmentModel:
             return self._transformers(waveform)
 
     def _ours(self, waveform: np.ndarray) -> np.ndarray:
-        from ..inference.local_norm import recording_input
+        from ..inference.long_form.local_norm import recording_input
         from ..inference.transcriber import LongFormSettings, recording_ctc_log_probs
 
         settings = LongFormSettings(chunk_length_s=self.chunk_length_s, stride_length_s=self.stride_length_s)
@@ -96,7 +96,7 @@ class AlignmentModel:
     def greedy_text(self, log_probs: np.ndarray) -> str:
         """The model's own best-path reading of frames ``[n, V]``: argmax, repeats merged, blanks dropped, the word
         delimiter a space."""
-        from ..inference.stitching import label_text
+        from ..inference.long_form.stitching import label_text
 
         best = np.asarray(log_probs).argmax(-1)
         ids = [int(x) for i, x in enumerate(best) if x != self.blank_id and (i == 0 or x != best[i - 1])]
@@ -138,7 +138,7 @@ def _load_ours(path: Path, language: str) -> tuple[Any, Any, Any, float]:
     from transformers import Wav2Vec2Processor
 
     from ..data.collator import routes_languages
-    from ..inference.recording import FrameGrid
+    from ..inference.long_form.recording import FrameGrid
     from ..saved_model import load_saved_model
 
     model = load_saved_model(path, progress_bar=False).eval()

@@ -1,6 +1,6 @@
 """The language-ID options of ``transcribe`` and ``evaluate``: ``--language auto`` with the model's own language-ID
-head or a separate ``--lid-model``, the top-k re-ranking (:mod:`adaptspeech.inference.language_routing`) and the
-hybrid scoring with its calibration (:mod:`adaptspeech.inference.lid_hybrid`)."""
+head or a separate ``--lid-model``, the top-k re-ranking (:mod:`adaptspeech.inference.language_id.routing`) and the
+hybrid scoring with its calibration (:mod:`adaptspeech.inference.language_id.hybrid`)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def language_identifier(args: argparse.Namespace, model: Any, processor: Any) ->
     Raises:
         CommandError: one line naming the setting that cannot work.
     """
-    from ..inference.language_id import (
+    from ..inference.language_id.identifiers import (
         HeadIdentifier,
         LanguageIDError,
         SequenceClassificationIdentifier,
@@ -105,7 +105,7 @@ def routing_options(args: argparse.Namespace, identifier: Any | None) -> dict[st
         CommandError: ``--lid-scoring`` without ``--language auto``; hybrid scoring without a calibration that
             fits the identifier's languages (or the LMs it weighs), or with ``--lid-prior-weight`` (one line).
     """
-    from ..inference.lid_hybrid import CalibrationError, HybridScorer
+    from ..inference.language_id.hybrid import CalibrationError, HybridScorer
 
     if identifier is None:
         if args.lid_scoring != "acoustic":
@@ -134,7 +134,7 @@ def fit_calibration_command(args: argparse.Namespace, model: Any, data: Any, pro
     """
     from pathlib import Path
 
-    from ..inference.lid_hybrid import LanguageLMs, install_language_lms
+    from ..inference.language_id.hybrid import LanguageLMs, install_language_lms
     from ..lid_evaluation import fit_lid_calibration
 
     if identifier is None or args.lid_model is not None:

@@ -98,7 +98,7 @@ def _add_pseudo_label(subparsers: argparse._SubParsersAction) -> None:
 
 def _run_pseudo_label(args: argparse.Namespace) -> int:
     from ..data.pseudo_labelled import ConfidenceFilter
-    from ..inference.pseudo_label import pseudo_label
+    from ..inference.pseudo_labels.labelling import pseudo_label
     from ..progress import library_progress_bars
     from ..saved_model import model_fingerprint
 

@@ -17,8 +17,13 @@ from ..inference import (
     DEFAULT_STRIDE_LENGTH_S,
     LONG_FORM_SPLITS,
 )
-from ..inference.silero import DEFAULT_THRESHOLD
-from ..inference.speech_finders import DEFAULT_SPEECH_FINDER, SILERO_MIN_PAUSE_S, SPEECH_FINDERS, SpeechFinderSettings
+from ..inference.long_form.silero import DEFAULT_THRESHOLD
+from ..inference.long_form.speech_finders import (
+    DEFAULT_SPEECH_FINDER,
+    SILERO_MIN_PAUSE_S,
+    SPEECH_FINDERS,
+    SpeechFinderSettings,
+)
 from ..runtime.command import add_onnx_options, escape_field, split_settings, transcribe_files
 from ..runtime.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from .common import (
@@ -227,7 +232,7 @@ def _run_transcribe(args: argparse.Namespace) -> int:
 
     from ..data import BadClipError, feature_type_of, feature_type_of_model, load_audio
     from ..decoding.registry import DECODING_METHODS
-    from ..inference.language_routing import transcribe_auto
+    from ..inference.language_id.routing import transcribe_auto
     from ..inference.transcriber import transcribe
 
     finder = speech_finder_settings(args)

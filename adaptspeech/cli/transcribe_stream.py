@@ -117,8 +117,8 @@ def _paced(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
 def run_stream(args: argparse.Namespace) -> int:
     """The ``--stream`` branch of ``transcribe``."""
     from ..data import BadClipError
-    from ..inference.pcm_stream import PCMStreamError, pcm_blocks
-    from ..inference.streaming import STREAMING_METHODS, StreamingRecognizer
+    from ..inference.streaming.pcm import PCMStreamError, pcm_blocks
+    from ..inference.streaming.recognizer import STREAMING_METHODS, StreamingRecognizer
 
     unsupported = [flag for flag, on in (("--timestamps", args.timestamps), ("--confidence", args.confidence),
                                          ("--hotwords", getattr(args, "hotwords", None))) if on]
@@ -218,8 +218,8 @@ def stream_finder_threshold(args: argparse.Namespace) -> float:
     """Check ``--speech-finder`` / ``--vad-threshold`` for streaming once (a finder that cannot stream, one without
     ``--endpoint-silence``, silero without its package, a threshold out of range or without silero: one line) ->
     the threshold."""
-    from ..inference.silero import DEFAULT_THRESHOLD
-    from ..inference.streaming import check_stream_finder
+    from ..inference.long_form.silero import DEFAULT_THRESHOLD
+    from ..inference.streaming.recognizer import check_stream_finder
 
     threshold = DEFAULT_THRESHOLD if args.vad_threshold is None else args.vad_threshold
     if args.speech_finder is None:

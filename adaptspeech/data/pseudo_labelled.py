@@ -1,10 +1,11 @@
 """Pseudo-labelled rows as training data: what a labelling model's vocabulary must cover, which rows a confidence
 filter keeps, and a pseudo-labelled folder read beside the labelled rows of a stage.
 
-A pseudo-labelled folder (written by ``adaptspeech pseudo-label``, :mod:`~adaptspeech.inference.pseudo_label`) is a
-prepared folder: ``dataset/`` (split :data:`PSEUDO_SPLIT`: the pool's rows with ``text``, ``labels``, ``confidence``
-and ``labelled_by``), ``processor/`` (the target's) and ``prepare_config.json``, plus ``pseudo_label.json`` (the
-run's summary) and ``labels.jsonl`` (every row's label and confidence, kept or not).
+A pseudo-labelled folder (written by ``adaptspeech pseudo-label``,
+:mod:`~adaptspeech.inference.pseudo_labels.labelling`) is a prepared folder: ``dataset/`` (split :data:`PSEUDO_SPLIT`:
+the pool's rows with ``text``, ``labels``, ``confidence`` and ``labelled_by``), ``processor/`` (the target's) and
+``prepare_config.json``, plus ``pseudo_label.json`` (the run's summary) and ``labels.jsonl`` (every row's label and
+confidence, kept or not).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ scores divided by a temperature, fitted on dev by :func:`fit_nbest_temperature`)
 frames (the minimum frame confidence of the CTC path over them).
 
 :class:`ConfidenceMethod` names one way of scoring words (measure, ``alpha``, aggregation, N-best temperature);
-:mod:`adaptspeech.inference.confidence_comparison` compares them on a labelled split.
+:mod:`adaptspeech.inference.pseudo_labels.confidence_comparison` compares them on a labelled split.
 
 **Utterance confidence** (:func:`utterance_confidence`): the mean of its words' confidences (1 - the expected share
 of wrong words), the utterance's mean frame confidence when it has no word.

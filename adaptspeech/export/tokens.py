@@ -10,7 +10,7 @@ from ..runtime.tokens import TokenTable
 
 def token_table(tokenizer: Any) -> TokenTable:
     """The :class:`TokenTable` that decodes label ids as ``tokenizer.decode(ids, group_tokens=False,
-    skip_special_tokens=True)`` does (:func:`adaptspeech.inference.stitching.label_text`).
+    skip_special_tokens=True)`` does (:func:`adaptspeech.inference.long_form.stitching.label_text`).
 
     Raises:
         ValueError: a nested (per-language) vocabulary without a target language, or ids with gaps.

@@ -35,10 +35,10 @@ import torch
 from ..decoding import DecodingInputs, evaluating, model_decoding_inputs
 from ..runtime.long_form import IMPOSSIBLE_LOG_PROB, Chunk, blank_grid, plan_chunks, stitch_log_probs
 from . import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S
-from .local_norm import ModelInput, input_span
+from .long_form.local_norm import ModelInput, input_span
+from .long_form.recording import FrameGrid
+from .long_form.segmenting import Segment, SegmentInput
 from .model_mixin import MODEL_SAMPLING_RATE
-from .recording import FrameGrid
-from .segmenting import Segment, SegmentInput
 
 __all__ = ["IMPOSSIBLE_LOG_PROB", "Chunk", "blank_log_probs", "chunked_ctc_log_probs", "encode_segment", "plan_chunks",
            "stitch_ctc"]
@@ -70,9 +70,9 @@ def chunked_ctc_log_probs(
 
     Args:
         model: an adaptspeech model with a CTC head.
-        inputs: the model input: a :class:`~adaptspeech.inference.local_norm.RecordingInput` (each chunk, strides
-            included, normalised over its own audio), or a tensor ``[S]`` samples or ``[T_fbank, n_mels]`` already
-            normalised (sliced as it is, e.g. :func:`~adaptspeech.inference.local_norm.model_input`).
+        inputs: the model input: a :class:`~adaptspeech.inference.long_form.local_norm.RecordingInput` (each chunk,
+            strides included, normalised over its own audio), or a tensor ``[S]`` samples or ``[T_fbank, n_mels]``
+            already normalised (sliced as it is, e.g. :func:`~adaptspeech.inference.long_form.local_norm.model_input`).
         chunk_length_s: seconds of audio per encoder call (rounded to whole output frames); an input no longer
             than this runs in one call, exactly as unchunked.
         stride_length_s: seconds of context on each side of a chunk's kept frames.

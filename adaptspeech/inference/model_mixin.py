@@ -35,7 +35,7 @@ class InferenceMixin:
         """``PreTrainedModel.from_pretrained``, plus MMS's ``target_lang``: the language whose adapter (and CTC head,
         when it has its own) runs, as :meth:`set_target_language` sets it. ``pipeline(..., model_kwargs={"target_lang":
         "ro"})`` passes it here. ``target_lang="auto"``: the pipeline identifies each utterance's language with the
-        model's language-ID head and routes it (:mod:`adaptspeech.inference.language_routing`).
+        model's language-ID head and routes it (:mod:`adaptspeech.inference.language_id.routing`).
 
         Raises:
             KeyError: the model has no adapter for ``target_lang`` (naming the languages that have one).

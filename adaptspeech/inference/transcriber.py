@@ -3,16 +3,16 @@
 Each recording makes one pass through the stages, in order, each with one input and one output:
 
 0. the recording: the reason it has nothing to decode, or its unnormalised model input, computed once, on the model's
-   frame grid (:mod:`.recording`, :func:`~.local_norm.recording_input`);
-1. speech regions: where it holds speech, cut at pauses (:mod:`.regions`, from a finder of :mod:`.speech_finders`:
-   the energy rule of :mod:`adaptspeech.runtime.pauses`, silero-vad, or ``auto``);
-2. segments: the pieces decoded on their own (:mod:`.segmenting`);
-3. features: each segment's model input, normalised over its own audio (:mod:`.local_norm`; a view that normalises
-   each encoder call's input as the encoder reads it);
+   frame grid (:mod:`.long_form.recording`, :func:`~.long_form.local_norm.recording_input`);
+1. speech regions: where it holds speech, cut at pauses (:mod:`.long_form.regions`, from a finder of
+   :mod:`.long_form.speech_finders`: the energy rule of :mod:`adaptspeech.runtime.pauses`, silero-vad, or ``auto``);
+2. segments: the pieces decoded on their own (:mod:`.long_form.segmenting`);
+3. features: each segment's model input, normalised over its own audio (:mod:`.long_form.local_norm`; a view that
+   normalises each encoder call's input as the encoder reads it);
 4. encoder: CTC log-probabilities stitched on the recording's frame grid, or each segment's encoder output
    (:mod:`.encoding`);
 5. decoder: any method of the decoding registry (:mod:`adaptspeech.decoding`), or an n-gram LM;
-6. stitched text and timestamps (:mod:`.stitching`).
+6. stitched text and timestamps (:mod:`.long_form.stitching`).
 
 Streaming will run the same stages on a growing recording.
 
@@ -31,7 +31,7 @@ and joint decoders cut a recording longer than ``chunk_length_s`` into consecuti
 ``split_by="pauses"`` the speech regions first), decode each alone and join the texts; the segments and their times
 are in ``Transcription.extra["segments"]`` (the CTC speech regions in ``extra["speech"]``). A recording with nothing
 to decode (no samples, non-finite samples, digital silence or a peak below ``prepare``'s silence threshold, fewer
-samples than one output frame needs: :func:`~adaptspeech.inference.recording.nothing_to_decode`, the rule of
+samples than one output frame needs: :func:`~adaptspeech.inference.long_form.recording.nothing_to_decode`, the rule of
 ``prepare``) gets the empty text and ``extra["skipped"]`` saying why, without a model call; the other recordings are
 transcribed as usual.
 """
@@ -56,11 +56,10 @@ from . import (
     LONG_FORM_SPLITS,
 )
 from .encoding import chunked_ctc_log_probs, encode_segment, stitch_ctc
-from .local_norm import DEFAULT_NORM_WINDOW_S, ModelInput, check_norm_window, recording_input, segment_input
-from .model_mixin import MODEL_SAMPLING_RATE
-from .recording import FrameGrid, nothing_to_decode
-from .regions import find_speech
-from .segmenting import (
+from .long_form.local_norm import DEFAULT_NORM_WINDOW_S, ModelInput, check_norm_window, recording_input, segment_input
+from .long_form.recording import FrameGrid, nothing_to_decode
+from .long_form.regions import find_speech
+from .long_form.segmenting import (
     DEFAULT_SMOOTHING_S,
     Segment,
     blank_cost,
@@ -69,10 +68,11 @@ from .segmenting import (
     plan_ctc_segments,
     plan_segments,
 )
-from .silero import DEFAULT_THRESHOLD
-from .speech_finders import DEFAULT_SPEECH_FINDER, SpeechFinderSettings
-from .stitching import Transcription, frame_spans, join_segments, label_text
-from .timestamps import ctc_timestamps
+from .long_form.silero import DEFAULT_THRESHOLD
+from .long_form.speech_finders import DEFAULT_SPEECH_FINDER, SpeechFinderSettings
+from .long_form.stitching import Transcription, frame_spans, join_segments, label_text
+from .long_form.timestamps import ctc_timestamps
+from .model_mixin import MODEL_SAMPLING_RATE
 
 
 @dataclass(frozen=True)
@@ -86,11 +86,11 @@ class LongFormSettings:
         split_by: ``"pauses"`` (speech regions first) or ``"chunks"``.
         cut_by: the cut cost of attention / joint segments: ``"energy"`` or ``"ctc_blank"``.
         search_length_s: seconds before a segment's longest end searched for its cut.
-        norm_window_s: seconds of the sliding normalisation window (:mod:`.local_norm`).
+        norm_window_s: seconds of the sliding normalisation window (:mod:`.long_form.local_norm`).
         min_pause_s: shortest pause between two speech regions (None: the speech finder's default).
         speech_pad_s: seconds of pause kept on each side of a speech region.
         speech_finder: where the speech regions are (``split_by="pauses"``): a name of
-            :data:`~adaptspeech.inference.speech_finders.SPEECH_FINDERS` (``"energy"``, ``"silero"``).
+            :data:`~adaptspeech.inference.long_form.speech_finders.SPEECH_FINDERS` (``"energy"``, ``"silero"``).
         vad_threshold: ``"silero"``: the speech probability that starts speech.
 
     Attributes:
@@ -160,11 +160,11 @@ def transcribe(
         lang_ids: ``[1]`` language index (models routing several languages per utterance).
         chunk_batch_size: chunks per encoder call.
         cut_by, search_length_s: where attention / joint decoding cuts a long recording (``"energy"`` or
-            ``"ctc_blank"``; see :mod:`~adaptspeech.inference.segmenting`).
+            ``"ctc_blank"``; see :mod:`~adaptspeech.inference.long_form.segmenting`).
         norm_window_s: seconds of the sliding normalisation window of a chunk (``split_by="chunks"``, and speech
             without a pause longer than ``chunk_length_s``).
         split_by: how a recording longer than ``chunk_length_s`` is split: ``"pauses"`` or ``"chunks"`` (see the
-            module docstring, and :mod:`~adaptspeech.inference.segmenting` for attention / joint decoding).
+            module docstring, and :mod:`~adaptspeech.inference.long_form.segmenting` for attention / joint decoding).
         min_pause_s: shortest pause between two speech regions (``split_by="pauses"``; None: the speech finder's
             default, 0.25 s for ``"energy"``, 0.1 s for ``"silero"``).
         speech_pad_s: seconds of pause kept on each side of a speech region (``split_by="pauses"``).
@@ -172,7 +172,7 @@ def transcribe(
             method or the LM decoder): ``extra["confidence"]`` (the recording's) and ``extra["words"]`` (``[{"text",
             "start", "end", "confidence"}, ...]``, seconds).
         speech_finder: where the speech regions are (``split_by="pauses"``): ``"energy"`` (the pause rule) or
-            ``"silero"`` (silero-vad; :mod:`~adaptspeech.inference.speech_finders`).
+            ``"silero"`` (silero-vad; :mod:`~adaptspeech.inference.long_form.speech_finders`).
         vad_threshold: ``speech_finder="silero"``: the speech probability that starts speech.
         **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
     """
@@ -265,7 +265,7 @@ def recording_ctc_log_probs(
 
     Args:
         model: an adaptspeech model with a CTC head.
-        features: the recording's model input (:func:`~adaptspeech.inference.local_norm.recording_input`, or a
+        features: the recording's model input (:func:`~adaptspeech.inference.long_form.local_norm.recording_input`, or a
             normalised tensor).
         waveform: ``[S]`` the recording at 16 kHz (its frame energies find the pauses).
         settings: the long-form settings.
@@ -318,7 +318,7 @@ def attention_segments(
     lang_ids: torch.Tensor | None = None,
 ) -> list[Segment]:
     """Stages 1 - 2 for an attention or joint decoder: the segments of one recording
-    (:func:`~adaptspeech.inference.segmenting.plan_segments`), with the cut cost of ``settings.cut_by``
+    (:func:`~adaptspeech.inference.long_form.segmenting.plan_segments`), with the cut cost of ``settings.cut_by``
     (:func:`cut_cost`) and, with ``split_by="pauses"``, the speech regions first.
 
     Args:

@@ -278,7 +278,7 @@ def undecodable(
     but digital silence (exact zeros), a peak amplitude below ``silence_threshold``, or fewer than ``shortest``
     samples (the fewest a model needs for one output frame; ``adaptspeech prepare`` skips such clips as ``empty``,
     ``nan``, ``silent`` and ``too_short``). The torch inference asks it through
-    :func:`adaptspeech.inference.recording.nothing_to_decode`, the ONNX runtime with the exported model's
+    :func:`adaptspeech.inference.long_form.recording.nothing_to_decode`, the ONNX runtime with the exported model's
     ``shortest_input``.
 
     Args:

@@ -4,9 +4,10 @@ encoder call each, and the CTC log-probabilities of its pieces stitched on one g
 The PyTorch path (:mod:`adaptspeech.inference`: stages 1, 2 and 4) and the ONNX runtime
 (:class:`~adaptspeech.runtime.recognizer.OnnxRecognizer`) both call these functions, so a recording is split the same
 way with or without PyTorch. The rules are those of :mod:`adaptspeech.runtime.pauses` (which pause ends an
-utterance), :mod:`adaptspeech.inference.regions` (a region on the input units), :mod:`adaptspeech.inference.encoding`
-(chunks and the stitched grid) and :meth:`adaptspeech.inference.local_norm.RecordingInput.utterance` (an fbank
-utterance re-read from its own samples next to digital silence).
+utterance), :mod:`adaptspeech.inference.long_form.regions` (a region on the input units),
+:mod:`adaptspeech.inference.encoding` (chunks and the stitched grid) and
+:meth:`adaptspeech.inference.long_form.local_norm.RecordingInput.utterance` (an fbank utterance re-read from its own
+samples next to digital silence).
 
 A model's geometry is a :class:`FrameGeometry`: input units (samples, or 25-ms fbank frames every 10 ms), input units
 per output frame, and the front end's output length.
@@ -105,7 +106,8 @@ def check_pause_settings(min_pause_s: float, speech_pad_s: float) -> None:
 
 def speech_spans(geometry: FrameGeometry, num_units: int, waveform: np.ndarray, min_pause_s: float,
                  speech_pad_s: float, pause_db: float) -> SpeechRegions:
-    """The speech regions of a recording on its input units (the rule of :mod:`adaptspeech.inference.regions`).
+    """The speech regions of a recording on its input units (the rule of
+    :mod:`adaptspeech.inference.long_form.regions`).
 
     Args:
         geometry: the model's frame geometry.
@@ -205,7 +207,7 @@ def fits_ctc_call(grid: FrameGeometry, num_units: int, chunk_length_s: float) ->
 
 def plan_ctc_segments(grid: FrameGeometry, num_units: int, chunk_length_s: float,
                       regions: SpeechRegions | None = None) -> list[Segment]:
-    """The segments of a recording for a CTC decoder (the rule of :mod:`adaptspeech.inference.segmenting`).
+    """The segments of a recording for a CTC decoder (the rule of :mod:`adaptspeech.inference.long_form.segmenting`).
 
     Args:
         grid: the model's frame geometry.

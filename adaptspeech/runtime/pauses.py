@@ -25,7 +25,7 @@ floor ``F + 3`` dB (room noise: the onset rises out of it); then widened by ``sp
 silero-vad's ``speech_pad_ms``; default 0); never past the middle of a pause, so that regions do not overlap. The
 middle frame ``(first + end - 1) // 2`` of every pause between two regions is where one utterance ends and the next
 begins: a word boundary. A region shorter than ``MIN_SPEECH_S`` once digital silence is trimmed (a click between two
-pauses) is not decoded (:func:`~adaptspeech.inference.long_form.speech_spans`).
+pauses) is not decoded (:func:`~adaptspeech.runtime.long_form.speech_spans`).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def _grow(energy_db: np.ndarray, edge: int, limit: int, step: int, threshold: fl
     """The frame where a region's edge ``edge`` (its first frame, ``step=-1``, or one past its last, ``step=1``)
     stops growing into the pause towards ``limit``: when the pause holds digital silence, over every frame up to the
     first all-zero one (at the -100 dB floor: a fade's last samples can lie below -95 dB; the units that touch the
-    zeros are trimmed later, :func:`~adaptspeech.inference.long_form.speech_spans`), else over frames above
+    zeros are trimmed later, :func:`~adaptspeech.runtime.long_form.speech_spans`), else over frames above
     ``threshold``."""
     frames = range(edge, limit) if step > 0 else range(edge - 1, limit - 1, -1)
     silent = any(energy_db[t] <= DIGITAL_SILENCE_DB for t in frames)

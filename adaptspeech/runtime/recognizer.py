@@ -233,7 +233,7 @@ class OnnxRecognizer:
     def _segment_log_probs(self, units: np.ndarray, waveform: np.ndarray, segment: Segment) -> np.ndarray:
         """``[T_i, V]`` log-probabilities of one segment: one graph call for an utterance (an fbank utterance next to
         digital silence computed again from its own samples, as
-        :meth:`adaptspeech.inference.local_norm.RecordingInput.utterance` does), else overlapping chunks."""
+        :meth:`adaptspeech.inference.long_form.local_norm.RecordingInput.utterance` does), else overlapping chunks."""
         geometry = self.model.geometry
         assert geometry is not None
         x = units[segment.start : segment.end]

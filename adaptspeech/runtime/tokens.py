@@ -1,6 +1,6 @@
 """The token table of an exported model: ``tokens.txt`` (sherpa-onnx's format, ``SYMBOL ID`` a line, the word delimiter
 written ``▁``) read and written, and label ids turned into text the way the model's ``Wav2Vec2CTCTokenizer`` decodes
-them (``adaptspeech.inference.stitching.label_text``), without transformers or torch."""
+them (``adaptspeech.inference.long_form.stitching.label_text``), without transformers or torch."""
 
 from __future__ import annotations
 

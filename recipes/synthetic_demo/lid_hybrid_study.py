@@ -104,8 +104,8 @@ def fit_hybrid(model_dir: Path, prepared: str, top_ks: list[int], lm_dirs: dict[
 
     from adaptspeech import AdaptSpeechForCTC
     from adaptspeech.data.prepared_data import load_prepared
-    from adaptspeech.inference.language_id import HeadIdentifier
-    from adaptspeech.inference.lid_hybrid import LanguageLMs, install_language_lms
+    from adaptspeech.inference.language_id.hybrid import LanguageLMs, install_language_lms
+    from adaptspeech.inference.language_id.identifiers import HeadIdentifier
     from adaptspeech.lid_evaluation import fit_lid_calibration
 
     install_language_lms(model_dir, lm_dirs)

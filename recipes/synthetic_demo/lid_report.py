@@ -9,9 +9,9 @@
    language: the SimAdapter fusion for the target, the language's own adapter for a source) and with automatic
    routing (``evaluate --language auto``), and the difference; the accuracy by utterance duration (0-3 s, 3-5 s,
    > 5 s) for each cut. Where the model folder holds ``lid_calibration.json`` (``evaluate --fit-lid-calibration`` on
-   dev), the same for the **hybrid** score (:mod:`adaptspeech.inference.lid_hybrid`) beside the acoustic head alone.
-   Writes ``lid_report.md``, ``lid_report.json``, ``lid_confusion.png`` (whole utterances and 1-s prefixes) and, with
-   the hybrid, ``lid_confusion_hybrid.png`` into ``<output_dir>/lid``.
+   dev), the same for the **hybrid** score (:mod:`adaptspeech.inference.language_id.hybrid`) beside the acoustic head
+   alone. Writes ``lid_report.md``, ``lid_report.json``, ``lid_confusion.png`` (whole utterances and 1-s prefixes) and,
+   with the hybrid, ``lid_confusion_hybrid.png`` into ``<output_dir>/lid``.
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     from adaptspeech.data.array_rows import column_list
     from adaptspeech.data.prepared_data import load_prepared
     from adaptspeech.evaluation import evaluate_dataset
-    from adaptspeech.inference.language_id import HeadIdentifier
-    from adaptspeech.inference.language_routing import routed_processor, routed_to, system_for
-    from adaptspeech.inference.lid_hybrid import CALIBRATION_NAME, HybridScorer
+    from adaptspeech.inference.language_id.hybrid import CALIBRATION_NAME, HybridScorer
+    from adaptspeech.inference.language_id.identifiers import HeadIdentifier
+    from adaptspeech.inference.language_id.routing import routed_processor, routed_to, system_for
     from adaptspeech.lid_evaluation import choose_languages, evaluate_dataset_auto
 
     options = dict(options or {})

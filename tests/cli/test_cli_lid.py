@@ -12,7 +12,7 @@ from helpers.lid import model_with_lid_head, tiny_lid_classifier, tone_clip, two
 from transformers import AutoProcessor
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.inference.language_id import HeadIdentifier, SequenceClassificationIdentifier
+from adaptspeech.inference.language_id.identifiers import HeadIdentifier, SequenceClassificationIdentifier
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +191,7 @@ def test_a_lid_model_that_is_neither_a_folder_nor_reachable_is_one_line(setup, c
 def test_the_hybrid_calibration_is_fitted_on_dev_and_then_routes(setup, capsys, tmp_path) -> None:
     import shutil
 
-    from adaptspeech.inference.lid_hybrid import LIDCalibration
+    from adaptspeech.inference.language_id.hybrid import LIDCalibration
 
     model = tmp_path / "model"
     shutil.copytree(setup["model"], model)

@@ -15,7 +15,7 @@ from helpers.cli import one_error_line, run_main
 from transformers import Wav2Vec2Processor
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.inference.streaming import StreamingRecognizer
+from adaptspeech.inference.streaming.recognizer import StreamingRecognizer
 from adaptspeech.testing.tiny_models import save_tiny_model
 
 

@@ -13,7 +13,7 @@ from helpers.cli import one_error_line, run_main
 from transformers import Wav2Vec2Processor
 
 from adaptspeech import AdaptSpeechForCTC, AdaptSpeechForJointCTCAttention
-from adaptspeech.inference.streaming import StreamingRecognizer
+from adaptspeech.inference.streaming.recognizer import StreamingRecognizer
 from adaptspeech.lm.build import build_arpa
 from adaptspeech.testing.tiny_models import save_tiny_model
 

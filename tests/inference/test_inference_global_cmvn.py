@@ -16,9 +16,9 @@ from adaptspeech.data.feature_types import FeatureType
 from adaptspeech.data.features import AdaptSpeechFeatureExtractor
 from adaptspeech.decoding import ctc_greedy_decode
 from adaptspeech.export.exporter import export_model
-from adaptspeech.inference.local_norm import recording_input
-from adaptspeech.inference.stream_features import StreamFeatures
-from adaptspeech.inference.streaming import StreamingRecognizer
+from adaptspeech.inference.long_form.local_norm import recording_input
+from adaptspeech.inference.streaming.features import StreamFeatures
+from adaptspeech.inference.streaming.recognizer import StreamingRecognizer
 from adaptspeech.runtime.features import CmvnAccumulator, log_mel_numpy
 from adaptspeech.runtime.folder import read_export
 from adaptspeech.testing.tiny_models import save_tiny_model

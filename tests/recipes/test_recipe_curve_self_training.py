@@ -161,7 +161,7 @@ def test_minus_full_fine_tuning_and_where_it_overtakes(arm_curve):
 
 def test_a_second_call_trains_and_labels_nothing(arm_curve, monkeypatch):
     import adaptspeech.evaluation
-    import adaptspeech.inference.pseudo_label
+    import adaptspeech.inference.pseudo_labels.labelling
     import adaptspeech.training.stage
 
     out, _, first = arm_curve
@@ -171,7 +171,7 @@ def test_a_second_call_trains_and_labels_nothing(arm_curve, monkeypatch):
 
     monkeypatch.setattr(runner_module, "run_stage", refuse)
     monkeypatch.setattr(adaptspeech.training.stage, "run_stage", refuse)
-    monkeypatch.setattr(adaptspeech.inference.pseudo_label, "pseudo_label", refuse)
+    monkeypatch.setattr(adaptspeech.inference.pseudo_labels.labelling, "pseudo_label", refuse)
     monkeypatch.setattr(adaptspeech.evaluation, "evaluate_dataset", refuse)
     assert cli_main(_curve_argv(out)) == 0
     again = json.loads((out / "curve" / "curve_results.json").read_text())

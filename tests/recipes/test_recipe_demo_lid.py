@@ -60,7 +60,7 @@ def test_with_a_calibration_the_report_adds_the_hybrid_beside_the_acoustic_head(
     from transformers import AutoProcessor
 
     from adaptspeech.data.prepared_data import load_prepared
-    from adaptspeech.inference.language_id import HeadIdentifier
+    from adaptspeech.inference.language_id.identifiers import HeadIdentifier
     from adaptspeech.lid_evaluation import fit_lid_calibration
 
     out, acoustic = report

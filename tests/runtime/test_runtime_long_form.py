@@ -17,8 +17,8 @@ from helpers.without_torch import outside_the_runtime_extra, run_without
 
 from adaptspeech.cli import main
 from adaptspeech.cli.common import _load_model
-from adaptspeech.inference.recording import FrameGrid
-from adaptspeech.inference.regions import find_speech
+from adaptspeech.inference.long_form.recording import FrameGrid
+from adaptspeech.inference.long_form.regions import find_speech
 from adaptspeech.runtime import OnnxRecognizer
 from adaptspeech.runtime.audio import load_audio
 from adaptspeech.runtime.command import unescape_field

@@ -70,7 +70,7 @@ def test_calibration_figures_and_the_reliability_diagram(setup, capsys):
     printed = capsys.readouterr().out
     from adaptspeech.data.prepared_data import load_prepared
     from adaptspeech.decoding.confidence import ConfidenceMethod, best_path_words
-    from adaptspeech.inference.confidence_comparison import decode_split
+    from adaptspeech.inference.pseudo_labels.confidence_comparison import decode_split
     from adaptspeech.modeling import AdaptSpeechForCTC
 
     dataset, processor = load_prepared(prepared)

@@ -6,7 +6,7 @@ For each system of ``systems`` (``target_adapter``: the target's adapter alone, 
 full fine-tuning), starting from the system the recipe trained (the *teacher*), each round
 
 1. labels the pool with the teacher (+ the recipe's n-gram LM, its weights tuned on dev for that teacher):
-   :func:`~adaptspeech.inference.pseudo_label.pseudo_label`, the labels scored by their confidence;
+   :func:`~adaptspeech.inference.pseudo_labels.labelling.pseudo_label`, the labels scored by their confidence;
 2. keeps the confident labels (``min_confidence`` or ``keep_fraction``: the filter is what makes self-training work;
    WeNet's loop without it got worse, 4.85 -> 5.52 CER on AISHELL-1);
 3. trains a *student* as the recipe trained the system (same stage file, same starting model: the source-adapter
@@ -349,7 +349,7 @@ class SelfTrainingRunner:
         from dataclasses import replace
 
         from ...data.pseudo_labelled import NothingDecodedError
-        from ...inference.pseudo_label import pseudo_label
+        from ...inference.pseudo_labels.labelling import pseudo_label
         from ...modeling import AdaptSpeechForCTC
 
         started = time.perf_counter()

@@ -1,0 +1,316 @@
+"""Hybrid language scoring: the acoustic head's top-k languages re-scored with what each language's own system says.
+
+For each of the ``k`` most probable languages of the language-ID head (its log-posterior ``lid_log_prob``), the
+utterance is run once through that language's system (its adapter above the shared encoder prefix,
+:func:`~adaptspeech.inference.language_id.routing.routed_to`) and two more features are read:
+
+* ``ctc_per_frame``: the CTC log-likelihood of the system's best-path hypothesis, per encoder frame (how well the
+  language's adapter and CTC head explain the audio);
+* ``lm_per_char``: where the model folder holds an n-gram LM for every language (``language_models/<language>/``,
+  an ``adaptspeech lm build`` folder: ``lm.arpa`` and ``unigrams.txt``), the LM log-probability (natural log, with
+  ``<s>`` and ``</s>``) of that hypothesis per character (plus one for ``</s>``): whether the words look like the
+  language's text (sk and cs write differently where they sound alike).
+
+A calibrated linear score ``sum_f w_f * feature_f`` over the candidates decides the language
+(:class:`LIDCalibration`). The weights are fitted on a prepared dev split as a conditional logit (a softmax over
+each utterance's candidates, maximum likelihood of the true language, a small L2 penalty: :func:`fit_weights`) and
+saved in the model folder as ``lid_calibration.json`` (``adaptspeech evaluate --language auto --lid-top-k K
+--fit-lid-calibration``).
+
+Cost: the language-ID pass (the encoder without adapters up to the pooled layer), then ``k`` passes above the shared
+prefix (one per candidate: hypothesis and its CTC score from the same pass), then the chosen language's decoding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CALIBRATION_NAME = "lid_calibration.json"
+"""The calibration's file in a model folder."""
+LANGUAGE_MODELS_DIR = "language_models"
+"""The folder of a model folder that holds one ``adaptspeech lm build`` folder per language."""
+FEATURES = ("lid_log_prob", "ctc_per_frame", "lm_per_char")
+"""The features a calibration may weigh, in this order."""
+FORMAT = "adaptspeech-lid-calibration"
+
+
+class CalibrationError(ValueError):
+    """A calibration file or setting that cannot work (one line naming it)."""
+
+
+@dataclass(frozen=True)
+class LIDCalibration:
+    """The weights of the hybrid score.
+
+    Args:
+        weights: feature name (of :data:`FEATURES`) -> weight; the features it names are the ones used.
+        top_k: the candidates it was fitted with (the default ``k`` when it is used).
+        languages: the language-ID head's languages it was fitted for.
+        fitted_on: what it was fitted on (rows, accuracies), for the record.
+    """
+
+    weights: Mapping[str, float]
+    top_k: int
+    languages: tuple[str, ...]
+    fitted_on: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The features used, in :data:`FEATURES` order."""
+        return tuple(name for name in FEATURES if name in self.weights)
+
+    def score(self, features: Mapping[str, float]) -> float:
+        """``sum_f w_f * features[f]``."""
+        return float(sum(self.weights[name] * features[name] for name in self.features))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": 1, "weights": {k: self.weights[k] for k in self.features},
+                "top_k": self.top_k, "languages": list(self.languages), "fitted_on": dict(self.fitted_on)}
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write ``folder/lid_calibration.json`` (beside, then renamed into place)."""
+        path = Path(folder) / CALIBRATION_NAME
+        partial = path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = CALIBRATION_NAME) -> LIDCalibration:
+        """From :meth:`to_dict`'s layout; anything else is a :class:`CalibrationError` naming ``where``."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise CalibrationError(f"{where}: not a language-ID calibration (no \"format\": \"{FORMAT}\")")
+        weights = data.get("weights")
+        if (not isinstance(weights, dict) or not weights or set(weights) - set(FEATURES)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                           for v in weights.values())):
+            raise CalibrationError(f"{where}: weights must map some of {', '.join(FEATURES)} to finite numbers, got "
+                                   f"{weights!r}")
+        top_k, languages = data.get("top_k"), data.get("languages")
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 2:
+            raise CalibrationError(f"{where}: top_k must be an integer of at least 2, got {top_k!r}")
+        if not isinstance(languages, list) or not all(isinstance(x, str) for x in languages):
+            raise CalibrationError(f"{where}: languages must be a list of language codes, got {languages!r}")
+        return cls({k: float(v) for k, v in weights.items()}, top_k, tuple(languages), data.get("fitted_on") or {})
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> LIDCalibration:
+        """``folder/lid_calibration.json``.
+
+        Raises:
+            CalibrationError: missing (saying how to fit one), unreadable or malformed, naming the file.
+        """
+        path = Path(folder) / CALIBRATION_NAME
+        if not path.is_file():
+            raise CalibrationError(
+                f"{path}: missing; hybrid language scoring needs weights fitted on a dev split: run `adaptspeech "
+                f"evaluate --model {folder} --data PREPARED --split dev --language auto --lid-top-k 3 "
+                "--fit-lid-calibration`")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CalibrationError(f"{path}: unreadable ({' '.join(str(err).split())}); fit it again") from None
+        return cls.from_dict(data, str(path))
+
+
+def lm_log_prob_per_char(lm: Any, text: str) -> float:
+    """A KenLM model's natural-log probability of ``text`` (with ``<s>`` and ``</s>``) per character of the text,
+    ``</s>`` counted as one."""
+    return math.log(10.0) * float(lm.score(text, bos=True, eos=True)) / (len(text) + 1)
+
+
+class LanguageLMs:
+    """The per-language n-gram LMs of a model folder (``language_models/<language>/``), loaded with ``kenlm``.
+
+    Args:
+        files: language -> its KenLM file (ARPA or binary).
+    """
+
+    def __init__(self, files: Mapping[str, Path]) -> None:
+        import kenlm
+
+        self.files = dict(files)
+        self.models = {language: kenlm.Model(str(path)) for language, path in self.files.items()}
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike, languages: Sequence[str]) -> LanguageLMs | None:
+        """The LMs of ``languages`` in ``folder/language_models/``; None when that folder lacks one of them.
+
+        Raises:
+            ValueError: an LM file of a language that is there is cut short (naming it).
+        """
+        from ...lm.files import locate_lm
+
+        root = Path(folder) / LANGUAGE_MODELS_DIR
+        if not all((root / language).is_dir() for language in languages):
+            return None
+        return cls({language: locate_lm(root / language)[0] for language in languages})
+
+    def per_char(self, language: str, text: str) -> float:
+        """:func:`lm_log_prob_per_char` of ``text`` under ``language``'s LM."""
+        return lm_log_prob_per_char(self.models[language], text)
+
+
+def install_language_lms(folder: str | os.PathLike, lm_dirs: Mapping[str, str | os.PathLike]) -> list[Path]:
+    """Copy ``adaptspeech lm build`` folders (language -> folder with ``lm.arpa`` and ``unigrams.txt``) into
+    ``folder/language_models/<language>/``; each is checked first (a cut-short ARPA is refused, naming it)."""
+    from ...lm.build import UNIGRAMS_NAME
+    from ...lm.files import locate_lm
+
+    out = []
+    for language, lm_dir in lm_dirs.items():
+        kenlm_file, _ = locate_lm(lm_dir)
+        target = Path(folder) / LANGUAGE_MODELS_DIR / language
+        target.mkdir(parents=True, exist_ok=True)
+        for source in (kenlm_file, kenlm_file.parent / UNIGRAMS_NAME):
+            if source.is_file():
+                shutil.copyfile(source, target / source.name)
+        out.append(target)
+    return out
+
+
+@torch.no_grad()
+def best_path_scores(model: Any, batch: Mapping[str, torch.Tensor], tokenizer: Any) -> tuple[list[str], torch.Tensor]:
+    """One forward pass of ``model`` as routed now: the best-path (CTC greedy) hypotheses and their CTC
+    log-likelihood per encoder frame (forward algorithm over all alignments of the hypothesis).
+
+    Args:
+        batch: collated model inputs of ``B`` utterances (no labels needed).
+        tokenizer: the routed system's tokenizer (its ids are the CTC head's outputs).
+
+    Returns:
+        ``(texts [B], log-likelihood per frame [B] float32)``.
+    """
+    from ...decoding import evaluating
+    from ...decoding.ctc_greedy import ctc_greedy_decode
+
+    if getattr(model, "ctc_head", None) is None:
+        raise ValueError(f"hybrid language scoring reads the CTC head; this model has head={model.config.head!r}: "
+                         "use --lid-scoring acoustic")
+    inputs = batch[model.main_input_name].to(model.device)
+    mask = batch.get("attention_mask")
+    with evaluating(model):
+        out = model(**{model.main_input_name: inputs}, attention_mask=None if mask is None else mask.to(model.device))
+    log_probs = out.logits.float().log_softmax(-1).cpu()  # [B, T, V]
+    frames = out.frame_lengths.cpu().long()
+    blank = model.config.pad_token_id
+    ids = ctc_greedy_decode(log_probs, frames, blank_id=blank)
+    flat = torch.tensor([i for row in ids for i in row], dtype=torch.long)
+    lengths = torch.tensor([len(row) for row in ids], dtype=torch.long)
+    likelihood = -torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), flat, frames, lengths, blank=blank,
+                                               reduction="none", zero_infinity=False)
+    texts = [tokenizer.decode(row, group_tokens=False) for row in ids]
+    return texts, likelihood / frames.clamp_min(1).to(likelihood.dtype)
+
+
+def candidate_features(lid_log_prob: float, ctc_per_frame: float, text: str, language: str,
+                       lms: LanguageLMs | None) -> dict[str, float]:
+    """The features of one candidate (``lm_per_char`` only with ``lms``)."""
+    features = {"lid_log_prob": float(lid_log_prob), "ctc_per_frame": float(ctc_per_frame)}
+    if lms is not None:
+        features["lm_per_char"] = lms.per_char(language, text)
+    return features
+
+
+@dataclass
+class HybridScorer:
+    """Scores candidates with a calibration (and the LMs its features need).
+
+    Args:
+        calibration: the fitted weights.
+        lms: the per-language LMs (needed when the calibration weighs ``lm_per_char``).
+    """
+
+    calibration: LIDCalibration
+    lms: LanguageLMs | None = None
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike, languages: Sequence[str]) -> HybridScorer:
+        """The calibration of a model folder and, when it weighs the LM score, the folder's per-language LMs.
+
+        Raises:
+            CalibrationError: no calibration, one fitted for other languages, or an LM it needs is missing.
+        """
+        calibration = LIDCalibration.load(folder)
+        if list(calibration.languages) != list(languages):
+            raise CalibrationError(f"{Path(folder) / CALIBRATION_NAME}: fitted for languages "
+                                   f"{list(calibration.languages)}, the language-ID head has {list(languages)}; fit "
+                                   "it again")
+        lms = None
+        if "lm_per_char" in calibration.features:
+            lms = LanguageLMs.from_folder(folder, languages)
+            if lms is None:
+                missing = [x for x in languages if not (Path(folder) / LANGUAGE_MODELS_DIR / x).is_dir()]
+                raise CalibrationError(f"{Path(folder) / LANGUAGE_MODELS_DIR}: no LM for {', '.join(missing)}, which "
+                                       f"{CALIBRATION_NAME} weighs (lm_per_char); add them or fit it again without")
+        return cls(calibration, lms)
+
+    def features(self, lid_log_prob: float, ctc_per_frame: float, text: str, language: str) -> dict[str, float]:
+        """:func:`candidate_features` with this scorer's LMs."""
+        return candidate_features(lid_log_prob, ctc_per_frame, text, language, self.lms)
+
+    def score(self, features: Mapping[str, float]) -> float:
+        return self.calibration.score(features)
+
+
+def fit_weights(candidates: Sequence[np.ndarray], truth: Sequence[int | None], l2: float = 1e-3) -> np.ndarray:
+    """Maximum-likelihood weights ``w`` ``[F]`` of a conditional logit: ``P(candidate j | utterance) =
+    softmax_j(features_j . w)``, with the penalty ``l2 * |w|^2`` (per utterance).
+
+    Args:
+        candidates: per utterance its candidates' features ``[k_i, F]``.
+        truth: per utterance the index of the true candidate, or None where the truth is not among them (left out).
+
+    Raises:
+        ValueError: no utterance whose truth is among its candidates.
+    """
+    rows = [(torch.as_tensor(c, dtype=torch.float64), t) for c, t in zip(candidates, truth, strict=True)
+            if t is not None and len(c) > 1]
+    if not rows:
+        raise ValueError("fitting the language-ID calibration needs utterances whose true language is among at "
+                         "least 2 candidates; none are (raise --lid-top-k, or use more dev rows)")
+    width = rows[0][0].shape[1]
+    weights = torch.zeros(width, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([weights], lr=1.0, max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-12,
+                                  line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = sum(-torch.log_softmax(c @ weights, 0)[t] for c, t in rows) / len(rows) + l2 * weights.pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return weights.detach().numpy()
+
+
+def fit_calibration(candidates: Sequence[Sequence[Mapping[str, float]]], candidate_languages: Sequence[Sequence[str]],
+                    truth: Sequence[str], languages: Sequence[str], top_k: int, l2: float = 1e-3,
+                    fitted_on: Mapping[str, Any] | None = None) -> LIDCalibration:
+    """A :class:`LIDCalibration` fitted on dev utterances: per utterance its candidates' features (each a
+    :func:`candidate_features` dict, the same names in all) and languages, and the true language.
+
+    ``fitted_on`` records the rows, how many had the truth among the candidates, and the accuracy of the acoustic
+    head (the first candidate) and of the fitted score on these rows."""
+    names = [name for name in FEATURES if name in candidates[0][0]]
+    arrays = [np.array([[c[name] for name in names] for c in row], np.float64) for row in candidates]
+    index = [langs.index(t) if t in langs else None for langs, t in zip(candidate_languages, truth, strict=True)]
+    weights = fit_weights(arrays, index, l2)
+    chosen = [int(np.argmax(a @ weights)) for a in arrays]
+    record = {"rows": len(truth), "truth_among_candidates": sum(i is not None for i in index),
+              "accuracy_acoustic": float(np.mean([langs[0] == t for langs, t in zip(candidate_languages, truth,
+                                                                                     strict=True)])),
+              "accuracy_hybrid": float(np.mean([langs[j] == t for langs, j, t in zip(candidate_languages, chosen,
+                                                                                      truth, strict=True)])),
+              "l2": l2, **dict(fitted_on or {})}
+    return LIDCalibration(dict(zip(names, map(float, weights), strict=True)), top_k, tuple(languages), record)
