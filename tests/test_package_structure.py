@@ -197,7 +197,7 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("adaptspeech.modeling", "adaptspeech.inference.stream_encoding"):
         "the model class is built from its streaming mixin (encode_chunk with a cache); same move as above",
     ("adaptspeech.runtime.recognizer", "adaptspeech.lm.decoder"):
-        "the ONNX recognizer's --decoder lm: the n-gram LM decoder (pyctcdecode, numpy), imported lazily, the one "
+        "the ONNX recognizer's --lm: the n-gram LM decoder (pyctcdecode, numpy), imported lazily, the one "
         "thing of the package the runtime may use",
 }
 """The imports from a higher floor that stay, each with its reason (at most three)."""
