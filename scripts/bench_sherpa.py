@@ -140,7 +140,7 @@ def compare(work: Path, clips: list[np.ndarray], references: list[str]) -> dict:
     processor = Wav2Vec2Processor.from_pretrained(model_dir)
     texts = {"pytorch_fp32": [t.text for t in transcribe(model, processor, clips, method="ctc_greedy")]}
     for precision in ("fp32", "int8"):
-        recognizer = OnnxRecognizer(onnx, precision=precision, decoder="greedy")
+        recognizer = OnnxRecognizer(onnx, precision=precision, method="ctc_greedy")
         texts[f"onnxruntime_{precision}"] = [r.text for r in recognizer.transcribe(clips)]
         texts[f"sherpa_onnx_{precision}"] = sherpa_transcribe(onnx, clips, precision=precision)
     reference = texts["pytorch_fp32"]

@@ -198,7 +198,7 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
         "the model class is built from its streaming mixin (encode_chunk with a cache), which sits with the "
         "streaming recognizer that drives it",
     ("adaptspeech.runtime.recognizer", "adaptspeech.lm.decoder"):
-        "the ONNX recognizer's --decoder lm: the n-gram LM decoder (pyctcdecode, numpy), imported lazily, the one "
+        "the ONNX recognizer's --lm: the n-gram LM decoder (pyctcdecode, numpy), imported lazily, the one "
         "thing of the package the runtime may use",
 }
 """The imports from a higher floor that stay, each with its reason (at most three)."""

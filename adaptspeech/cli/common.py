@@ -10,6 +10,7 @@ from typing import Any
 
 from ..decoding.registry import DECODING_METHODS, decoders_for, method_names
 from ..heads import HEADS, head_with_outputs, model_outputs
+from ..runtime.decoding_methods import PYTORCH, resolve_method
 
 PROG = "adaptspeech"
 
@@ -146,14 +147,17 @@ def _supported_methods(model: Any) -> tuple[str | None, tuple[str, ...]]:
 
 
 def _decoding_options(args: argparse.Namespace, model: Any) -> tuple[str, dict[str, float | int]]:
-    """``(method, options)`` for :func:`adaptspeech.decoding.transcribe_batch`, checked against the model's head.
+    """``(method, options)`` for :func:`adaptspeech.decoding.transcribe_batch`, checked against the vocabulary
+    (:func:`~adaptspeech.runtime.decoding_methods.resolve_method`: with ``--lm`` the method is ``ctc_beam``) and the
+    model's head.
 
     A method the head cannot run is one line naming what the method needs, the head and the methods it supports,
     e.g. ``--method joint needs a CTC head and an attention (LAS) head; this model has head='ctc', which supports:
     ctc_greedy, ctc_beam``.
     """
     default, supported = _supported_methods(model)
-    method = args.method or default
+    method = resolve_method(args.method, PYTORCH, lm=getattr(args, "lm", None) is not None,
+                            default=default or "ctc_greedy")
     if method not in supported:
         head = getattr(getattr(model, "config", None), "head", "?")
         needs = DECODING_METHODS.get(method).needs if method in DECODING_METHODS else ""
@@ -253,14 +257,11 @@ def _lm_decoder(
             if getattr(args, name, None) is not None:
                 raise CommandError(f"--{name} applies with --lm")
         return None, options
-    if not DECODING_METHODS.get(method).ctc_only or getattr(model, "ctc_head", None) is None:
-        raise CommandError(f"--lm decodes the CTC output: it needs a CTC head and --method ctc_beam, not {method}")
     from ..lm.decoder import LMDecoder, build_decoder
 
-    try:  # weights left out: the tuned ones of an LM saved by `lm tune --save`, else the defaults
-        decoder = build_decoder(processor.tokenizer, lm, alpha=args.alpha, beta=args.beta)
-    except ImportError as err:
-        raise CommandError(f"--lm needs pyctcdecode and kenlm ({err}); install them as run.sh does") from None
+    # the method is ctc_beam on a head with CTC (_decoding_options); weights left out: the tuned ones of an LM saved
+    # by `lm tune --save`, else the defaults
+    decoder = build_decoder(processor.tokenizer, lm, alpha=args.alpha, beta=args.beta)
     beam = int(options.pop("beam_size", 32))
     return LMDecoder(decoder, beam_width=beam, hotwords=_split_list(args.hotwords) or None,
                      hotword_weight=args.hotword_weight), options

@@ -24,7 +24,7 @@ from ..inference.long_form.speech_finders import (
     SPEECH_FINDERS,
     SpeechFinderSettings,
 )
-from ..runtime.command import add_onnx_options, escape_field, split_settings, transcribe_files
+from ..runtime.command import add_onnx_options, escape_field, onnx_decoding, split_settings, transcribe_files
 from ..runtime.pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
 from .common import (
     PROG,
@@ -62,9 +62,9 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
     transcribe.add_argument("--model", default=None, metavar="DIR", help="a model folder saved by `adaptspeech train`")
     transcribe.add_argument("--onnx", default=None, metavar="DIR",
                             help="instead of --model: a folder written by `adaptspeech export`, run on onnxruntime "
-                            "without PyTorch (CTC decoding: --decoder, --precision, --beam-size, --threads; a long "
-                            "recording split as --split-by, --chunk-length, --stride-length, --min-pause, "
-                            "--speech-pad say)")
+                            "without PyTorch (CTC decoding: --method ctc_greedy | ctc_beam, --lm, --precision, "
+                            "--beam-size, --threads; a long recording split as --split-by, --chunk-length, "
+                            "--stride-length, --min-pause, --speech-pad say)")
     transcribe.add_argument("audio", nargs="+", metavar="AUDIO",
                             help="audio files; '-' (or /dev/stdin) reads one from standard input")
     transcribe.add_argument(
@@ -137,7 +137,7 @@ def _add_transcribe(subparsers: argparse._SubParsersAction) -> None:
         "or --lm)",
     )
     _add_model_options(transcribe)
-    add_onnx_options(transcribe.add_argument_group("--onnx"), beam_size=False)
+    add_onnx_options(transcribe.add_argument_group("--onnx"), decoding=False)
     add_lid_options(transcribe)
     transcribe.set_defaults(func=_run_transcribe, option_defaults={
         action.dest: action.default for action in transcribe._actions
@@ -207,8 +207,9 @@ def _model_language(model: Any, language: str | None, where: str) -> Any:
 
 _EITHER_PATH = ("help", "model", "onnx", "beam_size")
 _ONNX_ONLY = ("precision", "decoder", "threads")
-_BOTH_PATHS = ("chunk_length", "stride_length", "split_by", "min_pause", "speech_pad")
-"""How a long recording is split: the ONNX runtime splits it as the PyTorch path does (CTC decoding)."""
+_BOTH_PATHS = ("chunk_length", "stride_length", "split_by", "min_pause", "speech_pad", "method", "lm", "alpha", "beta")
+"""How a long recording is split (the ONNX runtime splits it as the PyTorch path does, CTC decoding) and decoded (the
+one vocabulary of :mod:`adaptspeech.runtime.decoding_methods`: ``--method``, ``--lm`` and its weights)."""
 
 
 def _check_path_options(args: argparse.Namespace) -> None:
@@ -226,14 +227,14 @@ def _run_transcribe(args: argparse.Namespace) -> int:
         raise CommandError("pass --model DIR (a trained model) or --onnx DIR (an export), one of them")
     _check_path_options(args)
     if args.onnx is not None:  # onnxruntime and numpy alone: nothing below this line is imported
-        return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
-                                prog=PROG, **split_settings(args))
+        method, lm = onnx_decoding(args, prog=PROG)
+        return transcribe_files(args.onnx, args.audio, args.precision, method, args.beam_size, args.threads,
+                                prog=PROG, lm=lm, alpha=args.alpha, beta=args.beta, **split_settings(args))
     from tqdm.auto import tqdm
 
     from ..data import BadClipError, feature_type_of, feature_type_of_model, load_audio
-    from ..decoding.registry import DECODING_METHODS
     from ..inference.language_id.routing import transcribe_auto
-    from ..inference.transcriber import transcribe
+    from ..inference.transcriber import LongFormSettings, check_transcription, transcribe
 
     finder = speech_finder_settings(args)
     device = _resolve_device(args.device)
@@ -251,22 +252,11 @@ def _run_transcribe(args: argparse.Namespace) -> int:
     routing = routing_options(args, identifier)
     lang_ids = None if identifier is not None else _model_language(model, args.language, args.model)
     method, options, lm_decoder = _decoder_setup(args, model, processor)
-    decoder = DECODING_METHODS.get(method)
-    chunked_ctc = decoder.ctc_only or lm_decoder is not None
-    if chunked_ctc and args.chunk_length <= 2 * args.stride_length:
-        raise CommandError(
-            f"--chunk-length {args.chunk_length:g} must be longer than twice --stride-length {args.stride_length:g}"
-        )
-    if args.timestamps is not None and not decoder.best_path and lm_decoder is None:
-        best = ", ".join(name for name in DECODING_METHODS if DECODING_METHODS.get(name).best_path)
-        raise CommandError(f"--timestamps needs --method {best} (the best CTC path) or --lm, not --method {method}")
-    if not chunked_ctc and args.cut_by == "ctc_blank" and getattr(model, "ctc_head", None) is None:
-        raise CommandError(f"--cut-by ctc_blank needs a CTC head; this model has head={model.config.head!r}: use "
-                           "--cut-by energy")
-    if lm_decoder is not None and args.timestamps == "char":
-        raise CommandError("--timestamps char: the LM decoder gives word times only; use --timestamps word")
-    if args.confidence and not decoder.best_path and lm_decoder is None:
-        raise CommandError(f"--confidence needs --method ctc_greedy (the best CTC path) or --lm, not --method {method}")
+    long_form = LongFormSettings(args.chunk_length, args.stride_length, split_by=args.split_by, cut_by=args.cut_by,
+                                 search_length_s=args.search_length, norm_window_s=args.norm_window,
+                                 min_pause_s=finder.min_pause_s, speech_pad_s=args.speech_pad,
+                                 speech_finder=finder.finder, vad_threshold=finder.vad_threshold)
+    check_transcription(model, method, long_form, args.timestamps, lm_decoder, args.confidence)  # before any file
     stdin = [path for path in args.audio if path in STDIN_NAMES]
     if len(stdin) > 1:
         raise CommandError(f"AUDIO {' and '.join(map(repr, stdin))}: standard input can be read once; give it once")

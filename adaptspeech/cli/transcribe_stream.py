@@ -118,28 +118,13 @@ def run_stream(args: argparse.Namespace) -> int:
     """The ``--stream`` branch of ``transcribe``."""
     from ..data import BadClipError
     from ..inference.streaming.pcm import PCMStreamError, pcm_blocks
-    from ..inference.streaming.recognizer import STREAMING_METHODS, StreamingRecognizer
+    from ..inference.streaming.recognizer import StreamingRecognizer
 
     unsupported = [flag for flag, on in (("--timestamps", args.timestamps), ("--confidence", args.confidence),
                                          ("--hotwords", getattr(args, "hotwords", None))) if on]
     if unsupported:
         raise CommandError(f"{', '.join(unsupported)} cannot be combined with --stream (live decoding gives the text: "
                            "CTC greedy, or prefix beam search with --lm and --rescore)")
-    lm = getattr(args, "lm", None)
-    for name in ("alpha", "beta"):
-        if getattr(args, name, None) is not None and lm is None:
-            raise CommandError(f"--{name} applies with --lm")
-    if args.ctc_weight is not None and not args.rescore:
-        raise CommandError("--ctc-weight applies to --stream with --rescore")
-    if args.ctc_weight is not None and not 0.0 <= args.ctc_weight <= 1.0:
-        raise CommandError(f"--ctc-weight must be between 0 and 1, got {args.ctc_weight}")
-    beam = lm is not None or args.rescore
-    method = args.method or ("ctc_beam" if beam else "ctc_greedy")
-    if beam and method != "ctc_beam":
-        raise CommandError(f"--method {method}: {'--lm' if lm is not None else '--rescore'} needs the prefix beam "
-                           "search (--method ctc_beam, the default with it)")
-    if method not in STREAMING_METHODS:
-        raise CommandError(f"--method {method} cannot stream; --stream decodes with {', '.join(STREAMING_METHODS)}")
     if args.sample_rate is not None and not any(path in STDIN_NAMES for path in args.audio):
         raise CommandError("--sample-rate applies to raw PCM on standard input ('-'); files give their own rate")
     vad_threshold = stream_finder_threshold(args)
@@ -149,25 +134,15 @@ def run_stream(args: argparse.Namespace) -> int:
     _check_vocabulary(model, processor, args.model)
     lang_ids = _model_language(model, args.language, args.model)
     model.to(_resolve_device(args.device))
-    fusion = None
-    if lm is not None:
-        from ..lm.shallow_fusion import NGramFusion
-
-        try:  # weights left out: the tuned ones of an LM saved by `lm tune --save`, else the defaults
-            fusion = NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=args.alpha, beta=args.beta)
-        except ImportError as error:
-            raise CommandError(f"--lm needs pyctcdecode and kenlm ({error}); install them as run.sh does") from None
-        except (ValueError, FileNotFoundError) as error:
-            raise CommandError(str(error)) from None
-    try:
+    try:  # the recognizer checks its settings (method, LM, rescoring) and builds the LM fusion itself
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
             recognizer = StreamingRecognizer(
-                model, processor, chunk_ms=args.chunk_ms, num_left_chunks=args.num_left_chunks, method=method,
+                model, processor, chunk_ms=args.chunk_ms, num_left_chunks=args.num_left_chunks, method=args.method,
                 beam_size=args.beam_size, lang_ids=lang_ids, norm_window_s=args.norm_window,
                 endpoint_silence_s=args.endpoint_silence, speech_finder=args.speech_finder,
-                vad_threshold=vad_threshold, lm=fusion,
-                rescore=args.rescore, ctc_weight=0.5 if args.ctc_weight is None else args.ctc_weight,
+                vad_threshold=vad_threshold, lm=getattr(args, "lm", None), alpha=getattr(args, "alpha", None),
+                beta=getattr(args, "beta", None), rescore=args.rescore, ctc_weight=args.ctc_weight,
             )
     except ValueError as error:
         raise CommandError(f"--model {args.model}: {error}") from None
@@ -215,9 +190,10 @@ def run_stream(args: argparse.Namespace) -> int:
 
 
 def stream_finder_threshold(args: argparse.Namespace) -> float:
-    """Check ``--speech-finder`` / ``--vad-threshold`` for streaming once (a finder that cannot stream, one without
-    ``--endpoint-silence``, silero without its package, a threshold out of range or without silero: one line) ->
-    the threshold."""
+    """Check ``--speech-finder`` / ``--vad-threshold`` for streaming once, before the model loads (the library's
+    :func:`~adaptspeech.inference.streaming.recognizer.check_stream_finder`: a finder that cannot stream, one without
+    ``--endpoint-silence``, silero without its package, a threshold out of range; and a threshold without silero:
+    one line) -> the threshold."""
     from ..inference.long_form.silero import DEFAULT_THRESHOLD
     from ..inference.streaming.recognizer import check_stream_finder
 
@@ -227,9 +203,6 @@ def stream_finder_threshold(args: argparse.Namespace) -> float:
             raise CommandError("--vad-threshold: read by --speech-finder silero only; --stream endpoints on the best "
                                "path's blanks without --speech-finder")
         return threshold
-    if args.endpoint_silence is None:
-        raise CommandError(f"--speech-finder {args.speech_finder} with --stream: it endpoints utterances, so it needs "
-                           "--endpoint-silence SECONDS")
     try:
         check_stream_finder(args.speech_finder, threshold, args.endpoint_silence)
     except (ValueError, ImportError) as error:

@@ -6,7 +6,9 @@
 asks it: which methods a head supports (:func:`decoders_for`), what a method needs (:attr:`DecodingMethod.needs`),
 whether it takes a beam, whether it reads the CTC output alone (so that a long recording is decoded on one stitched
 frame grid), whether its result is the best CTC path (whose frame labels give timestamps). Adding a method is its
-module plus one :func:`register_decoding_method` call at the end of this file.
+module plus one :func:`register_decoding_method` call at the end of this file, and its name with the paths that serve
+it in :data:`~adaptspeech.runtime.decoding_methods.METHOD_PATHS` (the torch-free vocabulary every command lists and
+checks methods from: PyTorch, streaming, ONNX runtime).
 
 The registry itself imports no torch (each method's module is imported when the method runs), so that the command
 line lists the methods without it.
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..heads import HEAD_OUTPUTS, HeadSpec
 from ..registry import Registry
+from ..runtime.decoding_methods import METHOD_PATHS, PYTORCH
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +87,12 @@ class DecodingMethod:
         return self.reads == frozenset({"ctc"})
 
     @property
+    def paths(self) -> frozenset[str]:
+        """The paths that serve it (:data:`~adaptspeech.runtime.decoding_methods.METHOD_PATHS`: ``"pytorch"``,
+        ``"streaming"``, ``"onnx"``)."""
+        return METHOD_PATHS[self.name].paths
+
+    @property
     def needs(self) -> str:
         """What it needs of a model, for messages (``"a CTC head and an attention (LAS) head"``)."""
         return " and ".join(text for name, text in HEAD_OUTPUTS.items() if name in self.reads)
@@ -95,7 +104,11 @@ _ORDER: list[str] = []
 
 
 def register_decoding_method(method: DecodingMethod) -> DecodingMethod:
-    """Add ``method`` to :data:`DECODING_METHODS` under its name."""
+    """Add ``method`` to :data:`DECODING_METHODS` under its name, which the vocabulary
+    (:data:`~adaptspeech.runtime.decoding_methods.METHOD_PATHS`) must list with the PyTorch path among its paths."""
+    if method.name not in METHOD_PATHS or PYTORCH not in METHOD_PATHS[method.name].paths:
+        raise ValueError(f"decoding method {method.name!r}: add it to adaptspeech.runtime.decoding_methods."
+                         "METHOD_PATHS with the paths that serve it (PyTorch among them)")
     DECODING_METHODS.register(method.name)(method)
     _ORDER.append(method.name)
     return method

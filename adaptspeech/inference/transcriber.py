@@ -47,6 +47,8 @@ import numpy as np
 import torch
 
 from ..decoding import DECODING_METHODS, decode, evaluating
+from ..runtime.decoding_methods import PYTORCH, check_method
+from ..runtime.long_form import check_chunk_settings
 from ..runtime.pauses import DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost
 from . import (
     CUT_COSTS,
@@ -122,6 +124,33 @@ class LongFormSettings:
                                                                self.speech_pad_s, vad_threshold=self.vad_threshold))
 
 
+def check_transcription(model: Any, method: str, settings: LongFormSettings, timestamps: str | None = None,
+                        lm_decoder: Any = None, confidence: bool = False) -> None:
+    """Refuse what :func:`transcribe` cannot do with these settings, before any audio is read (``ValueError``, one
+    line; ``adaptspeech transcribe`` calls it once before its files): a method the PyTorch path does not serve
+    (:func:`~adaptspeech.runtime.decoding_methods.check_method`), timestamps or confidence without the best CTC path
+    or an LM, character timestamps with an LM, CTC chunks not longer than their strides, ``cut_by="ctc_blank"``
+    without a CTC head."""
+    check_method(method, PYTORCH)
+    decoder = DECODING_METHODS.get(method)
+    if timestamps is not None and not decoder.best_path and lm_decoder is None:
+        raise ValueError(f"timestamps need the best CTC path (method ctc_greedy) or an LM, not method {method!r}")
+    if lm_decoder is not None and timestamps == "char":
+        raise ValueError("the LM decoder gives word timestamps only; use timestamps='word' (--timestamps word)")
+    if confidence and not decoder.best_path and lm_decoder is None:
+        raise ValueError(f"confidence needs the best CTC path (method ctc_greedy) or an LM, not method {method!r}")
+    if decoder.ctc_only or lm_decoder is not None:
+        check_chunk_settings(settings.chunk_length_s, settings.stride_length_s)
+    elif settings.cut_by == "ctc_blank":
+        _check_ctc_blank(model)
+
+
+def _check_ctc_blank(model: Any) -> None:
+    if getattr(model, "ctc_head", None) is None:
+        raise ValueError(f"cut_by='ctc_blank' (--cut-by ctc_blank) needs a CTC head; head {model.config.head!r} has "
+                         "none: use 'energy'")
+
+
 @torch.no_grad()
 def transcribe(
     model: Any,
@@ -176,16 +205,10 @@ def transcribe(
         vad_threshold: ``speech_finder="silero"``: the speech probability that starts speech.
         **options: the decoder's options (``beam_size``, ``ctc_weight`` ...).
     """
-    DECODING_METHODS.check(method, "method")
-    decoder = DECODING_METHODS.get(method)
-    if timestamps is not None and not decoder.best_path and lm_decoder is None:
-        raise ValueError(f"timestamps need the best CTC path (method ctc_greedy or an LM), not method {method!r}")
-    if lm_decoder is not None and timestamps == "char":
-        raise ValueError("the LM decoder gives word timestamps only; use timestamps='word'")
-    if confidence and not decoder.best_path and lm_decoder is None:
-        raise ValueError(f"confidence needs the best CTC path (method ctc_greedy) or an LM, not method {method!r}")
     settings = LongFormSettings(chunk_length_s, stride_length_s, chunk_batch_size, split_by, cut_by, search_length_s,
                                 norm_window_s, min_pause_s, speech_pad_s, speech_finder, vad_threshold)
+    check_transcription(model, method, settings, timestamps, lm_decoder, confidence)
+    decoder = DECODING_METHODS.get(method)
     grid = FrameGrid.of(model)
     results = []
     with evaluating(model):
@@ -367,8 +390,7 @@ def _energy_cost(model: Any, grid: FrameGrid, features: ModelInput, waveform: np
 
 def _ctc_blank_cost(model: Any, grid: FrameGrid, features: ModelInput, waveform: np.ndarray, num_frames: int,
                     chunk_length_s: float, lang_ids: torch.Tensor | None) -> np.ndarray:
-    if getattr(model, "ctc_head", None) is None:
-        raise ValueError(f"cut_by='ctc_blank' needs a CTC head; head {model.config.head!r} has none: use 'energy'")
+    _check_ctc_blank(model)
     stride_s = min(DEFAULT_STRIDE_LENGTH_S, chunk_length_s / 4)
     log_probs = chunked_ctc_log_probs(model, features, chunk_length_s, stride_s, lang_ids=lang_ids)
     return blank_cost(log_probs, model.config.pad_token_id, num_frames)

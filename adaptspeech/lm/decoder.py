@@ -57,8 +57,16 @@ def build_decoder(tokenizer: Any, lm_dir: str | os.PathLike | None, alpha: float
                   beta: float | None = None) -> Any:
     """A ``pyctcdecode.BeamSearchDecoderCTC`` over ``tokenizer``'s labels with the LM at ``lm_dir`` (None: no LM;
     see :func:`locate_lm` for the folders it may be). ``alpha`` / ``beta`` left out: the tuned weights saved with
-    the LM (``adaptspeech lm tune --save``), else :data:`DEFAULT_ALPHA` / :data:`DEFAULT_BETA`."""
-    from pyctcdecode import build_ctcdecoder
+    the LM (``adaptspeech lm tune --save``), else :data:`DEFAULT_ALPHA` / :data:`DEFAULT_BETA`.
+
+    Raises:
+        ImportError: pyctcdecode is not installed (one line saying what to install).
+    """
+    try:
+        from pyctcdecode import build_ctcdecoder
+    except ImportError as err:
+        raise ImportError(f"an n-gram LM (--lm) needs pyctcdecode and kenlm ({err}); install them as run.sh does") \
+            from None
 
     kenlm_path = unigrams = saved = None
     if lm_dir is not None:

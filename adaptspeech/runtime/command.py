@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .audio import BadClipError
+from .decoding_methods import LM_METHOD, METHOD_PATHS, ONNX, methods_for
 from .folder import PRECISIONS
 from .long_form import DEFAULT_CHUNK_LENGTH_S, DEFAULT_STRIDE_LENGTH_S, LONG_FORM_SPLITS
 from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_SPEECH_PAD_S
-from .recognizer import DECODERS, OnnxRecognizer
+from .recognizer import DECODERS, OnnxRecognizer, deprecated_decoder
 
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
@@ -29,18 +30,37 @@ def unescape_field(field: str) -> str:
     return re.sub(r"\\([\\tnr])", lambda m: {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}[m.group(1)], field)
 
 
-def add_onnx_options(parser: Any, beam_size: bool = True) -> None:
-    """``--precision``, ``--decoder``, ``--threads`` and (``beam_size``) ``--beam-size`` of the ONNX transcription on
-    ``parser`` (a parser or an argument group)."""
+def add_onnx_options(parser: Any, decoding: bool = True) -> None:
+    """``--precision``, ``--threads``, the deprecated ``--decoder`` and (``decoding``) ``--method``, ``--lm`` and
+    ``--beam-size`` of the ONNX transcription on ``parser`` (a parser or an argument group; ``adaptspeech
+    transcribe`` declares the decoding options itself, for both of its paths)."""
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="the graph to run (default: int8 when exported, else fp32)")
-    parser.add_argument("--decoder", choices=DECODERS, default="greedy",
-                        help="greedy (best path, default), beam (CTC prefix beam search) or lm (the folder's n-gram "
-                        "LM)")
-    if beam_size:
+    if decoding:
+        parser.add_argument("--method", choices=tuple(METHOD_PATHS), default=None,
+                            help=f"decoder, of those this path serves: {', '.join(methods_for(ONNX))} (ctc_greedy: the "
+                            "best path, default; ctc_beam: CTC prefix beam search, the default with --lm)")
+        parser.add_argument("--lm", default=None, metavar="DIR",
+                            help=f"decode with an n-gram LM (--method {LM_METHOD}): an `adaptspeech lm build` folder, "
+                            "or a folder holding a saved one (the export folder itself, when its model had one)")
         parser.add_argument("--beam-size", type=int, default=None,
-                            help="beams kept by --decoder beam / lm (default 8 / 32)")
+                            help="beams kept by --method ctc_beam (default 8, 32 with --lm)")
+    parser.add_argument("--decoder", choices=DECODERS, default=None,
+                        help="deprecated: --decoder greedy / beam / lm is --method ctc_greedy / --method ctc_beam / "
+                        "--lm EXPORT_DIR")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads (default 1)")
+
+
+def onnx_decoding(args: argparse.Namespace, err: TextIO | None = None, prog: str = "adaptspeech"
+                  ) -> tuple[str | None, str | None]:
+    """``(method, lm)`` of the ONNX path's options: ``--method`` and ``--lm``, or the deprecated ``--decoder`` mapped
+    to them with a one-line warning on ``err``; ValueError (one line) for ``--decoder`` given with ``--method``."""
+    if args.decoder is None:
+        return args.method, args.lm
+    method, lm = deprecated_decoder(args.decoder, args.method, args.lm, args.onnx)
+    use = f"--method {method}" + (f" --lm {lm}" if lm is not None else "")
+    print(f"{prog}: warning: --decoder is deprecated; use {use}", file=err or sys.stderr)
+    return method, None if lm is None else str(lm)
 
 
 def add_split_options(parser: Any) -> None:
@@ -65,16 +85,17 @@ def split_settings(args: argparse.Namespace) -> dict[str, Any]:
             "speech_pad_s": args.speech_pad}
 
 
-def transcribe_files(folder: str, paths: Sequence[str], precision: str | None = None, decoder: str = "greedy",
+def transcribe_files(folder: str, paths: Sequence[str], precision: str | None = None, method: str | None = None,
                      beam_size: int | None = None, threads: int = 1, out: TextIO | None = None,
-                     err: TextIO | None = None, prog: str = "adaptspeech", **split: Any) -> int:
+                     err: TextIO | None = None, prog: str = "adaptspeech", lm: str | None = None, **settings: Any
+                     ) -> int:
     """Transcribe ``paths`` with the export in ``folder``: a ``PATH<TAB>TEXT`` line each on ``out``; a file that
-    cannot be read gets one line on ``err`` and the others are still transcribed. ``split``: how a long recording
-    is split (:class:`OnnxRecognizer`'s ``split_by``, ``chunk_length_s`` ...). Returns the exit status (1 when a
-    file failed)."""
+    cannot be read gets one line on ``err`` and the others are still transcribed. ``settings``: the other
+    :class:`OnnxRecognizer` settings (how a long recording is split: ``split_by``, ``chunk_length_s`` ...; the LM's
+    ``alpha``, ``beta``). Returns the exit status (1 when a file failed)."""
     out, err = out or sys.stdout, err or sys.stderr
-    recognizer = OnnxRecognizer(folder, precision=precision, decoder=decoder, beam_size=beam_size,
-                                num_threads=threads, **split)
+    recognizer = OnnxRecognizer(folder, precision=precision, method=method, beam_size=beam_size, lm=lm,
+                                num_threads=threads, **settings)
     failures = 0
     for path in paths:
         try:
@@ -98,8 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_split_options(parser)
     args = parser.parse_args(argv)
     try:
-        return transcribe_files(args.onnx, args.audio, args.precision, args.decoder, args.beam_size, args.threads,
-                                prog=parser.prog, **split_settings(args))
+        method, lm = onnx_decoding(args, prog=parser.prog)
+        return transcribe_files(args.onnx, args.audio, args.precision, method, args.beam_size, args.threads,
+                                prog=parser.prog, lm=lm, **split_settings(args))
     except (ValueError, OSError) as error:
         print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 1

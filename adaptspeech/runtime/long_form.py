@@ -104,6 +104,14 @@ def check_pause_settings(min_pause_s: float, speech_pad_s: float) -> None:
                          f"{speech_pad_s}")
 
 
+def check_chunk_settings(chunk_length_s: float, stride_length_s: float) -> None:
+    """Refuse CTC chunks not longer than their two strides, or a negative stride (``ValueError`` naming both): the
+    rule of the ONNX runtime and the PyTorch path."""
+    if not chunk_length_s > 2 * stride_length_s >= 0:
+        raise ValueError(f"chunk_length_s {chunk_length_s:g} must be longer than twice stride_length_s "
+                         f"{stride_length_s:g}")
+
+
 def speech_spans(geometry: FrameGeometry, num_units: int, waveform: np.ndarray, min_pause_s: float,
                  speech_pad_s: float, pause_db: float) -> SpeechRegions:
     """The speech regions of a recording on its input units (the rule of

@@ -3,9 +3,10 @@
 :class:`OnnxRecognizer` reads the folder ``adaptspeech export`` writes (:mod:`.folder`), computes the graph's input
 with the same code as the training features (waveform samples, or :func:`~.features.log_mel_numpy` frames; the
 normalisation runs inside the graph: per utterance, or with the training set's statistics under global CMVN), pads a
-batch, runs the graph and decodes its logits with the torch-free CTC decoders: best path
-(:func:`~.ctc.greedy_decode`), prefix beam search (:func:`~.prefix_beam.prefix_beam_search`) or pyctcdecode's beam
-search with the folder's n-gram LM (:class:`adaptspeech.lm.decoder.LMDecoder`, which imports no torch).
+batch, runs the graph and decodes its logits with the torch-free CTC decoders, named as on every path
+(:mod:`.decoding_methods`): ``ctc_greedy``, the best path (:func:`~.ctc.greedy_decode`), or ``ctc_beam``, the prefix
+beam search (:func:`~.prefix_beam.prefix_beam_search`), with an n-gram LM (``lm=``) pyctcdecode's beam search
+(:class:`adaptspeech.lm.decoder.LMDecoder`, which imports no torch).
 
 A recording longer than one encoder call (``chunk_length_s``, and the graph's ``max_frames``) is split as the PyTorch
 path splits it (:mod:`.long_form`, the same functions): at pauses, one speech region per graph call, the pauses blank
@@ -25,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,7 @@ import numpy as np
 
 from .audio import check_samples, digital_silence, load_audio
 from .ctc import greedy_decode, log_softmax
+from .decoding_methods import DEPRECATED_DECODERS, ONNX, resolve_method
 from .features import log_mel_numpy
 from .folder import ExportedModel, ExportFolderError, check_vocabulary, read_export
 from .long_form import (
@@ -43,6 +46,7 @@ from .long_form import (
     Segment,
     SegmentInput,
     blank_grid,
+    check_chunk_settings,
     check_pause_settings,
     fits_ctc_call,
     plan_chunks,
@@ -54,7 +58,9 @@ from .long_form import (
 from .pauses import DEFAULT_MIN_PAUSE_S, DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S
 from .prefix_beam import prefix_beam_search
 
-DECODERS = ("greedy", "beam", "lm")
+DECODERS = tuple(DEPRECATED_DECODERS)
+"""The former ``decoder=`` names (deprecated: ``method=`` and ``lm=``;
+:data:`.decoding_methods.DEPRECATED_DECODERS`)."""
 
 
 @dataclass
@@ -66,16 +72,34 @@ class Recognition:
     frames: int = 0
 
 
+def deprecated_decoder(decoder: str, method: str | None, lm: str | os.PathLike | None,
+                       folder: str | os.PathLike) -> tuple[str, str | os.PathLike | None]:
+    """``(method, lm)`` of a former ``decoder=`` / ``--decoder`` name (``"lm"``: the export ``folder``'s own LM unless
+    ``lm`` names one); ValueError for an unknown name or one given with ``method``."""
+    if decoder not in DEPRECATED_DECODERS:
+        raise ValueError(f"--decoder {decoder}; allowed values: {', '.join(DEPRECATED_DECODERS)} (deprecated: use "
+                         "--method ctc_greedy | ctc_beam, and --lm DIR)")
+    if method is not None:
+        raise ValueError(f"--decoder {decoder} and --method {method}: give --method alone (--decoder is deprecated)")
+    method, own_lm = DEPRECATED_DECODERS[decoder]
+    return method, (lm if lm is not None else folder) if own_lm else lm
+
+
 class OnnxRecognizer:
     """An exported model on onnxruntime.
 
     Args:
         folder: the folder ``adaptspeech export`` wrote.
         precision: ``fp32`` or ``int8`` (None: int8 when the folder has it, else fp32).
-        decoder: ``greedy`` (best path), ``beam`` (CTC prefix beam search) or ``lm`` (pyctcdecode with the folder's
-            n-gram LM, or the LM at ``lm``).
-        beam_size: beams kept (default: 8 for ``beam``, the LM decoder's 32 for ``lm``).
-        lm: an LM folder for ``decoder="lm"`` (default: the exported folder's own).
+        method: ``ctc_greedy`` (best path) or ``ctc_beam`` (CTC prefix beam search; with ``lm``, pyctcdecode's)
+            (:func:`~.decoding_methods.methods_for` ``("onnx")``; None: ``ctc_beam`` with ``lm``, else
+            ``ctc_greedy``).
+        beam_size: beams kept (default: 8, the LM decoder's 32 with ``lm``).
+        lm: an n-gram LM folder (``adaptspeech transcribe --lm`` takes the same; the export folder itself when it
+            holds one).
+        alpha, beta: the LM weight and word bonus (None: the tuned ones saved with the LM, else the defaults).
+        decoder: deprecated (a :class:`FutureWarning`): ``greedy``, ``beam`` or ``lm`` (the folder's own LM, or
+            ``lm``), mapped to ``method`` / ``lm``.
         num_threads: onnxruntime intra-op threads.
         providers: onnxruntime execution providers (default CPU).
         chunk_length_s: seconds of audio per graph call (at most the graph's ``max_frames``): a longer recording is
@@ -89,21 +113,25 @@ class OnnxRecognizer:
             feature settings disagree with the graph.
     """
 
-    def __init__(self, folder: str | os.PathLike, precision: str | None = None, decoder: str = "greedy",
+    def __init__(self, folder: str | os.PathLike, precision: str | None = None, method: str | None = None,
                  beam_size: int | None = None, lm: str | os.PathLike | None = None, num_threads: int = 1,
                  providers: Sequence[str] | None = None, chunk_length_s: float = DEFAULT_CHUNK_LENGTH_S,
                  stride_length_s: float = DEFAULT_STRIDE_LENGTH_S, split_by: str = "pauses",
-                 min_pause_s: float = DEFAULT_MIN_PAUSE_S, speech_pad_s: float = DEFAULT_SPEECH_PAD_S) -> None:
+                 min_pause_s: float = DEFAULT_MIN_PAUSE_S, speech_pad_s: float = DEFAULT_SPEECH_PAD_S,
+                 alpha: float | None = None, beta: float | None = None, decoder: str | None = None) -> None:
         import onnxruntime as ort
 
-        if decoder not in DECODERS:
-            raise ValueError(f"decoder={decoder!r}; allowed values: {', '.join(DECODERS)}")
+        if decoder is not None:
+            method, lm = deprecated_decoder(decoder, method, lm, folder)
+            warnings.warn(f"OnnxRecognizer(decoder={decoder!r}) is deprecated: use method={method!r}"
+                          + (f", lm={str(lm)!r}" if lm is not None else ""), FutureWarning, stacklevel=2)
+        self.method = resolve_method(method, ONNX, lm=lm is not None)
+        if (alpha is not None or beta is not None) and lm is None:
+            raise ValueError("alpha / beta weigh an n-gram LM: give lm= too")
         if split_by not in LONG_FORM_SPLITS:
             raise ValueError(f"split_by={split_by!r}; allowed values: {', '.join(LONG_FORM_SPLITS)}")
         check_pause_settings(min_pause_s, speech_pad_s)
-        if not chunk_length_s > 2 * stride_length_s >= 0:
-            raise ValueError(f"chunk_length_s {chunk_length_s:g} must be longer than twice stride_length_s "
-                             f"{stride_length_s:g}")
+        check_chunk_settings(chunk_length_s, stride_length_s)
         self.split_by, self.min_pause_s, self.speech_pad_s = split_by, min_pause_s, speech_pad_s
         self.chunk_length_s, self.stride_length_s = chunk_length_s, stride_length_s
         self.model: ExportedModel = read_export(folder)
@@ -116,17 +144,17 @@ class OnnxRecognizer:
                                             providers=list(providers or ["CPUExecutionProvider"]))
         check_vocabulary(self.model, self.graph_path, self.session.get_outputs()[0].shape[-1],
                          list(self.session.get_inputs()[0].shape))
-        self.decoder, self.beam_size = decoder, beam_size
-        self._lm = self._lm_decoder(lm) if decoder == "lm" else None
+        self.beam_size = beam_size
+        self._lm = None if lm is None else self._lm_decoder(lm, alpha, beta)
 
-    def _lm_decoder(self, lm: str | os.PathLike | None) -> Any:
+    def _lm_decoder(self, lm: str | os.PathLike, alpha: float | None, beta: float | None) -> Any:
         from ..lm.decoder import DEFAULT_BEAM_WIDTH, LMDecoder, build_decoder
 
-        folder = Path(lm) if lm is not None else self.model.path
         try:
-            return LMDecoder(build_decoder(self.model.table, folder), beam_width=self.beam_size or DEFAULT_BEAM_WIDTH)
+            return LMDecoder(build_decoder(self.model.table, Path(lm), alpha=alpha, beta=beta),
+                             beam_width=self.beam_size or DEFAULT_BEAM_WIDTH)
         except FileNotFoundError as err:
-            raise ExportFolderError(f"decoder='lm': {err}") from None
+            raise ExportFolderError(f"--lm {lm}: {err}") from None
 
     # --- input ---------------------------------------------------------------------------------------------------
     def features(self, waveform: np.ndarray) -> np.ndarray:
@@ -152,17 +180,17 @@ class OnnxRecognizer:
     def decode(self, logits: np.ndarray, frames: np.ndarray) -> list[Recognition]:
         """Logits ``[B, T, V]`` and real frames ``[B]`` -> one :class:`Recognition` per row."""
         table = self.model.table
-        if self.decoder == "greedy":
-            ids = greedy_decode(logits, frames, table.blank_id)
-        elif self.decoder == "beam":
-            ids = [best[0][0] for best in prefix_beam_search(log_softmax(logits), frames, self.beam_size or 8,
-                                                            table.blank_id)]
-        else:
+        if self._lm is not None:
             results = []
             for row, n in zip(log_softmax(logits), frames.tolist()):
                 text, _ = self._lm.decode(row[:n], self.model.seconds_per_frame)
                 results.append(Recognition(text, [], int(n)))
             return results
+        if self.method == "ctc_greedy":
+            ids = greedy_decode(logits, frames, table.blank_id)
+        else:
+            ids = [best[0][0] for best in prefix_beam_search(log_softmax(logits), frames, self.beam_size or 8,
+                                                            table.blank_id)]
         return [Recognition(table.text(row), row, int(n)) for row, n in zip(ids, frames.tolist())]
 
     def transcribe(self, audio: Sequence[str | os.PathLike | np.ndarray], batch_size: int = 1) -> list[Recognition]:

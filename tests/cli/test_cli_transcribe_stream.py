@@ -109,7 +109,9 @@ def test_what_cannot_stream_is_refused(model_dir, tmp_path, capsys) -> None:
         (["--model", plain], r"cannot stream: attention\.kind='default' cannot stream"),
         (["--model", model_dir, "--chunk-ms", "650"], "chunk of 650 ms: must be a positive multiple of the"),
         (["--model", model_dir, "--chunk-ms", "1280"], r"maximum, attention\.max_chunk_size=25"),
-        (["--model", model_dir, "--method", "attention_beam"], "--method attention_beam cannot stream"),
+        (["--model", model_dir, "--method", "attention_beam"],
+         r"--method attention_beam: not served by streaming \(transcribe --stream\), which serves: "
+         "ctc_greedy, ctc_beam$"),
         (["--model", model_dir, "--timestamps", "word"], "--timestamps cannot be combined with --stream"),
         (["--model", model_dir, "--sample-rate", "8000"], "--sample-rate applies to raw PCM on standard input"),
     ]

@@ -60,9 +60,12 @@ def test_what_cannot_be_done_is_one_line(setup, tmp_path, capsys) -> None:
         (["--lm", tmp_path / "nowhere", "--model", setup["ctc"]], r"--lm .*nowhere: no lm\.arpa there"),
         (["--lm", setup["lm"], "--method", "ctc_greedy", "--model", setup["ctc"]],
          "--method ctc_greedy: --lm needs the prefix beam search"),
-        (["--ctc-weight", "0.3", "--model", setup["ctc_las"]], "--ctc-weight applies to --stream with --rescore"),
-        (["--rescore", "--ctc-weight", "1.5", "--model", setup["ctc_las"]], "--ctc-weight must be between 0 and 1"),
-        (["--alpha", "1", "--model", setup["ctc"]], "--alpha applies with --lm"),
+        (["--ctc-weight", "0.3", "--model", setup["ctc_las"]],
+         r"ctc_weight \(--ctc-weight\) weighs the attention rescoring: give rescore=True \(--rescore\) too"),
+        (["--rescore", "--ctc-weight", "1.5", "--model", setup["ctc_las"]],
+         r"ctc_weight=1\.5; allowed values: numbers in \[0, 1\]"),
+        (["--alpha", "1", "--model", setup["ctc"]], r"alpha / beta \(--alpha / --beta\) weigh an n-gram LM: give lm= "
+         r"\(--lm\) too"),
         (["--hotwords", "abc", "--lm", setup["lm"], "--model", setup["ctc"]], "--hotwords cannot be combined with"),
     ]
     for options, message in cases:

@@ -141,7 +141,8 @@ def test_transcribe_command_prints_word_confidences(tmp_path, capsys):
     assert code == 0 and line["text"] == " ".join(w["text"] for w in line["words"])
     assert set(line) == {"path", "text", "seconds", "confidence", "words"}
     code, _, err = run_main(["transcribe", "--model", folder, clip, "--confidence", "--method", "ctc_beam"], capsys)
-    assert code == 1 and "--confidence needs --method ctc_greedy" in one_error_line(err)
+    assert code == 1 and one_error_line(err) == ("adaptspeech: error: confidence needs the best CTC path (method "
+                                                 "ctc_greedy) or an LM, not method 'ctc_beam'")
 
 
 def test_word_correctness_follows_the_wer_alignment():

@@ -153,7 +153,8 @@ def test_a_joint_model_exports_its_ctc_branch(tmp_path):
 
 def test_the_model_folders_lm_travels_with_the_export(exported, tmp_path):
     """A model folder with an n-gram LM (``lm tune --save``'s layout) exports it; ``decoder="lm"`` decodes with it as
-    the PyTorch path's LM decoder does on PyTorch's log-probabilities."""
+    the PyTorch path's LM decoder does on PyTorch's log-probabilities (``lm=`` the export folder; the deprecated
+    ``decoder="lm"`` the same, with a warning)."""
     from helpers.lm import CORPUS
 
     from adaptspeech.lm.decoder import LMDecoder, build_decoder
@@ -176,5 +177,9 @@ def test_the_model_folders_lm_travels_with_the_export(exported, tmp_path):
         with torch.no_grad():
             logits = model(**processor(waveform, sampling_rate=16000, return_tensors="pt")).logits
         expected.append(reference.decode(torch.log_softmax(logits[0], -1))[0])
-    recognizer = OnnxRecognizer(tmp_path / "o", precision="fp32", decoder="lm")
+    recognizer = OnnxRecognizer(tmp_path / "o", precision="fp32", lm=tmp_path / "o")
+    assert recognizer.method == "ctc_beam"
     assert [r.text for r in recognizer.transcribe(waveforms)] == expected
+    with pytest.warns(FutureWarning, match=r"decoder='lm'\) is deprecated: use method='ctc_beam', lm="):
+        deprecated = OnnxRecognizer(tmp_path / "o", precision="fp32", decoder="lm")
+    assert [r.text for r in deprecated.transcribe(waveforms)] == expected

@@ -200,7 +200,7 @@ def test_a_folder_that_is_no_export(tmp_path, capsys):
         (["--onnx", "EXPORT", "--language", "ro"], "--language"),
         (["--onnx", "EXPORT", "--timestamps", "word"], "--timestamps"),
         (["--onnx", "EXPORT", "--confidence"], "--confidence"),
-        (["--onnx", "EXPORT", "--lm", "LM"], "--lm"),
+        (["--onnx", "EXPORT", "--hotwords", "a,b"], "--hotwords"),
         (["--model", "MODEL", "--precision", "int8"], "--precision"),
         (["--model", "MODEL", "--decoder", "beam"], "--decoder"),
     ],

@@ -36,6 +36,7 @@ from ...adapters.routing import current_override, routing_call
 from ...data.feature_types import FeatureType
 from ...decoding.ctc_streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
 from ...decoding.hypothesis import Hypothesis
+from ...runtime.decoding_methods import LM_METHOD, STREAMING, methods_for, resolve_method
 from .. import DEFAULT_NORM_WINDOW_S
 from ..language_id.routing import routed_tokenizer, routing_override
 from ..long_form.silero import DEFAULT_THRESHOLD, check_threshold
@@ -47,8 +48,8 @@ from .vad_endpointing import StreamVAD, VADEndpointer
 #: seconds of blank before any text after which the silence so far is dropped (WeNet's endpoint rule 1)
 LEADING_SILENCE_S = 5.0
 
-#: the incremental searches :class:`StreamingRecognizer` runs (``method=``)
-STREAMING_METHODS = ("ctc_greedy", "ctc_beam")
+#: the incremental searches :class:`StreamingRecognizer` runs (``method=``): the vocabulary's streaming methods
+STREAMING_METHODS = methods_for(STREAMING)
 
 #: the prefix beam width with an n-gram LM when none is given (the offline LM decoder's)
 LM_BEAM_SIZE = 32
@@ -92,8 +93,8 @@ def check_stream_finder(speech_finder: str, vad_threshold: float,
         raise ValueError(f"speech_finder {speech_finder!r} cannot endpoint a stream (it needs the whole recording); "
                          f"finders that can: {streaming}; without one the best path's blanks endpoint")
     if endpoint_silence_s is None:
-        raise ValueError(f"speech_finder {speech_finder!r} endpoints a stream: set endpoint_silence_s (seconds of "
-                         "silence that end an utterance)")
+        raise ValueError(f"speech_finder {speech_finder!r} endpoints a stream: set endpoint_silence_s "
+                         "(--endpoint-silence SECONDS, the silence that ends an utterance)")
     check_threshold(vad_threshold)
     entry.require()
     return factory
@@ -108,7 +109,9 @@ class StreamingRecognizer:
         chunk_ms: milliseconds of audio per encoder chunk (a multiple of the model's frame, 40 ms for the fbank
             Conformer): the latency / accuracy trade-off.
         num_left_chunks: previous chunks each chunk attends to (-1: all; a bound keeps memory flat on long streams).
-        method: ``ctc_greedy`` or ``ctc_beam`` (prefix beam search).
+        method: ``ctc_greedy`` or ``ctc_beam`` (prefix beam search): the vocabulary's streaming methods
+            (:func:`~adaptspeech.runtime.decoding_methods.methods_for` ``("streaming")``); None: ``ctc_beam`` with
+            ``lm`` or ``rescore``, else ``ctc_greedy``.
         beam_size: prefix beam width (None: 8, or 32 with an LM as the offline LM decoder).
         lang_ids: ``[1]`` the stream's language index, for a model routing several languages.
         language: route the stream to this language's system (its adapter, the fusion for the fusion's target, the
@@ -129,7 +132,8 @@ class StreamingRecognizer:
         alpha, beta: the LM weight and word bonus (None: the tuned ones saved with the LM, else 0.5 and 1.0).
         rescore: at the end of each utterance, rescore the search's n-best (``beam_size``) with the attention (LAS)
             decoder (``ctc_beam``, a ``ctc_las`` model).
-        ctc_weight: the CTC score's weight in the rescoring, ``ctc_weight * ctc + (1 - ctc_weight) * attention``.
+        ctc_weight: the CTC score's weight in the rescoring, ``ctc_weight * ctc + (1 - ctc_weight) * attention``
+            (None: 0.5; given without ``rescore``: refused).
     """
 
     def __init__(
@@ -138,7 +142,7 @@ class StreamingRecognizer:
         processor: Any,
         chunk_ms: float = 640,
         num_left_chunks: int = -1,
-        method: str = "ctc_greedy",
+        method: str | None = None,
         beam_size: int | None = None,
         lang_ids: torch.Tensor | None = None,
         norm_window_s: float = DEFAULT_NORM_WINDOW_S,
@@ -149,15 +153,16 @@ class StreamingRecognizer:
         alpha: float | None = None,
         beta: float | None = None,
         rescore: bool = False,
-        ctc_weight: float = 0.5,
+        ctc_weight: float | None = None,
         language: str | None = None,
     ) -> None:
         if getattr(model, "ctc_head", None) is None:
             raise ValueError(f"streaming decodes with a CTC head; this model has head={model.config.head!r}")
-        if method not in STREAMING_METHODS:
-            raise ValueError(f"method {method!r}: streaming methods are {', '.join(STREAMING_METHODS)}")
-        self.fusion = self._fusion(processor, method, lm, alpha, beta)
-        self.rescore, self.ctc_weight = self._check_rescore(model, method, rescore, ctc_weight), float(ctc_weight)
+        method = resolve_method(method if method is not None or not rescore else LM_METHOD, STREAMING,
+                                lm=lm is not None)
+        self.fusion = self._fusion(processor, lm, alpha, beta)
+        self.rescore = self._check_rescore(model, method, rescore, ctc_weight)
+        self.ctc_weight = 0.5 if ctc_weight is None else float(ctc_weight)
         self.model, self.processor = model.eval(), processor
         self.chunk_size = chunk_frames(model, chunk_ms)
         self.chunk_ms = float(chunk_ms)
@@ -182,15 +187,13 @@ class StreamingRecognizer:
         self.reset()
 
     @staticmethod
-    def _fusion(processor: Any, method: str, lm: Any, alpha: float | None, beta: float | None) -> Any:
-        """The :class:`~adaptspeech.lm.shallow_fusion.NGramFusion` of ``lm`` (None without); ValueError for greedy
-        search."""
+    def _fusion(processor: Any, lm: Any, alpha: float | None, beta: float | None) -> Any:
+        """The :class:`~adaptspeech.lm.shallow_fusion.NGramFusion` of ``lm`` (None without; the method is checked
+        by the vocabulary: ``ctc_beam`` with an LM); ValueError for weights without an LM."""
         if lm is None:
             if alpha is not None or beta is not None:
-                raise ValueError("alpha / beta weigh an n-gram LM: give lm= too")
+                raise ValueError("alpha / beta (--alpha / --beta) weigh an n-gram LM: give lm= (--lm) too")
             return None
-        if method != "ctc_beam":
-            raise ValueError(f"an n-gram LM is fused into the prefix beam search: method='ctc_beam', not {method!r}")
         if not isinstance(lm, (str, os.PathLike)):
             return lm
         from ...lm.shallow_fusion import NGramFusion
@@ -198,17 +201,21 @@ class StreamingRecognizer:
         return NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=alpha, beta=beta)
 
     @staticmethod
-    def _check_rescore(model: Any, method: str, rescore: bool, ctc_weight: float) -> bool:
-        """``rescore``, refused (ValueError, one line) without an attention decoder, an n-best or a weight in [0, 1]."""
+    def _check_rescore(model: Any, method: str, rescore: bool, ctc_weight: float | None) -> bool:
+        """``rescore``, refused (ValueError, one line) without an attention decoder, an n-best or a weight in [0, 1];
+        a weight without ``rescore`` refused."""
         if not rescore:
+            if ctc_weight is not None:
+                raise ValueError("ctc_weight (--ctc-weight) weighs the attention rescoring: give rescore=True "
+                                 "(--rescore) too")
             return False
         if getattr(model, "las_head", None) is None:
             raise ValueError(f"attention rescoring needs an attention (LAS) decoder; this model has "
                              f"head={model.config.head!r} (train one with head: ctc_las)")
-        if method != "ctc_beam":
-            raise ValueError(f"attention rescoring rescores the prefix beam's n-best: method='ctc_beam', "
-                             f"not {method!r}")
-        if not 0.0 <= ctc_weight <= 1.0:
+        if method != LM_METHOD:
+            raise ValueError(f"--method {method}: attention rescoring (--rescore) rescores the prefix beam's n-best "
+                             f"(--method {LM_METHOD}, the default with it)")
+        if ctc_weight is not None and not 0.0 <= ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight={ctc_weight}; allowed values: numbers in [0, 1]")
         return True
 

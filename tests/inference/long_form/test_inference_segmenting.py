@@ -158,4 +158,5 @@ def test_transcribe_command_decodes_a_long_recording_with_attention(las_folder: 
                  "--method", "attention_beam", "--cut-by", "ctc_blank"])
     out, err = capsys.readouterr()
     assert code == 1 and out == ""
-    assert err.splitlines()[-1].startswith("adaptspeech: error: --cut-by ctc_blank needs a CTC head")
+    assert err.splitlines()[-1].startswith(
+        "adaptspeech: error: cut_by='ctc_blank' (--cut-by ctc_blank) needs a CTC head; head 'las' has none")

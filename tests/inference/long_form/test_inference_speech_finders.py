@@ -209,8 +209,8 @@ def test_bad_settings_are_one_line(monkeypatch) -> None:
      "silero only, not energy"),
     (["--speech-finder", "energy", "--stream", "--endpoint-silence", "0.5"], "--speech-finder energy: speech_finder "
      "'energy' cannot endpoint a stream (it needs the whole recording); finders that can: silero"),
-    (["--speech-finder", "silero", "--stream"], "--speech-finder silero with --stream: it endpoints utterances, so it "
-     "needs --endpoint-silence SECONDS"),
+    (["--speech-finder", "silero", "--stream"], "--speech-finder silero: speech_finder 'silero' endpoints a stream: "
+     "set endpoint_silence_s (--endpoint-silence SECONDS, the silence that ends an utterance)"),
     (["--stream", "--vad-threshold", "0.6"], "--vad-threshold: read by --speech-finder silero only"),
     (["--speech-finder", "silero", "--missing"], "--speech-finder silero: speech finder 'silero' needs the silero-vad "
      "package, which is not installed: pip install 'adaptspeech[vad]'"),

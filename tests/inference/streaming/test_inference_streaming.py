@@ -102,7 +102,8 @@ def test_misuse_is_refused(streaming_folder, tmp_path) -> None:
     model, processor = load(streaming_folder)
     with pytest.raises(ValueError, match="chunk of 650 ms: must be a positive multiple of the model's 40 ms frames"):
         StreamingRecognizer(model, processor, chunk_ms=650)
-    with pytest.raises(ValueError, match="streaming methods are ctc_greedy, ctc_beam"):
+    with pytest.raises(ValueError, match=r"^--method attention_beam: not served by streaming \(transcribe --stream\), "
+                                         "which serves: ctc_greedy, ctc_beam$"):
         StreamingRecognizer(model, processor, method="attention_beam")
     recognizer = StreamingRecognizer(model, processor, chunk_ms=80)
     assert recognizer.finalize() == ""  # nothing heard: nothing decoded

@@ -128,14 +128,18 @@ def test_what_cannot_be_done_is_refused(folders) -> None:
     with pytest.raises(ValueError, match="attention rescoring needs an attention \\(LAS\\) decoder; this model has "
                                          "head='ctc'"):
         StreamingRecognizer(model, processor, method="ctc_beam", rescore=True)
-    with pytest.raises(ValueError, match="an n-gram LM is fused into the prefix beam search: method='ctc_beam', not "
-                                         "'ctc_greedy'"):
-        StreamingRecognizer(model, processor, lm=lm)
-    with pytest.raises(ValueError, match="alpha / beta weigh an n-gram LM: give lm= too"):
+    with pytest.raises(ValueError, match=r"--method ctc_greedy: --lm needs the prefix beam search \(--method ctc_beam, "
+                                         r"the default with it\)"):
+        StreamingRecognizer(model, processor, method="ctc_greedy", lm=lm)
+    with pytest.raises(ValueError, match=r"alpha / beta \(--alpha / --beta\) weigh an n-gram LM: give lm= \(--lm\) "
+                                         "too"):
         StreamingRecognizer(model, processor, alpha=1.0)
     joint = AdaptSpeechForJointCTCAttention.from_pretrained(las_dir).eval()
-    with pytest.raises(ValueError, match="attention rescoring rescores the prefix beam's n-best: method='ctc_beam'"):
-        StreamingRecognizer(joint, processor, rescore=True)
+    with pytest.raises(ValueError, match=r"--method ctc_greedy: attention rescoring \(--rescore\) rescores the prefix "
+                                         r"beam's n-best \(--method ctc_beam, the default with it\)"):
+        StreamingRecognizer(joint, processor, method="ctc_greedy", rescore=True)
+    with pytest.raises(ValueError, match=r"ctc_weight \(--ctc-weight\) weighs the attention rescoring"):
+        StreamingRecognizer(joint, processor, ctc_weight=0.3)
     with pytest.raises(ValueError, match=r"ctc_weight=1.5; allowed values: numbers in \[0, 1\]"):
         attention_rescore(joint.las_head, torch.zeros(1, 3, joint.las_head.config.encoder_hidden_size),
                           [Hypothesis([5], 0.0, 0.0, {"ctc": 0.0})], 1.5)
