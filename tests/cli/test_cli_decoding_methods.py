@@ -12,7 +12,7 @@ from helpers.cli import one_error_line, run_main
 from helpers.model_folders import audio, model_folder
 
 from adaptspeech.cli.common import _load_model
-from adaptspeech.inference.streaming import StreamingRecognizer
+from adaptspeech.inference.streaming.recognizer import StreamingRecognizer
 from adaptspeech.inference.transcriber import LongFormSettings, check_transcription
 from adaptspeech.runtime.decoding_methods import check_method
 

@@ -12,7 +12,7 @@ from helpers.model_folders import audio, model_folder
 
 from adaptspeech.cli import main
 from adaptspeech.decoding.registry import DECODING_METHODS, DecodingMethod, method_names, register_decoding_method
-from adaptspeech.inference.streaming import STREAMING_METHODS
+from adaptspeech.inference.streaming.recognizer import STREAMING_METHODS
 from adaptspeech.runtime import OnnxRecognizer
 from adaptspeech.runtime import command as runtime_command
 from adaptspeech.runtime.decoding_methods import (
