@@ -287,7 +287,8 @@ USAGE_ERRORS = [
 EXPECTED_ERRORS = [
     (["train", "--config", "{tmp}/missing.yaml"], "missing.yaml not found"),
     (["train", "--config", "{config}", "model.init=foo"], "allowed values: config, pretrained, backbone"),
-    (["train", "--config", "{config}", "training.max_stepz=3"], "unknown TrainingArguments field(s) max_stepz"),
+    (["train", "--config", "{config}", "training.max_stepz=3"],
+     "training: unknown setting(s) max_stepz (did you mean max_steps?)"),
     (["train", "--config", "{config}", "seed=1", "--threads", "1", "training.max_stepz=3"], "max_stepz"),
     (["train", "--config", "{config}", "--resume", "training.max_stepz=3"], "max_stepz"),
     (["train", "--config", "{config}", "training.learning_rate=fast"], "training.learning_rate: expected a number"),
