@@ -129,6 +129,10 @@ def test_overrides_and_validation(tmp_path):
         load_recipe("recipes/synthetic_demo", ["bas.training.max_steps=1"])
     with pytest.raises(RecipeError, match="target 'cs' is also a source"):
         load_recipe("recipes/synthetic_demo", ["target=cs"])
+    misnamed = "baselines={finetune: stage_finetune.yaml, scratchy: stage_scratch.yaml}"
+    with pytest.raises(RecipeError, match=r"recipe.baselines: unknown setting\(s\) scratchy \(did you mean "
+                                          r"scratch\?\); allowed settings: finetune, scratch$"):
+        load_recipe("recipes/synthetic_demo", [misnamed])
 
 
 def test_a_misspelt_stage_override_is_refused_before_the_data_is_built(tmp_path, capsys):
