@@ -64,13 +64,19 @@ def unknown_keys(unknown: Iterable[Any], allowed: Iterable[str], hints: Mapping[
 
 
 def unknown_settings_message(
-    what: str, unknown: Iterable[Any], allowed: Iterable[str], hints: Mapping[str, str] | None = None
+    what: str,
+    unknown: Iterable[Any],
+    allowed: Iterable[str],
+    hints: Mapping[str, str] | None = None,
+    allowed_in_words: str | None = None,
 ) -> str:
     """``what: unknown setting(s) a (did you mean b?), c; allowed settings: b, d``: the one message of an unknown
     setting, everywhere (the unknown ones sorted, each with its hint or closest allowed key; the allowed ones in the
-    order given)."""
+    order given, or ``allowed_in_words`` where the list is too long for one line: "the fields of
+    transformers.TrainingArguments")."""
     allowed = [str(a) for a in allowed]
-    return f"{what}: unknown setting(s) {unknown_keys(unknown, allowed, hints)}; allowed settings: {', '.join(allowed)}"
+    listed = allowed_in_words if allowed_in_words is not None else ", ".join(allowed)
+    return f"{what}: unknown setting(s) {unknown_keys(unknown, allowed, hints)}; allowed settings: {listed}"
 
 
 def unknown_settings(what: str, unknown: Iterable[Any], allowed: Iterable[str]) -> ValueError:
@@ -415,19 +421,19 @@ class SpecSection(Settings):
     def to_dict(self) -> dict[str, Any]:
         """The settings given to :meth:`read` (normalised; every setting when built directly)."""
         names = self._given if self._given is not None else [f.name for f in dataclasses.fields(self)]  # type: ignore
-        return {name: _plain(getattr(self, name)) for name in names}
+        return {name: plain(getattr(self, name)) for name in names}
 
     def given(self, name: str) -> bool:
         """Whether the file set ``name`` (rather than leaving it to its default)."""
         return name in self.to_dict()
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """``value`` as JSON / YAML data (a nested section as its :meth:`SpecSection.to_dict`)."""
     if isinstance(value, Settings):
         return value.to_dict()
     if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
+        return [plain(item) for item in value]
     return value

@@ -57,14 +57,18 @@ def _run_train(args: argparse.Namespace) -> int:
 
     from ..overrides import apply_overrides, load_yaml
     from ..training.resume import checkpoint_problem
-    from ..training.stage import StageSpec, last_checkpoint, run_stage
+    from ..training.stage import StageConfigError, StageSpec, last_checkpoint, run_stage
 
     overrides = list(args.overrides)
     resume = args.resume
     if isinstance(resume, str) and "=" in resume and not Path(resume).exists():
         overrides.append(resume)  # `--resume key=value`: argparse took an override for the checkpoint
         resume = True
-    spec = StageSpec.from_dict(apply_overrides(load_yaml(args.config), overrides))
+    values = apply_overrides(load_yaml(args.config), overrides)
+    try:
+        spec = StageSpec.from_dict(values)
+    except StageConfigError as err:  # a setting of the file (or of an override of it) that does not fit
+        raise StageConfigError(f"{args.config}: {err}") from None
     if isinstance(resume, str):
         problem = checkpoint_problem(resume) if Path(resume).is_dir() else f"{resume} is not a folder"
         if problem:

@@ -1,7 +1,5 @@
 """Checks that a stage's settings fit, run before any long work so that a bad setting ends with one clear line.
 
-* :func:`check_training_values`: the types of the ``training`` section's ``TrainingArguments`` fields (``transformers``
-  does not check them: ``learning_rate: abc`` would only fail deep inside the optimizer);
 * :func:`check_model_fits`: the model against the data and the evaluation settings: the evaluation decoder needs the
   head it decodes, the input feature size matches the data's, the width divides into the attention heads, and one
   forward pass on two training rows runs. The forward pass is in eval mode without gradients and draws no random
@@ -10,27 +8,15 @@
 
 from __future__ import annotations
 
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import StageConfigError
-from ..settings import is_int
 
 if TYPE_CHECKING:
     from .spec_types import StageEvaluationSettings
-
-_SIMPLE_TYPES: dict[type, str] = {
-    bool: "true or false",
-    int: "an integer",
-    float: "a number",
-    str: "a string",
-    type(None): "null",
-}
-
 
 def supported_decoders(model: Any) -> list[str]:
     """The decoding methods the model's head supports (those reading the output layers it has)."""
@@ -38,56 +24,6 @@ def supported_decoders(model: Any) -> list[str]:
     from ..heads import HEADS
 
     return list(decoders_for(HEADS.get(model.config.head).outputs))
-
-
-def _simple_alternatives(annotation: Any) -> tuple[type, ...] | None:
-    """The alternatives of a field annotation when all are bool / int / float / str / None, else None."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        alternatives = typing.get_args(annotation)
-    else:
-        alternatives = (annotation,)
-    if all(a in _SIMPLE_TYPES for a in alternatives):
-        return tuple(alternatives)
-    return None
-
-
-def _accepts(alternatives: tuple[type, ...], value: Any) -> bool:
-    """``value`` is of one of the ``alternatives`` (an int is a valid float; a bool is neither)."""
-    for expected in alternatives:
-        if expected is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True
-        if expected is int and is_int(value):
-            return True
-        if expected in (bool, str, type(None)) and isinstance(value, expected):
-            return True
-    return False
-
-
-def check_training_values(training: Mapping[str, Any]) -> None:
-    """Refuse ``training`` values whose type does not fit their ``TrainingArguments`` field, then values out of
-    their range (:data:`~adaptspeech.training.spec_types.TRAINING_RANGES`: positive counts, finite rates).
-
-    Only fields typed with bool / int / float / str (or None) are type-checked; an int is a valid float.
-
-    Raises:
-        StageConfigError: naming the field, what it expects and the value.
-    """
-    from transformers import TrainingArguments
-
-    from ..settings import check_value
-    from .spec_types import TRAINING_RANGES
-
-    fields = TrainingArguments.__dataclass_fields__
-    for key, value in training.items():
-        if key not in fields:
-            continue
-        alternatives = _simple_alternatives(fields[key].type)
-        if alternatives is None or _accepts(alternatives, value):
-            if key in TRAINING_RANGES:
-                check_value(f"training.{key}", TRAINING_RANGES[key], value)
-            continue
-        expected = " or ".join(_SIMPLE_TYPES[a] for a in alternatives)
-        raise StageConfigError(f"training.{key}: expected {expected}, got {value!r}")
 
 
 def _backbone_setting(model: Any, name: str) -> Any:

@@ -30,7 +30,8 @@ A stage spec (``recipes/*/stage_*.yaml``)::
       active_languages: null                # default: the trainable adapters (routed per utterance when several)
       trainable: {backbone: true, head: true, adapters: [], fusion: false, heads: []}   # heads: per-language heads
       gradient_check_steps: 10              # steps checked for trainable parameters without gradient (0: off)
-    training: {...}                         # transformers.TrainingArguments fields
+    training: {...}                         # transformers.TrainingArguments fields (adaptspeech's defaults:
+                                            # TrainingSettings; the others passed through, checked)
     evaluation: {method: null, batch_size: 16, options: {}}   # decoder (null: the head's default) of the final and
                                                               # the training-time evaluation (eval_cer, eval_wer)
 
@@ -62,7 +63,7 @@ from typing import Any
 import torch
 
 from ..errors import StageConfigError
-from ..settings import check_section, unknown_keys
+from ..settings import check_section
 from .model_setup import build_model
 from .resume import STAGE_SPEC_FILE, checkpoint_problem, last_checkpoint
 from .spec_types import (
@@ -75,6 +76,7 @@ from .spec_types import (
     DataSettings,
     ModelSettings,
     StageEvaluationSettings,
+    TrainingSettings,
 )
 
 STAGE_SECTIONS = tuple(STAGE_TYPES)
@@ -96,14 +98,14 @@ __all__ = [
 @dataclass
 class StageSpec:
     """A validated stage spec (see the module docstring): its sections typed and read by attribute
-    (``spec.data.train_split``), their defaults in their classes (:mod:`adaptspeech.training.spec_types`); the
-    ``training`` section is the ``TrainingArguments`` fields it sets, checked and passed through."""
+    (``spec.data.train_split``, ``spec.training.logging_steps``), their defaults in their classes
+    (:mod:`adaptspeech.training.spec_types`)."""
 
     name: str
     output_dir: str
     data: DataSettings
     model: ModelSettings
-    training: dict[str, Any] = field(default_factory=dict)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
     evaluation: StageEvaluationSettings = field(default_factory=StageEvaluationSettings)
     seed: int = 0
 
@@ -121,19 +123,7 @@ class StageSpec:
         data = DataSettings.read(spec["data"])
         model = ModelSettings.read(spec["model"])
         evaluation = StageEvaluationSettings.read(spec.get("evaluation"))
-        training = dict(spec.get("training") or {})
-        from transformers import TrainingArguments
-
-        allowed = set(TrainingArguments.__dataclass_fields__)
-        unknown = sorted(set(training) - allowed)
-        if unknown:
-            raise StageConfigError(
-                f"training: unknown TrainingArguments field(s) {unknown_keys(unknown, sorted(allowed))} "
-                "(see transformers.TrainingArguments for the allowed ones)"
-            )
-        from .checks import check_training_values
-
-        check_training_values(training)
+        training = TrainingSettings.read(spec.get("training"))
         return cls(
             name=spec["name"],
             output_dir=spec["output_dir"],
@@ -148,14 +138,14 @@ class StageSpec:
         """The spec as plain data (what ``stage_spec.json`` records): each section's settings as the file gave them,
         so that a record reads the same whatever defaults a later version gives."""
         spec = {"name": self.name, "output_dir": self.output_dir, "data": self.data.to_dict(),
-                "model": self.model.to_dict(), "training": self.training, "evaluation": self.evaluation.to_dict(),
-                "seed": self.seed}
+                "model": self.model.to_dict(), "training": self.training.to_dict(),
+                "evaluation": self.evaluation.to_dict(), "seed": self.seed}
         return json.loads(json.dumps(spec, default=str))
 
     @property
     def checkpoint_dir(self) -> Path:
         """Where the Trainer writes the checkpoints: ``training.output_dir``, else ``OUTPUT_DIR/checkpoints``."""
-        return Path(self.training.get("output_dir") or Path(self.output_dir) / "checkpoints")
+        return self.training.checkpoint_dir(self.output_dir)
 
 
 @dataclass
@@ -267,24 +257,14 @@ def _trained_parts(model: Any) -> tuple[bool, bool]:
 def _training_arguments(
     spec: StageSpec, model: Any, probe: dict[str, torch.Tensor], progress: bool, label_names: list[str] | None = None
 ) -> Any:
+    """The stage's ``TrainingArguments``: its ``training`` section's keyword arguments
+    (:meth:`~adaptspeech.training.spec_types.TrainingSettings.keyword_arguments`) with the DDP defaults for ``model``
+    (:func:`~adaptspeech.training.distributed.ddp_training_defaults`; ``probe`` is looked through under DDP only)."""
     from transformers import TrainingArguments
 
     from .distributed import ddp_training_defaults
 
-    training = {
-        "output_dir": str(spec.checkpoint_dir),
-        "report_to": [],
-        "remove_unused_columns": False,
-        "seed": spec.seed,
-        "data_seed": spec.seed,
-        "save_strategy": "steps",
-        "save_total_limit": 2,
-        "logging_steps": 25,
-        "disable_tqdm": not progress,
-        "dataloader_num_workers": 0,
-        **spec.training,
-    }
-    training.setdefault("label_names", label_names or ["labels"])
+    training = spec.training.keyword_arguments(spec.output_dir, spec.seed, progress, label_names)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     training, _ = ddp_training_defaults(model, training, probe if distributed else None)
     return TrainingArguments(**training)

@@ -200,8 +200,8 @@ def test_a_language_code_that_is_not_iso_like_is_one_line(prepared_corpus, tmp_p
     code, _, err = run_main(["train", "--config", stage, "--no-progress"], capsys)
     assert code == 1
     assert one_error_line(err) == (
-        "adaptspeech: error: data.train_languages: expected a list of language codes (ISO 639: 2 or 3 lower-case "
-        "letters, optionally with subtags: ro, pt-BR, zh-CN), got ['ro', 'Romanian']"
+        f"adaptspeech: error: {stage}: data.train_languages: expected a list of language codes (ISO 639: 2 or 3 "
+        "lower-case letters, optionally with subtags: ro, pt-BR, zh-CN), got ['ro', 'Romanian']"
     )
 
 
@@ -312,7 +312,7 @@ def test_a_setting_out_of_its_range_is_one_line_before_anything_is_written(prepa
     stage = config(prepared_corpus, tmp_path, max_steps=2)
     code, _, err = run_main(["train", "--config", stage, "--no-progress", override], capsys)
     assert code == 1
-    assert one_error_line(err) == f"adaptspeech: error: {message}"
+    assert one_error_line(err) == f"adaptspeech: error: {stage}: {message}"  # the stage file, then the setting
     assert not (tmp_path / "run").exists()
 
 

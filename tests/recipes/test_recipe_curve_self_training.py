@@ -200,7 +200,8 @@ def test_plan_lists_the_arm_rounds(arm_curve, capsys):
         ({"self_training": {"rounds": 0}}, "curve.self_training.rounds: expected null or an integer >= 1"),
         ({"self_training": {"steps_scale": -1}}, "curve.self_training.steps_scale"),
         ({"self_training": {"reuse_recipe_rounds": "yes"}}, "curve.self_training.reuse_recipe_rounds"),
-        ({"self_training": {"share": 0.5}}, r"curve.self_training: unknown setting\(s\) \['share'\]"),
+        ({"self_training": {"share": 0.5}}, r"curve.self_training: unknown setting\(s\) share; allowed settings: "
+                                            r"system, budgets"),
     ],
 )
 def test_bad_arm_settings_are_refused(values, message):

@@ -1,5 +1,5 @@
 """The DDP defaults ``run_stage`` applies (find_unused_parameters, non-re-entrant checkpointing), checked against
-what a backward pass really leaves without gradient; the resumable-checkpoint lookup; the training-value checks."""
+what a backward pass really leaves without gradient; the resumable-checkpoint lookup."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from safetensors.torch import save_file
 
 from adaptspeech import AdaptSpeechForCTC
 from adaptspeech.testing import tiny_config, tiny_inputs
-from adaptspeech.training.checks import check_training_values
 from adaptspeech.training.distributed import ddp_training_defaults, modules_never_called, unused_parameter_reasons
 from adaptspeech.training.stage import StageConfigError, last_checkpoint
 
@@ -147,27 +146,6 @@ def test_last_checkpoint_skips_one_killed_while_saving(tmp_path):
             (folder / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoint-final").mkdir()
     assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
-
-
-@pytest.mark.parametrize(
-    ("training", "message"),
-    [
-        ({"learning_rate": "fast"}, "training.learning_rate: expected a number, got 'fast'"),
-        ({"max_steps": 2.5}, "training.max_steps: expected an integer, got 2.5"),
-        ({"max_steps": True}, "training.max_steps: expected an integer, got True"),
-        ({"use_cpu": "yes"}, "training.use_cpu: expected true or false, got 'yes'"),
-        ({"ddp_find_unused_parameters": 1}, "expected true or false or null, got 1"),
-    ],
-)
-def test_training_values_of_the_wrong_type_are_refused(training, message):
-    with pytest.raises(StageConfigError) as info:
-        check_training_values(training)
-    assert str(info.value) == message or message in str(info.value)
-
-
-def test_training_values_of_the_right_type_pass():
-    check_training_values({"learning_rate": 1, "max_steps": 10, "use_cpu": True, "ddp_find_unused_parameters": None,
-                           "lr_scheduler_type": "cosine", "output_dir": "x", "seed": 3, "warmup_ratio": 0.1})
 
 
 def lora_grads(checkpointing: dict | None) -> dict[str, torch.Tensor]:

@@ -8,7 +8,16 @@ import pytest
 
 from adaptspeech import yaml_loader
 from adaptspeech.overrides import apply_overrides
-from adaptspeech.training.spec_types import DATA_TYPES, EVALUATION_TYPES, MODEL_TYPES, STAGE_TYPES, TRAINABLE_TYPES
+from adaptspeech.training.spec_types import (
+    DATA_TYPES,
+    EVALUATION_TYPES,
+    MODEL_TYPES,
+    STAGE_TYPES,
+    TRAINABLE_TYPES,
+    TRAINING_RANGES,
+    TrainingSettings,
+    check_training_arguments,
+)
 from adaptspeech.training.stage import StageConfigError, StageSpec
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
@@ -202,6 +211,7 @@ def test_the_documented_special_values_of_the_counts_pass(tmp_path):
                  "training.save_total_limit=null", "training.eval_steps=null", "training.dataloader_num_workers=0"]
     spec = StageSpec.from_dict(apply_overrides(base(tmp_path), overrides))
     assert spec.training["max_steps"] == -1 and spec.training["save_steps"] == 0.25
+    assert spec.training.save_total_limit is None and spec.training.dataloader_num_workers == 0
 
 
 @pytest.mark.parametrize(
@@ -305,3 +315,89 @@ def test_a_run_records_the_settings_as_written_and_an_old_record_still_resumes(t
     check_resumed_spec(tmp_path, recorded)  # nothing changed: resumes
     changed = StageSpec.from_dict(apply_overrides(spec, ["data.subset_seed=1"])).to_dict()
     assert changed_settings(old_record, changed) == ["data.subset_seed: (unset) -> 1"]
+
+
+@pytest.mark.parametrize(
+    ("training", "message"),
+    [
+        ({"learning_rate": "fast"}, "training.learning_rate: expected a number, got 'fast'"),
+        ({"max_steps": 2.5}, "training.max_steps: expected an integer, got 2.5"),
+        ({"max_steps": True}, "training.max_steps: expected an integer, got True"),
+        ({"use_cpu": "yes"}, "training.use_cpu: expected true or false, got 'yes'"),
+        ({"ddp_find_unused_parameters": 1}, "expected true or false or null, got 1"),
+    ],
+)
+def test_training_values_of_the_wrong_type_are_refused(training, message):
+    with pytest.raises(StageConfigError) as info:
+        check_training_arguments(training)
+    assert str(info.value) == message or message in str(info.value)
+
+
+def test_training_values_of_the_right_type_pass():
+    values = {"learning_rate": 1, "max_steps": 10, "use_cpu": True, "ddp_find_unused_parameters": None,
+              "lr_scheduler_type": "cosine", "output_dir": "x", "seed": 3, "warmup_steps": 0.1}
+    assert check_training_arguments(values) == values
+
+
+# ---- the training section -----------------------------------------------------------------------------------------
+
+
+def test_the_training_section_reads_by_attribute_with_adaptspeechs_defaults(tmp_path):
+    """adaptspeech's settings are attributes with their defaults; every other ``TrainingArguments`` field is passed
+    through as given; the record (``to_dict``) holds what the file gave, in its order."""
+    spec = StageSpec.from_dict(base(tmp_path))
+    training = spec.training
+    assert (training.logging_steps, training.save_total_limit, training.save_strategy) == (25, 2, "steps")
+    assert (training.report_to, training.remove_unused_columns, training.dataloader_num_workers) == ([], False, 0)
+    assert training.seed is None and training.passthrough == {} and training.to_dict() == {}
+    assert spec.checkpoint_dir == tmp_path / "run" / "checkpoints"
+    given = StageSpec.from_dict(apply_overrides(base(tmp_path), [
+        "training.max_steps=7", "training.logging_steps=5", "training.output_dir=elsewhere", "training.use_cpu=true"]))
+    assert given.training.logging_steps == 5 and given.training.passthrough == {"max_steps": 7, "use_cpu": True}
+    assert given.checkpoint_dir.name == "elsewhere"
+    assert list(given.to_dict()["training"]) == ["max_steps", "logging_steps", "output_dir", "use_cpu"]
+    assert StageSpec.from_dict(given.to_dict()).to_dict() == given.to_dict()
+
+
+def test_the_keyword_arguments_take_the_stages_values_unless_set():
+    chosen = TrainingSettings.read({"max_steps": 3}).keyword_arguments("out", seed=5, progress=False)
+    assert chosen == {"output_dir": "out/checkpoints", "seed": 5, "data_seed": 5, "disable_tqdm": True,
+                      "label_names": ["labels"], "report_to": [], "remove_unused_columns": False,
+                      "save_strategy": "steps", "save_total_limit": 2, "logging_steps": 25,
+                      "dataloader_num_workers": 0, "max_steps": 3}
+    given = TrainingSettings.read({"seed": 1, "disable_tqdm": False, "label_names": ["lid_targets"]})
+    arguments = given.keyword_arguments("out", seed=5, progress=False, label_names=["labels"])
+    assert (arguments["seed"], arguments["data_seed"], arguments["disable_tqdm"]) == (1, 5, False)
+    assert arguments["label_names"] == ["lid_targets"]
+
+
+def test_every_setting_of_the_training_section_is_a_training_arguments_field():
+    """adaptspeech's settings and the ranged ones name ``TrainingArguments`` fields of the installed transformers
+    (``warmup_ratio`` left it in 5.x)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert set(TrainingSettings.types()) <= fields and set(TRAINING_RANGES) <= fields
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("training.max_stepz=3", "training: unknown setting(s) max_stepz (did you mean max_steps?); allowed settings: "
+                                 "the fields of transformers.TrainingArguments"),
+        ("training.logging_step=3", "training: unknown setting(s) logging_step (did you mean logging_steps?)"),
+        ("training.passthrough={}", "training: unknown setting(s) passthrough;"),
+        ("training.remove_unused_columns=no", "training.remove_unused_columns: expected true or false, got 'no'"),
+        ("training.output_dir=''", "training.output_dir: expected a non-empty string or null, got ''"),
+        ("training.report_to=3", "training.report_to: expected a string, a list of strings or null, got 3"),
+        ("training.label_names=labels", "training.label_names: expected a list of strings or null, got 'labels'"),
+        ("training.seed=1.5", "training.seed: expected an integer or null, got 1.5"),
+        ("training=[1]", "training: expected a mapping of settings or null, got [1]"),
+    ],
+)
+def test_a_training_setting_that_does_not_fit_is_refused_naming_it(tmp_path, override, message):
+    """An unknown key gets the one unknown-setting message (the closest ``TrainingArguments`` field); a setting of
+    adaptspeech's of the wrong type names its type. Before, ``label_names: labels`` reached the Trainer as a string."""
+    assert refused(base(tmp_path), [override]).startswith(message)

@@ -43,6 +43,7 @@ from ...settings import (
     SettingType,
     choice,
     optional,
+    unknown_settings_message,
 )
 from ..spec import EvaluationSettings, RecipeError, RecipeSpec, Section, check_settings
 from .languages import check_stage_languages, retarget_stages
@@ -184,10 +185,10 @@ class SimAdapterRecipe(RecipeSpec):
             raise self.ERROR(f"recipe.stages: missing stage(s) {missing}; a recipe runs {', '.join(STAGE_NAMES)}")
         unknown = sorted(set(self.stages) - set(STAGE_NAMES))
         if unknown:
-            raise self.ERROR(f"recipe.stages: unknown {unknown}; allowed: {', '.join(STAGE_NAMES)}")
+            raise self.ERROR(unknown_settings_message("recipe.stages", unknown, STAGE_NAMES))
         unknown = sorted(set(self.baselines) - set(BASELINE_NAMES))
         if unknown:
-            raise self.ERROR(f"recipe.baselines: unknown {unknown}; allowed: {', '.join(BASELINE_NAMES)}")
+            raise self.ERROR(unknown_settings_message("recipe.baselines", unknown, BASELINE_NAMES))
         if self.target in self.sources:
             raise self.ERROR(f"recipe: target {self.target!r} is also a source language")
         if self.target_subset is not None:

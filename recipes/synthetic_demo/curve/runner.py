@@ -57,6 +57,7 @@ from adaptspeech.recipes.simadapter.stages import (
     train_recipe_stage,
 )
 from adaptspeech.saved_model import model_fingerprint
+from adaptspeech.training.spec_types import TrainingSettings
 from adaptspeech.training.stage import StageSpec, run_stage
 
 from .report import CurvePoint, write_curve_results
@@ -223,7 +224,7 @@ class CurveRunner:
             max_steps=steps,
             save_strategy="no",
             eval_strategy="no",  # the stage's final dev evaluation chooses the setting
-            logging_steps=max(1, min(int(training.get("logging_steps", 25)), steps // 10)),
+            logging_steps=max(1, min(int(TrainingSettings.read(training).logging_steps), steps // 10)),
         )
         if "learning_rate" in setting:
             training["learning_rate"] = float(setting["learning_rate"])

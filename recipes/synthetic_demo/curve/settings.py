@@ -19,6 +19,7 @@ from typing import Any
 from adaptspeech.data.subsets import SubsetSize
 from adaptspeech.overrides import apply_overrides, load_yaml
 from adaptspeech.recipes.spec import RecipeError
+from adaptspeech.settings import unknown_settings_message
 
 from .report import METHOD_LABELS
 
@@ -126,7 +127,7 @@ class CurveSettings:
             allowed = GRID_KEYS + (FUSION_GRID_KEYS if method == "simadapter" else ())
             bad = sorted(set(grid) - set(allowed))
             if bad:
-                raise CurveError(f"curve.grid.{method}: unknown setting(s) {bad}; allowed: {', '.join(allowed)}")
+                raise CurveError(unknown_settings_message(f"curve.grid.{method}", bad, allowed))
             for key, values in grid.items():
                 if not isinstance(values, list) or not values:
                     raise CurveError(f"curve.grid.{method}.{key}: expected a non-empty list, got {values!r}")
@@ -143,7 +144,7 @@ def check_arm_settings(values: dict[str, Any], budgets: Sequence[str]) -> dict[s
     """The self-training arm's settings over :data:`ARM_DEFAULTS`, each checked (:class:`CurveError` naming it)."""
     unknown = sorted(set(values) - set(ARM_DEFAULTS))
     if unknown:
-        raise CurveError(f"curve.self_training: unknown setting(s) {unknown}; allowed: {', '.join(ARM_DEFAULTS)}")
+        raise CurveError(unknown_settings_message("curve.self_training", unknown, ARM_DEFAULTS))
     arm = {**ARM_DEFAULTS, **values}
     if arm["system"] not in ARM_SYSTEMS:
         raise CurveError(f"curve.self_training.system: {arm['system']!r}; allowed values: {', '.join(ARM_SYSTEMS)}")
@@ -197,7 +198,7 @@ def load_curve_settings(
     allowed = {f for f in CurveSettings.__dataclass_fields__}
     unknown = sorted(set(values) - allowed)
     if unknown:
-        raise CurveError(f"curve: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise CurveError(unknown_settings_message("curve", unknown, sorted(allowed)))
     values.setdefault("budgets", [])
     values["budgets"] = [str(b) for b in values["budgets"]]
     return CurveSettings(**values)

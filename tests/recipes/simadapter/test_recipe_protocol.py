@@ -129,6 +129,10 @@ def test_overrides_and_validation(tmp_path):
         load_recipe("recipes/synthetic_demo", ["bas.training.max_steps=1"])
     with pytest.raises(RecipeError, match="target 'cs' is also a source"):
         load_recipe("recipes/synthetic_demo", ["target=cs"])
+    misnamed = "baselines={finetune: stage_finetune.yaml, scratchy: stage_scratch.yaml}"
+    with pytest.raises(RecipeError, match=r"recipe.baselines: unknown setting\(s\) scratchy \(did you mean "
+                                          r"scratch\?\); allowed settings: finetune, scratch$"):
+        load_recipe("recipes/synthetic_demo", [misnamed])
 
 
 def test_a_misspelt_stage_override_is_refused_before_the_data_is_built(tmp_path, capsys):
@@ -137,8 +141,8 @@ def test_a_misspelt_stage_override_is_refused_before_the_data_is_built(tmp_path,
     out = tmp_path / "run"
     assert main(["recipe", "recipes/synthetic_demo", *_toy_run(out), "base.training.max_step=5"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("adaptspeech: error: training: unknown TrainingArguments field(s) max_step (did you mean "
-                          "max_steps?)") and "\n" not in err
+    assert err.startswith("adaptspeech: error: training: unknown setting(s) max_step (did you mean max_steps?); "
+                          "allowed settings: the fields of transformers.TrainingArguments") and "\n" not in err
     assert not (out / "corpus").exists() and not (out / "prepared").exists()  # no corpus built, no data prepared
 
 
