@@ -16,9 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers import TrainingArguments
 
+from ..decoding.registry import decoders_for
 from ..errors import StageConfigError
-from ..settings import is_int
+from ..heads import HEADS
+from ..settings import check_value, is_int
+from .decoding_evaluation import default_method
+from .spec_types import TRAINING_RANGES
 
 if TYPE_CHECKING:
     from .spec_types import StageEvaluationSettings
@@ -34,9 +39,6 @@ _SIMPLE_TYPES: dict[type, str] = {
 
 def supported_decoders(model: Any) -> list[str]:
     """The decoding methods the model's head supports (those reading the output layers it has)."""
-    from ..decoding.registry import decoders_for
-    from ..heads import HEADS
-
     return list(decoders_for(HEADS.get(model.config.head).outputs))
 
 
@@ -72,11 +74,6 @@ def check_training_values(training: Mapping[str, Any]) -> None:
     Raises:
         StageConfigError: naming the field, what it expects and the value.
     """
-    from transformers import TrainingArguments
-
-    from ..settings import check_value
-    from .spec_types import TRAINING_RANGES
-
     fields = TrainingArguments.__dataclass_fields__
     for key, value in training.items():
         if key not in fields:
@@ -108,8 +105,6 @@ def check_model_fits(
     Raises:
         StageConfigError: naming the setting that does not fit, or quoting the error of the forward pass.
     """
-    from .decoding_evaluation import default_method
-
     method = (evaluation.method if evaluation is not None else None) or default_method(model)
     supported = supported_decoders(model)
     if method not in supported:
