@@ -20,6 +20,7 @@ from .adapters.config import AdapterDefaults, FusionConfig, check_language_code
 from .attention.config import AttentionConfig
 from .backbones import BACKBONES, get_backbone_spec
 from .heads import HEADS
+from .heads.las_config import LASConfig
 from .heads.lid import LIDConfig
 from .settings import unknown_settings_message
 
@@ -333,8 +334,6 @@ class AdaptSpeechConfig(PretrainedConfig):
 
     def las_config(self) -> LASConfig:
         """The attention decoder's settings with the model's sizes and special ids filled in."""
-        from .heads.las_config import LASConfig
-
         return LASConfig.from_dict(
             {
                 **self.las,

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from .data.array_rows import column_list, take_rows, with_array_rows
 from .data.collator import model_collator
-from .decoding import transcribe_batch
+from .decoding import evaluating, model_decoding_inputs, transcribe_batch
 from .metrics import compute_error_rates
 
 
@@ -58,8 +58,6 @@ def transcribe_dataset(
 
 def _lm_texts(model: Any, batch: dict[str, torch.Tensor], lm_decoder: Any, options: dict[str, Any]) -> list[str]:
     """The LM decoder's text for every utterance of a collated batch (its real CTC frames only)."""
-    from .decoding import evaluating, model_decoding_inputs
-
     with evaluating(model):
         encoded = model_decoding_inputs(model, batch[model.main_input_name], batch.get("attention_mask"),
                                         batch.get("lang_ids"))

@@ -33,6 +33,8 @@ import torch
 from transformers import GenerationConfig
 from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
 
+from .decoding import attention_beam_search, evaluating, joint_beam_search, model_decoding_inputs
+
 DEFAULT_CTC_WEIGHT = 0.3
 """The joint search's CTC weight when neither the call nor the model's generation config sets one."""
 
@@ -82,8 +84,6 @@ class AdaptSpeechGenerationMixin:
             ValueError: an unsupported setting or value (sampling, a CTC weight outside [0, 1] or above 0 without
                 a CTC head), or no input.
         """
-        from .decoding import attention_beam_search, evaluating, joint_beam_search, model_decoding_inputs
-
         settings = self._generation_settings(generation_config, ctc_weight, kwargs)
         inputs = input_values if input_values is not None else input_features
         if inputs is None:

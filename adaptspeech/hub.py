@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import HfApi, ModelCard
+
 from .hub_connection import hub_offline, hub_reachable
 from .model_card import card_data, metrics_from_rates
 
@@ -80,8 +82,6 @@ def prepare_adapter_folder(
         dataset: the dataset the metrics were measured on: ``SPLIT_wer`` / ``SPLIT_cer`` metrics become the card's
             ``model-index`` (:mod:`adaptspeech.model_card`).
     """
-    from huggingface_hub import ModelCard
-
     if language is None and not include_fusion:
         raise ValueError("name a language to publish, or include_fusion=True to publish the fusion")
     folder = Path(folder)
@@ -152,8 +152,6 @@ def push_folder(
         raise PushError(f"cannot push to {repo_id}: HF_HUB_OFFLINE is set (the folder {folder} is ready to upload)")
     if not hub_reachable():
         raise PushError(f"cannot push to {repo_id}: the Hub is unreachable (no network); {folder} is ready to upload")
-    from huggingface_hub import HfApi
-
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)

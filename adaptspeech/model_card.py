@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from huggingface_hub import EvalResult, ModelCardData
+
 METRIC_NAMES = {"wer": "WER", "cer": "CER"}
 _FLAT_METRIC = re.compile(r"^(?P<split>\w+?)_(?P<metric>wer|cer)$")
 
@@ -21,8 +23,6 @@ def eval_results(metrics: list[dict[str, Any]]) -> list[Any]:
     Raises:
         ValueError: a metric other than wer / cer, or a missing value or dataset (naming the entry).
     """
-    from huggingface_hub import EvalResult
-
     results = []
     for number, entry in enumerate(metrics, 1):
         metric = str(entry.get("metric", "")).lower()
@@ -54,8 +54,6 @@ def metrics_from_rates(rates: Mapping[str, Any] | None, dataset: str) -> list[di
 def card_data(name: str, languages: list[str], tags: list[str], base_model: str | None, revision: str | None,
               metrics: list[dict[str, Any]], library_name: str) -> Any:
     """The ``ModelCardData`` of an adaptspeech card (speech recognition, Apache-2.0)."""
-    from huggingface_hub import ModelCardData
-
     return ModelCardData(
         model_name=name, language=languages or None, library_name=library_name,
         pipeline_tag="automatic-speech-recognition", tags=tags, base_model=base_model,

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import AutoConfig, AutoModelForCTC, AutoModelForSpeechSeq2Seq, PreTrainedModel
 from transformers import initialization as init
 
@@ -15,6 +16,7 @@ from .adapters.adapter_types import ADAPTER_MODULE_NAME
 from .adapters.block import LanguageAdapterBlock, mark_initialized
 from .adapters.fusion import guide_loss
 from .adapters.mixin import LanguageAdapterMixin
+from .adapters.mms import builtin_config_kwargs, builtin_language, take_builtin_adapter
 from .adapters.routing import (
     AdapterRouting,
     checkpoint_with_routing,
@@ -23,6 +25,8 @@ from .adapters.routing import (
     row_languages_from_ids,
 )
 from .attention.chunking import dynamic_chunk_training
+from .attention.swap import swap_encoder_attention
+from .backbones import backbone_type_of_model_type, get_backbone_spec
 from .backbones.causal_conv import set_conv_lookahead
 from .backbones.conv_padding import frame_padding, mask_convolution_padding
 from .configuration import AdaptSpeechConfig
@@ -30,6 +34,7 @@ from .generation import AdaptSpeechGenerationMixin
 from .heads import get_head
 from .heads.ctc import CTCHead
 from .heads.encoder_prefix import encode_from_prefix, usable_prefix
+from .heads.las import LASDecoder
 from .heads.lid_model import LanguageIDMixin
 from .inference.model_mixin import InferenceMixin
 from .inference.streaming.encoding import StreamingMixin
@@ -89,8 +94,6 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
     def _swap_attention(self) -> list[int]:
         if self.config.attention.is_default:
             return []
-        from .attention.swap import swap_encoder_attention
-
         layers = self._encoder_layers()
         swapped = swap_encoder_attention(
             layers, self.config.backbone_spec.attention_attr, self.config.attention_config()
@@ -116,8 +119,6 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
         """transformers' hook, with the checkpoint function wrapped so that a recomputed layer runs inside the
         routing call of its forward (per-utterance languages, fusion residual; see
         :mod:`adaptspeech.adapters.routing`)."""
-        from torch.utils.checkpoint import checkpoint
-
         func = checkpoint_with_routing(gradient_checkpointing_func or checkpoint)
         super()._set_gradient_checkpointing(enable=enable, gradient_checkpointing_func=func, **kwargs)
 
@@ -172,9 +173,6 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
         language's CTC head (``config.language_heads``), the backbone's ``adapter_layer`` modules are removed (one
         adapter engine) and the language is active. Other languages' MMS adapters load with :meth:`load_adapter`.
         """
-        from .adapters.mms import builtin_config_kwargs, builtin_language, take_builtin_adapter
-        from .backbones import backbone_type_of_model_type, get_backbone_spec
-
         hf_config = None
         if backbone_type in (None, "wav2vec2"):  # config.json alone: the weights are loaded once, below
             hf_config = AutoConfig.from_pretrained(name_or_path, revision=revision)
@@ -333,8 +331,6 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
                 self.ctc_head.add_language_head(language, settings["vocab_size"])
         self.las_head = None
         if head.has_las:
-            from .heads.las import LASDecoder
-
             self.las_head = LASDecoder(config.las_config())
         self.post_init()
 

@@ -41,14 +41,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import soxr
 import torch
 from transformers import AutoConfig, FeatureExtractionMixin
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.automatic_speech_recognition import AutomaticSpeechRecognitionPipeline
 
+from .data.audio import EMPTY, NAN, BadClipError, load_audio
 from .generation import AdaptSpeechGenerationMixin
-from .modeling import AdaptSpeechPreTrainedModel
+from .heads import get_head
+from .inference.language_id.routing import batch_routed_by_lid, routed_tokenizer
+from .inference.long_form.recording import nothing_to_decode, shortest_input
+from .inference.long_form.stitching import decoded_text, specials_as_blank
+from .modeling import AdaptSpeechForJointCTCAttention, AdaptSpeechPreTrainedModel
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +88,6 @@ class _TextTokenizer:
         return self._tokenizer(*args, **kwargs)
 
     def decode(self, token_ids: Any, **kwargs: Any) -> Any:
-        from .inference.long_form.stitching import decoded_text, specials_as_blank
-
         group = kwargs.pop("group_tokens", self._group_tokens)
         if kwargs.get("output_char_offsets") or kwargs.get("output_word_offsets"):
             if group:  # as decoded_text: merged with the blanks, which skip_special_tokens would drop first
@@ -116,8 +120,6 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         if not isinstance(self.model, AdaptSpeechPreTrainedModel):
             yield from super().preprocess(inputs, chunk_length_s=chunk_length_s, stride_length_s=stride_length_s)
             return
-        from .inference.long_form.recording import nothing_to_decode, shortest_input
-
         name = f"{inputs}: " if isinstance(inputs, str) else ""
         inputs, waveform, reason = self._read_audio(inputs)
         if waveform is not None and reason is None:
@@ -134,8 +136,6 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         text or None)``: a local file path or encoded bytes decoded by :func:`~adaptspeech.data.load_audio`, an array
         (or ``{"raw" | "array": array, "sampling_rate": rate}``) mixed to mono and resampled with soxr; anything else
         (a URL, torchcodec's decoder) is left to transformers."""
-        from .data.audio import EMPTY, NAN, BadClipError, load_audio
-
         rate = int(self.feature_extractor.sampling_rate)
         if isinstance(inputs, (str, bytes)):
             if isinstance(inputs, str) and inputs.startswith(("http://", "https://")):
@@ -160,8 +160,6 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
                 return {"raw": array, **inputs}, None, None  # transformers names the layout it refuses
             in_rate = int(inputs.pop("sampling_rate"))
             if in_rate != rate and waveform.size and np.isfinite(waveform).all():
-                import soxr
-
                 stride = inputs.get("stride")
                 if stride is not None:
                     inputs["stride"] = tuple(round(s * rate / in_rate) for s in stride)
@@ -202,8 +200,6 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         tokenizer reads ``language``'s vocabulary: the shared tokenizer is never switched per call."""
         if language is None or self.tokenizer is None:
             return self
-        from .inference.language_id.routing import routed_tokenizer
-
         tokenizer = routed_tokenizer(self.model, language, self.tokenizer)
         if tokenizer is self.tokenizer:
             return self
@@ -218,8 +214,6 @@ class AdaptSpeechRecognitionPipeline(AutomaticSpeechRecognitionPipeline):
         mask = model_inputs.get("attention_mask")
         adaptspeech_ctc = self.type in ("ctc", "ctc_with_lm") and isinstance(self.model, AdaptSpeechPreTrainedModel)
         if getattr(self.model, "auto_language", False):
-            from .inference.language_id.routing import batch_routed_by_lid
-
             inputs = model_inputs[self.model.main_input_name]
             with torch.no_grad(), batch_routed_by_lid(self.model, inputs.to(self.model.device),
                                                       None if mask is None else mask.to(self.model.device),
@@ -270,9 +264,6 @@ class AttentionFolderLoader:
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, *model_args: Any, **kwargs: Any) -> Any:
-        from .heads import get_head
-        from .modeling import AdaptSpeechForJointCTCAttention
-
         hub = {key: kwargs[key] for key in _HUB_KEYS if key in kwargs}
         config = AutoConfig.from_pretrained(pretrained_model_name_or_path, **hub)
         if config.model_type != AdaptSpeechForJointCTCAttention.config_class.model_type or not get_head(

@@ -8,10 +8,13 @@ models here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from transformers.utils import logging as hf_logging
 
 from .heads import HEADS
 
@@ -54,8 +57,6 @@ def load_saved_model(path: str | os.PathLike, progress_bar: bool = True) -> Any:
     Raises:
         SavedModelError: see :func:`saved_head`.
     """
-    from transformers.utils import logging as hf_logging
-
     model_class = HEADS.get(saved_head(path)).model_class
     bars = hf_logging.is_progress_bar_enabled()
     if not progress_bar:
@@ -70,8 +71,6 @@ def load_saved_model(path: str | os.PathLike, progress_bar: bool = True) -> Any:
 def model_fingerprint(model_dir: str | os.PathLike) -> str:
     """SHA-256 over the names and contents of the files of a saved model folder (a retrained model changes it): what
     a cached result or a pseudo-label records as the model it came from."""
-    import hashlib
-
     model_dir = Path(model_dir)
     digest = hashlib.sha256()
     for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):

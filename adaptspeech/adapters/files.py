@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import hf_hub_download
 from safetensors.torch import load_file, save_file
 
 ADAPTER_WEIGHTS = "adapter.{}.safetensors"
@@ -69,8 +70,6 @@ def resolve_file(
         return candidate
     if local.exists():
         raise FileNotFoundError(f"{local} is a file, expected a folder holding {filename}")
-    from huggingface_hub import hf_hub_download
-
     try:
         return Path(hf_hub_download(str(path_or_repo), filename, revision=revision, token=token, cache_dir=cache_dir))
     except Exception as err:  # network errors, missing repo or file: one clear message

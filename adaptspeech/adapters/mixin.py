@@ -165,7 +165,8 @@ class LanguageAdapterMixin(FusionMixin):
         self.set_active_languages([language])
 
     def _switch_vocabulary(self, language: str, tokenizer: Any) -> None:
-        from ..heads.ctc import check_head_fits_vocabulary, language_vocab_size
+        # here, not at the top: heads.ctc imports adapters.routing, whose package __init__ imports this module
+        from ..heads.ctc import check_head_fits_vocabulary, language_vocab_size  # noqa: PLC0415
 
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         size, nested = language_vocab_size(tokenizer, language)

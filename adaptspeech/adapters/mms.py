@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import hf_hub_download
 from torch import nn
 
 from .adapter_types import get_adapter_type
@@ -235,8 +236,6 @@ def _tokenizer_target_lang(name_or_path: str, revision: str | None) -> str | Non
         path: Path | None = local / "tokenizer_config.json"
     else:
         try:
-            from huggingface_hub import hf_hub_download
-
             path = Path(hf_hub_download(str(name_or_path), "tokenizer_config.json", revision=revision))
         except Exception:  # offline, no such file: not knowable from here
             path = None

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..adapters.routing import effective_routing
+from ..runtime.features import normalize_utterance
 from .feature_types import DEFAULT_FEATURE_TYPE, FEATURE_TYPES, feature_type_of_model
 
 IGNORE_INDEX = -100
@@ -127,8 +129,6 @@ def random_crop(values: np.ndarray, kind: Any, seconds: tuple[float, float]) -> 
     """A random window of ``values`` ``[units, ...]`` (samples or frames of feature type ``kind``) whose length is
     drawn uniformly from ``seconds`` (in units; all of ``values`` when shorter), renormalised over itself when ``kind``
     normalises utterances; drawn with torch's global generator (seeded by the trainer)."""
-    from ..runtime.features import normalize_utterance
-
     shortest, longest = (max(1, kind.num_units(round(s * kind.sampling_rate))) for s in seconds)
     length = int(torch.randint(shortest, longest + 1, ()).item())
     if values.shape[0] <= length:
@@ -141,8 +141,6 @@ def random_crop(values: np.ndarray, kind: Any, seconds: tuple[float, float]) -> 
 def routes_languages(model: Any) -> bool:
     """True when the model routes each utterance to its language's adapter (needs ``lang_ids``), in the running call
     (its routing override, if any, else the model's settings)."""
-    from ..adapters.routing import effective_routing
-
     settings = getattr(model, "routing", None)
     routing = model.config if settings is None else effective_routing(settings)
     return len(routing.active_languages) > 1 and not routing.fusion_active

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from datasets import Audio, Dataset, DatasetDict, Features, List, Value, concatenate_datasets
+from datasets import Audio, Dataset, DatasetDict, Features, List, Value, concatenate_datasets, load_dataset
 
 from ..settings import is_language_code
 from .audio import DEFAULT_SILENCE_THRESHOLD, BadClipError, load_audio
@@ -212,8 +212,6 @@ def _clip_name(clips: Path, name: str) -> str:
 
 
 def _load_hub_split(hub_id: str, language: str, split: str, hub_kwargs: dict[str, Any]) -> Dataset:
-    from datasets import load_dataset
-
     dataset = load_dataset(hub_id, language, split=_HUB_SPLITS.get(split, split), **hub_kwargs)
     return standardize_columns(dataset, language)
 

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from datasets import load_from_disk
 
 from .audio import BadClipError, load_audio
 from .audio_fingerprint import HOP, MAX_SHIFT_S, SAME_AUDIO, SAMPLING_RATE, WINDOW, fingerprint, similarity
 from .common_voice import find_language_dir, read_tsv
+from .prepared_data import prepared_corpus_source
 from .text import normalize_text
 
 HELD_OUT_SPLITS: tuple[str, ...] = ("dev", "test")
@@ -105,15 +107,12 @@ def held_out(source: str | os.PathLike[str], language: str, splits: Sequence[str
     result = HeldOut(str(source))
     config = source / "prepare_config.json"
     if config.is_file():
-        from datasets import load_from_disk
-
         dataset = load_from_disk(str(source / "dataset"))
         for split in splits:
             if split in dataset:
                 part = dataset[split].select_columns(["text", "language"])
                 result.sentences.update(t for t, lang in zip(part["text"], part["language"], strict=True)
                                         if lang == language and t)
-        from .prepared_data import prepared_corpus_source
 
         corpus = prepared_corpus_source(source)
         if corpus is not None:

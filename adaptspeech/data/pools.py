@@ -24,8 +24,10 @@ be read again (speed perturbation) and its origin checked.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,14 +35,18 @@ from typing import Any
 
 import numpy as np
 import torch
+from datasets import Dataset, DatasetDict, Features, Value, load_from_disk
 from tqdm.auto import tqdm
+from transformers import AutoFeatureExtractor
 
+from . import features as _features  # noqa: F401  (registers the AdaptSpeechFeatureExtractor)
 from .audio import BadClipError, load_audio
 from .common_voice import find_language_dir, parse_languages, read_tsv
 from .feature_types import DEFAULT_FEATURE_TYPE, FeatureType
 from .output_folder import atomic_output_folder, check_output_folder
 from .pool_overlap import HeldOut, file_sha256, overlapping, same_audio_entry
 from .pool_segments import SegmentSettings, utterance_segments
+from .processor import _feature_extractor
 from .report import HELD_OUT_OVERLAP, TOO_SHORT, SkipReport
 from .text import normalize_text
 
@@ -99,13 +105,7 @@ def feature_extractor_for(feature_type: str = DEFAULT_FEATURE_TYPE, processor_di
     """The pool's feature extractor: that of a saved processor / model folder (``processor_dir``), or a new one of
     ``feature_type``."""
     if processor_dir is not None:
-        from transformers import AutoFeatureExtractor
-
-        from . import features  # noqa: F401  (registers the AdaptSpeechFeatureExtractor)
-
         return AutoFeatureExtractor.from_pretrained(processor_dir)
-    from .processor import _feature_extractor
-
     return _feature_extractor(feature_type, POOL_SAMPLING_RATE, n_mels)
 
 
@@ -134,8 +134,6 @@ def _clip_rows(clip: PoolClip, digest: str, waveform: np.ndarray, segments: list
 
 
 def _dataset_features(features: FeatureType) -> Any:
-    from datasets import Features, Value
-
     spec: dict[str, Any] = {features.input_name: features.dataset_feature(), "input_length": Value("int32"),
                             "duration": Value("float32")}
     for name in ("path", "source_file", "audio_sha256", "language", "client_id", "sentence", "text"):
@@ -229,8 +227,6 @@ def prepare_pool(
         finally:
             torch.set_num_threads(threads)
 
-    from datasets import Dataset, DatasetDict
-
     with atomic_output_folder(out, POOL_MARKER, "adaptspeech prepare (pool)", overwrite=overwrite) as staging:
         cache = staging / ".cache"
         try:
@@ -261,8 +257,6 @@ def prepare_pool(
                                                              ensure_ascii=False, indent=1), encoding="utf-8")
         (staging / POOL_MARKER).write_text(json.dumps(summary, indent=1), encoding="utf-8")
         del dataset
-        import shutil
-
         shutil.rmtree(cache, ignore_errors=True)
     dataset, _ = load_pool(out)
     return Pool(dataset, report, summary, out)
@@ -311,8 +305,6 @@ def load_pool(pool_dir: str | os.PathLike[str]) -> tuple[Any, Any]:
     Raises:
         FileNotFoundError: not a complete pool folder (naming what is missing).
     """
-    from datasets import load_from_disk
-
     pool_dir = Path(pool_dir)
     if not (pool_dir / POOL_MARKER).is_file():
         raise FileNotFoundError(
@@ -327,8 +319,6 @@ def pool_fingerprint(pool_dir: str | os.PathLike[str]) -> str:
     """SHA-256 over a pool folder's ``pool_config.json`` and its dataset's data files: what a cached result records
     as the pool it came from. The ``cache-*.arrow`` files ``datasets`` writes beside the data when the pool is read
     (a ``filter`` / ``map``) are left out, so reading a pool does not change its fingerprint."""
-    import hashlib
-
     pool_dir = Path(pool_dir)
     digest = hashlib.sha256((pool_dir / POOL_MARKER).read_bytes())
     for path in sorted((pool_dir / "dataset").rglob("*")):

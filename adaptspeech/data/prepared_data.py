@@ -11,6 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from datasets import load_from_disk
+from transformers import Wav2Vec2Processor
+
 from .prepared_corpus import COMPLETE_MARKER
 
 __all__ = ["PreparedDataError", "load_prepared", "prepared_corpus_source", "select_languages"]
@@ -27,9 +30,6 @@ def load_prepared(prepared_dir: str | os.PathLike) -> tuple[Any, Any]:
         PreparedDataError: ``dataset/`` or ``processor/`` is missing, or ``prepare`` did not finish writing the folder
             (no ``prepare_config.json``).
     """
-    from datasets import load_from_disk
-    from transformers import Wav2Vec2Processor
-
     prepared_dir = Path(prepared_dir)
     for sub in ("dataset", "processor"):
         if not (prepared_dir / sub).is_dir():

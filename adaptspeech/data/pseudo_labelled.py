@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .prepared_data import load_prepared
 from .text import SPECIAL_TOKENS
 
 PSEUDO_SPLIT = "train"
@@ -128,8 +129,6 @@ def load_pseudo_labelled(folder: str | os.PathLike, languages: str | Sequence[st
             mean other characters): naming the characters that differ.
         ValueError: no row of ``languages``, or the filter keeps none (naming its threshold and the quantiles).
     """
-    from .prepared_data import load_prepared
-
     folder = Path(folder)
     if not (folder / SUMMARY_FILE).is_file():
         raise FileNotFoundError(f"data.pseudo_labelled_dir {folder}: no {SUMMARY_FILE}, not a folder written by "

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from datasets import Value, concatenate_datasets
 
 #: the columns a training batch reads, kept when the two sources are joined
 MIX_COLUMNS = ("input_features", "input_values", "labels", "input_length", "language", "text", "path", "duration",
@@ -24,8 +25,6 @@ MIX_COLUMNS = ("input_features", "input_values", "labels", "input_length", "lang
 def mix_sources(labelled: Any, pseudo: Any) -> Any:
     """The labelled rows, then the pseudo-labelled ones (``datasets.Dataset``\\ s), on the columns of
     :data:`MIX_COLUMNS` the labelled rows have (``source_file`` / ``start`` / ``end`` empty for them)."""
-    from datasets import Value, concatenate_datasets
-
     if "source_file" not in labelled.column_names:
         n = len(labelled)
         labelled = labelled.add_column("source_file", [""] * n).add_column("start", [0.0] * n)

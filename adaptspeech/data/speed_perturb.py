@@ -28,7 +28,9 @@ import soxr
 import torch
 
 from .audio import load_audio
+from .common_voice import find_language_dir
 from .feature_types import FeatureType
+from .prepared_data import prepared_corpus_source
 
 SAMPLING_RATE = 16000
 
@@ -67,15 +69,12 @@ class WaveformReader:
     @classmethod
     def of_prepared(cls, prepared_dir: str | os.PathLike[str] | None) -> WaveformReader:
         """The reader of a prepared folder's rows (its corpus from ``prepare_config.json``)."""
-        from .prepared_data import prepared_corpus_source
-
         return cls(prepared_corpus_source(prepared_dir) if prepared_dir is not None else None)
 
     def _clip(self, row: Any) -> tuple[tuple[str, ...], Path, float | None, float | None]:
         if row.get("source_file"):
             return ((row["source_file"], str(row["start"]), str(row["end"])), Path(row["source_file"]),
                     float(row["start"]), float(row["end"]))
-        from .common_voice import find_language_dir
 
         if self.corpus is None or not self.corpus.is_dir():
             raise FileNotFoundError(

@@ -17,6 +17,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ..run_lock import OutputDirLock
+
 ARPA_NAME = "lm.arpa"
 UNIGRAMS_NAME = "unigrams.txt"
 MAX_ORDER = 5
@@ -43,7 +45,6 @@ def build_arpa(text: str | os.PathLike, out_dir: str | os.PathLike, order: int =
     import kaldingram.train as kaldingram_train
 
     from ..data.common_voice import first_non_utf8_line
-    from ..run_lock import OutputDirLock
 
     if not 2 <= order <= MAX_ORDER:
         raise ValueError(f"order={order}; allowed values: 2..{MAX_ORDER} (kaldingram's estimator)")

@@ -21,12 +21,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import evaluate
 
 from adaptspeech.metrics.scoring import EditCounts, canonical_text, check_texts, counts_from_output
-
-if TYPE_CHECKING:
-    import evaluate
 
 __all__ = [
     "METRIC_NAMES",
@@ -68,8 +67,6 @@ def load_metric(name: str) -> evaluate.EvaluationModule:
     """
     path = metric_path(name)
     if name not in _LOADED:
-        import evaluate
-
         _LOADED[name] = evaluate.load(str(path), keep_in_memory=True)
     return _LOADED[name]
 

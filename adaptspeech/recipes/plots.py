@@ -58,10 +58,8 @@ def to_numpy(values: Any) -> np.ndarray:
     Tensors are detached and moved to the CPU in float32 first: a CUDA tensor and a bfloat16 tensor have no
     ``.numpy()``.
     """
-    if hasattr(values, "detach"):
-        import torch
-
-        return values.detach().to("cpu", torch.float32).numpy()
+    if hasattr(values, "detach"):  # a tensor: read without importing torch (figures of saved results need none)
+        return values.detach().cpu().float().numpy()
     return np.asarray(values, dtype=float)
 
 
@@ -77,11 +75,9 @@ def fusion_weight_sums(fusion_weights: Sequence[Any], frame_mask: Any) -> np.nda
         `np.ndarray` [num_layers, N], float64: per layer and language, the attention summed over the real frames;
         divide by the number of real frames for the mean.
     """
-    import torch
-
     sums = []
     for weights in fusion_weights:
-        mask = frame_mask.to(weights.device, torch.float32)[..., None]
+        mask = frame_mask.to(weights.device).float()[..., None]
         sums.append((weights.detach().float() * mask).sum((0, 1)))
     return np.stack([to_numpy(s).astype(np.float64) for s in sums])
 

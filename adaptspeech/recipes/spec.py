@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from ..decoding import DECODING_METHODS
 from ..errors import StageConfigError
 from ..settings import BOOL, INT, MAPPING, NON_EMPTY_STR, POSITIVE_INT, STR, SettingType, check_section, optional
 from ..training.threads import THREADS
@@ -110,8 +111,6 @@ class EvaluationSettings(Section):
     }
 
     def __post_init__(self) -> None:
-        from ..decoding import DECODING_METHODS
-
         if self.method not in DECODING_METHODS:
             raise RecipeError(
                 f"evaluation.method {self.method!r} unknown; allowed values: {', '.join(DECODING_METHODS.names())}"

@@ -11,6 +11,9 @@ import torch
 
 from ..configuration import AdaptSpeechConfig
 from ..data.feature_types import FEATURE_TYPES, FeatureType, feature_type_of_model
+from ..data.processor import build_processor
+from ..data.text import build_vocab
+from ..heads import get_head
 
 #: the encoder every tiny backbone has: width 32, 2 layers, 2 heads, feed-forward 64, dropout off
 _ENCODER: dict[str, Any] = dict(
@@ -113,10 +116,6 @@ def save_tiny_model(
         streaming: a model that can stream (conformer backbones): ``rel_pos`` attention trained with dynamic chunks
             and a causal convolution (``backbone_config.conv_lookahead: 0``).
     """
-    from ..data.processor import build_processor
-    from ..data.text import build_vocab
-    from ..heads import get_head
-
     vocab = build_vocab(list(texts))
     extra: dict[str, Any] = {}
     if streaming:

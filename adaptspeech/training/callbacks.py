@@ -12,6 +12,7 @@ from safetensors.torch import save_file
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..errors import TrainingError
+from .resume import STAGE_SPEC_FILE, save_stage_spec
 
 ADAPTER_ONLY_WEIGHTS = "trainable.safetensors"
 ADAPTER_ONLY_INDEX = "trainable.json"
@@ -78,8 +79,6 @@ class StageSpecCheckpointCallback(TrainerCallback):
         self.spec = dict(spec)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any):
-        from .resume import STAGE_SPEC_FILE, save_stage_spec
-
         if not state.is_world_process_zero:
             return control
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"

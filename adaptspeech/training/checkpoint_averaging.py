@@ -17,6 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
+from transformers import AutoProcessor
+
+from ..saved_model import load_saved_model
+from .stage import save_final_model
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 METRIC = "eval_cer"
@@ -68,8 +73,6 @@ def average_state_dicts(state_dicts: Sequence[dict[str, torch.Tensor]]) -> dict[
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ValueError(f"{folder}: no model weights (*.safetensors)")
@@ -91,11 +94,6 @@ def average_top_checkpoints(checkpoints: str | Path, top_n: int, model_dir: str 
     Raises:
         ValueError: fewer than ``top_n`` checkpoints log the metric (naming the folder and how many do).
     """
-    from transformers import AutoProcessor
-
-    from ..saved_model import load_saved_model
-    from .stage import save_final_model
-
     ranked = ranked_checkpoints(checkpoints, metric)
     if len(ranked) < top_n:
         raise ValueError(f"{checkpoints}: {len(ranked)} checkpoints log {metric}, {top_n} are to be averaged (evaluate "

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..decoding.registry import decoders_for
 from ..errors import StageConfigError
+from ..heads import HEADS
+from .decoding_evaluation import default_method
 
 if TYPE_CHECKING:
     from .spec_types import StageEvaluationSettings
 
 def supported_decoders(model: Any) -> list[str]:
     """The decoding methods the model's head supports (those reading the output layers it has)."""
-    from ..decoding.registry import decoders_for
-    from ..heads import HEADS
-
     return list(decoders_for(HEADS.get(model.config.head).outputs))
 
 
@@ -44,8 +44,6 @@ def check_model_fits(
     Raises:
         StageConfigError: naming the setting that does not fit, or quoting the error of the forward pass.
     """
-    from .decoding_evaluation import default_method
-
     method = (evaluation.method if evaluation is not None else None) or default_method(model)
     supported = supported_decoders(model)
     if method not in supported:

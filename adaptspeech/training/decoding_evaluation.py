@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..evaluation import evaluate_dataset
+from ..heads import HEADS
+
 
 def default_method(model: Any) -> str:
     """The decoder of ``adaptspeech evaluate`` without ``--method``: the head's default
     (``HEADS.get(head).default_decoder``)."""
-    from ..heads import HEADS
-
     return HEADS.get(model.config.head).default_decoder
 
 
@@ -39,8 +40,6 @@ class DecodingEvaluation:
 
     def result(self, model: Any, dataset: Any) -> dict[str, Any]:
         """:func:`~adaptspeech.evaluation.evaluate_dataset` of ``model`` on ``dataset`` with these settings."""
-        from ..evaluation import evaluate_dataset
-
         was_training = model.training
         try:
             return evaluate_dataset(

@@ -18,11 +18,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..errors import StageConfigError
 
@@ -202,8 +205,6 @@ def check_resumed_spec(output_dir: Path, spec: Mapping[str, Any], checkpoint: st
 
 def _checkpoint_folders(checkpoints: Path) -> list[Path]:
     """The ``checkpoint-N`` folders in ``checkpoints``, by step."""
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
     if not checkpoints.is_dir():
         return []
     found = []
@@ -258,8 +259,6 @@ def check_output_dir_free(output_dir: Path, checkpoints: Path, spec: Mapping[str
 def remove_earlier_run(output_dir: Path, checkpoints: Path) -> list[str]:
     """Remove what an earlier run left in ``output_dir`` (its checkpoints and :data:`RUN_FILES`); returns what was
     there (:func:`earlier_results`). Other files in the folder are kept."""
-    import shutil
-
     found = earlier_results(output_dir, checkpoints)
     for path in _checkpoint_folders(checkpoints):
         shutil.rmtree(path)

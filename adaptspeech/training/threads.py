@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from ..settings import SettingType, is_int
 
 __all__ = [
@@ -123,8 +125,6 @@ def apply_threads(
         return None
     if not THREADS.accepts(setting):
         raise ValueError(f"threads: expected {THREADS.description}, got {setting!r}")
-    import torch
-
     if setting == AUTO:
         load = measure()
         threads = choose_threads(load.cores, load.busy)

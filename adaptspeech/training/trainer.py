@@ -37,7 +37,11 @@ from typing import Any
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from ..data.array_rows import column_list
+from ..data.source_mix import SourceMixSampler
+from ..data.subsets import TemperatureSampler
 from ..errors import StageConfigError, TrainingError
 from .callbacks import AdapterCheckpointCallback, FusionGuideScheduleCallback, unwrap
 from .decoding_evaluation import DecodingEvaluation
@@ -195,8 +199,6 @@ class AdaptSpeechTrainer(Trainer):
     # --- sampling ----------------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset: Any = None) -> torch.utils.data.Sampler | None:
         if self.source_mix is not None:
-            from ..data.source_mix import SourceMixSampler
-
             dataset = train_dataset if train_dataset is not None else self.train_dataset
             num_labelled, share = self.source_mix
             seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
@@ -211,18 +213,12 @@ class AdaptSpeechTrainer(Trainer):
             ):
                 # transformers passes the lazy datasets Column and the sampler reads it one element at a time
                 # (2.6 s per epoch for 4,800 rows); the same lengths as a list, read in one pass
-                from transformers.trainer_pt_utils import LengthGroupedSampler
-
-                from ..data.array_rows import column_list
-
                 return LengthGroupedSampler(
                     self.args.train_batch_size * self.args.gradient_accumulation_steps,
                     dataset=dataset,
                     lengths=column_list(dataset, column),
                 )
             return super()._get_train_sampler(train_dataset)
-        from ..data.subsets import TemperatureSampler
-
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         # read the languages from the dataset as given: the Trainer may have removed unused columns from its copy
         source = self.train_dataset if "language" in getattr(self.train_dataset, "column_names", ()) else dataset

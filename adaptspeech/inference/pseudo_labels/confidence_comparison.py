@@ -31,6 +31,7 @@ from ...decoding.confidence import (
     frame_confidence,
     nbest_word_confidences,
 )
+from ...lm.tune import dev_log_probs
 from ...metrics.confidence import calibration_report, reliability_diagram, word_correctness
 
 BEST_PATH = "best path"
@@ -51,8 +52,6 @@ class DecodedSplit:
 def decode_split(model: Any, processor: Any, rows: Any, lm_decoder: Any = None, beam_size: int | None = None,
                  batch_size: int = 16) -> DecodedSplit:
     """Decode every row of the labelled ``rows`` (a prepared split) for :func:`compare_methods`."""
-    from ...lm.tune import dev_log_probs
-
     log_probs = dev_log_probs(model, rows, processor, batch_size)
     split = DecodedSplit([lp.float() for lp in log_probs], list(rows["text"]))
     if lm_decoder is not None:

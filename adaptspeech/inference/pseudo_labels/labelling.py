@@ -33,15 +33,21 @@ from typing import Any
 
 import numpy as np
 import torch
+from datasets import DatasetDict, Value, load_from_disk
 from tqdm.auto import tqdm
 
 from ...data.array_rows import column_list, take_rows, with_array_rows
+from ...data.collator import model_collator
 from ...data.feature_types import FeatureType
 from ...data.output_folder import atomic_output_folder, check_output_folder, owned_folder
+from ...data.pool_overlap import check_pool_rows, held_out
+from ...data.pools import load_pool
 from ...data.prepared_corpus import COMPLETE_MARKER
+from ...data.prepared_data import load_prepared, select_languages
 from ...data.pseudo_labelled import LABELS_FILE, PSEUDO_SPLIT, SUMMARY_FILE, ConfidenceFilter, check_vocabulary
 from ...decoding.confidence import ConfidenceMethod, best_path_words, utterance_confidence
 from ...decoding.model_decoding import evaluating, model_decoding_inputs
+from ...metrics.scoring import count_edits
 
 FAR_BELOW_QUANTILE = 0.05
 """A source file's mean confidence is far below the dev split's when it lies under this quantile of the dev
@@ -67,8 +73,6 @@ class PseudoLabels:
 def lm_agreement_cer(lm_text: str, greedy_text: str) -> float:
     """The CER of the best-path hypothesis ``greedy_text`` against the LM hypothesis ``lm_text`` (0 when both are
     empty, 1 when only the LM's is)."""
-    from ...metrics.scoring import count_edits
-
     counts = count_edits([greedy_text], [lm_text], "char")
     if counts.ref_units == 0:
         return 0.0 if counts.edits == 0 else 1.0
@@ -91,8 +95,6 @@ def label_batches(model: Any, processor: Any, rows: Any, indices: list[int], lm_
     ``method`` (default: :class:`~adaptspeech.decoding.confidence.ConfidenceMethod`'s); with ``lm_decoder`` also
     ``"greedy_text"``, the best path's text (the agreement filter's)."""
     method = method or ConfidenceMethod()
-    from ...data.collator import model_collator
-
     collator = model_collator(model, processor)
     array_rows = with_array_rows(rows)
     tokenizer = processor.tokenizer
@@ -283,12 +285,6 @@ def pseudo_label(
         ValueError: the pool's inputs are not the model's, a labelling vocabulary lacks target characters, a work
             folder of another run, or the filter keeps nothing.
     """
-    from datasets import DatasetDict, Value
-
-    from ...data.pool_overlap import check_pool_rows, held_out
-    from ...data.pools import load_pool
-    from ...data.prepared_data import load_prepared, select_languages
-
     out = Path(out_dir).absolute()
     if max_lm_disagreement is not None:
         if lm_decoder is None:
@@ -366,6 +362,4 @@ def pseudo_label(
                   "pseudo_labelled_by": model_id, "rows": {PSEUDO_SPLIT: len(labelled)}}
         (staging / COMPLETE_MARKER).write_text(json.dumps(record, indent=1), encoding="utf-8")
     shutil.rmtree(work, ignore_errors=True)
-    from datasets import load_from_disk
-
     return PseudoLabels(load_from_disk(str(out / "dataset"))[PSEUDO_SPLIT], summary, out)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 import numpy as np
+import soxr
 
 MODEL_RATE = 16000
 BLOCK_SECONDS = 0.1
@@ -71,8 +72,6 @@ def pcm_blocks(
         problems: where to append a message about input that could not be decoded whole (an odd byte count), so
             the caller can report it after the transcript; raised instead when None.
     """
-    import soxr
-
     first = _read_exact(stream, 12)
     channels, rate, pending = 1, sample_rate or MODEL_RATE, first
     if first[:4] == b"RIFF" and first[8:12] == b"WAVE":

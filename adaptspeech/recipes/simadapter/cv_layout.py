@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
 
 from ...data.common_voice import CV_COLUMNS
 
@@ -77,8 +78,6 @@ def write_common_voice_layout(
     Returns:
         ``{language: {split: rows written}}``.
     """
-    import soundfile as sf
-
     if audio_format not in ("mp3", "wav"):
         raise ValueError(f"audio_format {audio_format!r} unknown; allowed values: mp3, wav")
     clips = dict(clips or {"train": 8, "dev": 2, "test": 2})

@@ -44,6 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers.trainer
+from transformers import TrainerCallback
+
 from ...backbones.wav2vec2 import XLSR_300M_BACKBONE
 from ...memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
 from ...progress import log
@@ -92,9 +96,6 @@ class DryRunSettings:
 
 def _make_probe() -> Any:
     """A ``TrainerCallback`` timing each optimizer step and the peak memory while training."""
-    import torch
-    from transformers import TrainerCallback
-
     class StageProbe(TrainerCallback):
         def __init__(self) -> None:
             self.step_seconds: list[float] = []
@@ -145,8 +146,6 @@ def _stages(spec: SimAdapterRecipe) -> dict[str, dict[str, Any]]:
 
 def dry_run_overrides(spec: SimAdapterRecipe, settings: DryRunSettings, out: Path) -> list[str]:
     """``key=value`` overrides turning ``spec`` into its dry run (see the module docstring)."""
-    import torch
-
     on_cpu = not torch.cuda.is_available()
     overrides = [
         f"output_dir={out}",
@@ -207,9 +206,6 @@ def load_dry_run_recipe(
 
 def run_step(spec: SimAdapterRecipe, step: str) -> dict[str, Any]:
     """Run one dry-run step (``prepare``, a stage name or ``evaluate``) and measure it."""
-    import torch
-    import transformers.trainer
-
     reset = reset_peak_rss()
     start = time.perf_counter()
     record: dict[str, Any] = {"step": step, "peak_reset": reset}
@@ -335,8 +331,6 @@ def run_dry_run(
         ``{"records": [one dict per step], "settings": ..., "output_dir": ..., "markdown": table}``; also written to
         ``dry_run.json`` / ``dry_run.md`` in the output folder.
     """
-    import torch
-
     settings = settings or DryRunSettings()
     spec = load_dry_run_recipe(recipe_dir, overrides, settings)
     unknown = sorted(set(only or []) - set(STEP_NAMES))

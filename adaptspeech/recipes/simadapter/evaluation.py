@@ -22,11 +22,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...data.collator import DataCollatorCTCWithPadding
+from ...data.feature_types import feature_type_of_model
 from ...data.prepared_data import load_prepared, select_languages
+from ...devices import DeviceError, best_device, choose_device
+from ...evaluation import evaluate_dataset
 from ...metrics.significance import paired_bootstrap, utterance_edits
+from ...modeling import AdaptSpeechForCTC
 from ...progress import log
 from ..engine import recipe_task
+from ..plots import fusion_weight_sums, plot_fusion_heatmap, plot_training_curves
 from ..spec import RecipeError
+from ..tables import TABLE_COLUMNS, write_results
 from .spec import SimAdapterRecipe
 
 ADAPTER_ALONE = "target adapter alone"
@@ -150,8 +157,6 @@ def resolve_device(spec: SimAdapterRecipe) -> torch.device:
     the stages trained on: the CPU when every stage sets ``training.use_cpu``, else the best available one (CUDA,
     then MPS, then the CPU), as the Trainer does.
     """
-    from ...devices import DeviceError, best_device, choose_device
-
     name = spec.evaluation.device
     if name != "auto":
         try:
@@ -174,10 +179,6 @@ def fusion_heatmap(model: Any, dataset: Any, processor: Any, path: Path, batch_s
         ``{"languages": [N], "layers": [L], "weights": [L][N]}``: the mean attention of each layer over the fused
         languages (``self`` last when the fusion includes the layer's own output).
     """
-    from ...data.collator import DataCollatorCTCWithPadding
-    from ...data.feature_types import feature_type_of_model
-    from ..plots import fusion_weight_sums, plot_fusion_heatmap
-
     collator = DataCollatorCTCWithPadding(processor, feature_type=feature_type_of_model(model))
     model.eval()
     sums: np.ndarray | None = None
@@ -261,11 +262,6 @@ def evaluate_recipe(
             extra_rows`: self-training, the LM rows) failed with an expected error: its line, raised once the
             table of the trained systems is written (another error is raised as it is, after the table too).
     """
-    from ...evaluation import evaluate_dataset
-    from ...modeling import AdaptSpeechForCTC
-    from ..plots import plot_training_curves
-    from ..tables import TABLE_COLUMNS, write_results
-
     total_start = time.perf_counter() if total_start is None else total_start
     out = spec.output_dir
     sources, target, subset = list(spec.sources), spec.target, spec.target_subset

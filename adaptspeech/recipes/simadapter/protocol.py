@@ -44,6 +44,7 @@ from . import dry_run
 from .evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
 from .languages import retarget_stages
 from .self_training import check_pool_setting, ensure_pool
+from .self_training_rows import recipe_self_training_rows
 from .self_training_settings import SELF_TRAINING_STEP
 from .spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe
 from .stages import (
@@ -166,6 +167,4 @@ class SimAdapterProtocol(RecipeTask):
         rows when the section is on (the synthetic demo adds its n-gram LM rows and labels with that LM)."""
         if not spec.self_training.enabled:
             return []
-        from .self_training_rows import recipe_self_training_rows
-
         return [recipe_self_training_rows(spec, evaluation)]

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ...data.subsets import SubsetSize
+from ...data.synthetic import SyntheticConfig
 from ...errors import StageConfigError
 from ...settings import (
     INT,
@@ -86,8 +88,6 @@ class CorpusSettings(Section):
     def from_dict(cls, section: str, values: Any, error: type[RecipeError] = RecipeError) -> CorpusSettings:
         """The section from its flat mapping: the keys of :attr:`SETTINGS`, and SyntheticConfig fields for a
         synthetic corpus."""
-        from ...data.synthetic import SyntheticConfig
-
         values = dict(values or {})
         if "kind" in values:
             raise error(f"{section}.kind: the corpus's type is set as {section}.type (synthetic or common_voice)")
@@ -107,8 +107,6 @@ class CorpusSettings(Section):
     def synthetic_config(self) -> Any:
         """The :class:`~adaptspeech.data.synthetic.SyntheticConfig` of the corpus's word lists and sentences (its
         fields set here; the seed and the size left at their defaults: they do not change the word lists)."""
-        from ...data.synthetic import SyntheticConfig
-
         if self.type != "synthetic":
             return SyntheticConfig()
         return SyntheticConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in self.synthetic.items()})
@@ -178,8 +176,6 @@ class SimAdapterRecipe(RecipeSpec):
         return values
 
     def __post_init__(self) -> None:
-        from ...data.subsets import SubsetSize
-
         missing = [s for s in STAGE_NAMES if s not in self.stages]
         if missing:
             raise self.ERROR(f"recipe.stages: missing stage(s) {missing}; a recipe runs {', '.join(STAGE_NAMES)}")

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...data.prepared_corpus import prepare_corpus
+from ...data.synthetic import build_synthetic_corpus
 from ...progress import log
+from ...training.resume import STAGE_SPEC_FILE, changed_settings, last_checkpoint
 from ...training.stage import StageSpec, run_stage
 from ..spec import RecipeError
 from .spec import SimAdapterRecipe
@@ -37,9 +40,6 @@ class PlannedStage:
 
 def prepare_data(spec: SimAdapterRecipe) -> Path:
     """Build (synthetic) or locate (Common Voice) the corpus and prepare it once; returns the prepared folder."""
-    from ...data.prepared_corpus import prepare_corpus
-    from ...data.synthetic import build_synthetic_corpus
-
     out = spec.output_dir
     corpus = spec.corpus
     languages = [*spec.sources, spec.target]
@@ -125,8 +125,6 @@ def interrupted_checkpoint(settings: dict[str, Any], stage: str) -> str | None:
         RecipeError: the interrupted run has other settings; one line listing them and saying what to do. Nothing
             is removed.
     """
-    from ...training.resume import STAGE_SPEC_FILE, changed_settings, last_checkpoint
-
     spec = StageSpec.from_dict(settings)
     output_dir = Path(spec.output_dir)
     if (output_dir / "stage_summary.json").is_file():
