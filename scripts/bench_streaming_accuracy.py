@@ -219,7 +219,9 @@ def main() -> None:
     parser.add_argument("--run", type=Path, required=True, help="the demo run trained for streaming")
     parser.add_argument("--prepared", type=Path, default=None, help="its prepared data (default RUN/prepared)")
     parser.add_argument("--reference-run", type=Path, default=None,
-                        help="a run trained without chunks, compared at full context")
+                        help="a run trained without chunks, compared at full context on its own prepared data")
+    parser.add_argument("--reference-prepared", type=Path, default=None,
+                        help="its prepared data (default REFERENCE_RUN/prepared)")
     parser.add_argument("--sources", default="cs,pl,sl,it,es")
     parser.add_argument("--target", default="sk")
     parser.add_argument("--chunks-ms", default="0,640,320,160", help="0 = full context")
@@ -268,13 +270,17 @@ def main() -> None:
                       systems, chunks_ms, args, results, device)
     if args.reference_run is not None:  # the same systems trained without chunks, at full context
         results["reference_full_context"] = {}
+        # on the reference run's own prepared features: its normalisation may differ from --run's (global CMVN)
+        reference_data, reference_processor = load_prepared(args.reference_prepared or args.reference_run / "prepared")
+        reference_sets = _test_sets(reference_data["test"], sources, args)
         for label, stage, which in systems:
             folder = args.reference_run / stage / "model"
             mine = next((name for name in results["systems"] if name.startswith(f"{label}, ")), None)
             if folder.is_dir() and mine is not None:
                 model = AdaptSpeechForCTC.from_pretrained(folder).to(device).eval()
-                data, languages = sets[which]
-                results["reference_full_context"][mine] = _cer(model, data, processor, 0, languages, args.batch_size)
+                data, languages = reference_sets[which]
+                results["reference_full_context"][mine] = _cer(model, data, reference_processor, 0, languages,
+                                                               args.batch_size)
     header = "| system | " + " | ".join("full" if c == 0 else f"{c:g} ms" for c in chunks_ms) + " |"
     print(header)
     print("|" + "---|" * (len(chunks_ms) + 1))
