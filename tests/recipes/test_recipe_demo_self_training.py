@@ -59,6 +59,11 @@ def test_rounds_label_filter_train_and_stop_on_dev_cer(st_run):
     assert student["training"]["max_steps"] == 6  # steps_scale 2 x the stage's 3
     assert student["model"]["path"] == json.loads((out / "target_adapter" / "stage_spec.json").read_text())[
         "model"]["path"]  # the student starts where the system's stage started, not from the teacher
+    for r in rounds:  # each round records what its student trained
+        trained = json.loads((out / "self_training" / "target_adapter" / f"round_{r['round']}" / "student" /
+                              "stage_summary.json").read_text())["trainable"]
+        assert r["trainable_params"] == trained["trainable"] > 0
+        assert r["trainable_share"] == pytest.approx(trained["trainable_share"])
 
 
 def test_the_table_gains_the_self_trained_row_with_its_bootstrap(st_run):
@@ -71,6 +76,13 @@ def test_the_table_gains_the_self_trained_row_with_its_bootstrap(st_run):
     assert rows[SELF_TRAINED][VS_NO_SELF_TRAINING_COLUMN].startswith(f"{100 * versus['cer_delta']:+.2f}")
     md = (out / "results.md").read_text()
     assert "Self-training on" in md and "pseudo-label CER" in md
+    entry = result["self_training"]["systems"][ADAPTER]
+    # the row counts the parameters its chosen student trained (the adapter's own when no round was chosen)
+    chosen = entry["rounds"][entry["chosen_round"] - 1] if entry["chosen_round"] else None
+    assert rows[SELF_TRAINED]["trainable_params"] == (chosen["trainable_params"] if chosen else
+                                                      rows[ADAPTER]["trainable_params"])
+    first = entry["rounds"][0]
+    assert f"| {100 * first['dev_cer']:.2f} | {100 * first['test_cer']:.2f} | {first['trainable_params']:,} |" in md
     with_lm = rows[f"{SELF_TRAINED} + 2-gram LM"]  # compared with the adapter + LM, its own bootstrap
     versus = result["self_training"]["significance_vs_no_self_training"][with_lm["system"]]
     assert versus["cer_delta"] == pytest.approx(with_lm["cer"] - rows[f"{ADAPTER} + 2-gram LM"]["cer"])
