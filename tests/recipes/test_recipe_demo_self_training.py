@@ -165,3 +165,29 @@ def test_the_library_protocol_takes_the_section(tmp_path):
     assert spec.self_training.systems == ("target_adapter", "finetune")
     assert recipe_task(spec).step_names(spec)[-1] == "self_training"
     assert load_recipe("recipes/common_voice", [f"output_dir={tmp_path}"]).self_training.enabled is False
+
+
+def test_a_rerun_continues_an_interrupted_student_from_its_checkpoint(st_run, tmp_path, capfd):
+    """Before: a student saved no checkpoint and a rerun trained an interrupted round's student afresh. Now the
+    student keeps its last checkpoint and a rerun with the same settings continues from it (the recipe stages' rule)."""
+    source, _ = st_run
+    out = tmp_path / "copy"
+    shutil.copytree(source, out)
+    round_dir = out / "self_training" / "target_adapter" / "round_1"
+    student = round_dir / "student"
+    checkpoints = sorted((student / "checkpoints").glob("checkpoint-*"))
+    assert [c.name for c in checkpoints] == ["checkpoint-6"]  # 6 steps, the last checkpoint kept
+    for record in student.rglob("stage_spec.json"):  # the copy's own folders, as if it had run there
+        record.write_text(record.read_text().replace(str(source), str(out)))
+    for path in (round_dir / "round.json", student / "stage_summary.json"):  # interrupted: no record, no summary
+        path.unlink()
+    shutil.rmtree(student / "model")
+    capfd.readouterr()
+    again = run_recipe(load_recipe(DEMO, _overrides(out, "self_training.rounds=1")), only=["self_training"])
+    printed = capfd.readouterr()
+    printed = printed.out + printed.err
+    assert "self-training target_adapter round 1: continuing the interrupted student from checkpoint-6 (same " \
+           "settings)" in printed and "trained afresh" not in printed and "removed the earlier run" not in printed
+    assert (student / "stage_summary.json").is_file() and (round_dir / "round.json").is_file()
+    assert json.loads((round_dir / "round.json").read_text())["record"]["student"] == str(student / "model")
+    assert again["self_training"]["systems"][ADAPTER]["rounds"][0]["round"] == 1

@@ -235,11 +235,12 @@ def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSetting
                       output_dir: Path, start: Path | None = None, system: str | None = None) -> dict[str, Any]:
     """A student of a system trained with the stage spec ``system_spec`` (a recipe stage's, or a transfer curve
     run's): that spec with the pseudo-labelled rows (``labels``, ``settings.share`` of every batch), speed
-    perturbation, ``settings.steps_scale`` times its steps (warm-up scaled alike), no checkpoints and no evaluation
-    during training, from its own starting model (or ``start``). ``system_spec`` is not changed. With
-    ``settings.average_top_n`` it evaluates and saves ``2 N`` times, keeping every checkpoint (averaged after it
-    trained: :func:`~adaptspeech.training.checkpoint_averaging.average_top_checkpoints`); for ``system``
-    ``target_adapter`` with ``settings.adapter_bottleneck`` its new adapters take that bottleneck width, and with
+    perturbation, ``settings.steps_scale`` times its steps (warm-up scaled alike), its last checkpoint kept (saved every
+    quarter of its steps) and no evaluation during training, from its own starting model (or ``start``).
+    ``system_spec`` is not changed. With ``settings.average_top_n`` it evaluates and saves ``2 N`` times, keeping
+    every checkpoint (averaged after it trained:
+    :func:`~adaptspeech.training.checkpoint_averaging.average_top_checkpoints`); for ``system`` ``target_adapter``
+    with ``settings.adapter_bottleneck`` its new adapters take that bottleneck width, and with
     ``settings.adapter_lora`` they become ``bottleneck_lora`` adapters: LoRA of that rank beside the bottleneck."""
     student = copy.deepcopy(system_spec)
     student["name"] = name
@@ -254,7 +255,9 @@ def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSetting
     steps = max(1, round(int(training.get("max_steps", 500)) * settings.steps_scale))
     if "warmup_steps" in training:
         training["warmup_steps"] = round(int(training["warmup_steps"]) * steps / int(training["max_steps"]))
-    training.update(max_steps=steps, save_strategy="no", eval_strategy="no")
+    # the last checkpoint kept: a rerun continues an interrupted student from it (SelfTrainingRunner.run_system)
+    training.update(max_steps=steps, save_strategy="steps", save_steps=max(1, steps // 4), save_total_limit=1,
+                    eval_strategy="no")
     if settings.average_top_n:
         every = max(1, steps // (2 * settings.average_top_n))
         training.update(save_strategy="steps", eval_strategy="steps", save_steps=every, eval_steps=every,
@@ -314,6 +317,23 @@ def _finished_round(candidates: Sequence[Path], key: dict[str, Any]) -> Path | N
                 same_round(json.loads(marker.read_text())["key"], key):
             return round_dir
     return None
+
+
+def _interrupted_student(spec: dict[str, Any], what: str) -> str | None:
+    """The last complete checkpoint of an interrupted earlier run of the student ``spec`` with the same settings, to
+    continue from (:func:`~adaptspeech.recipes.simadapter.stages.interrupted_checkpoint`, as the recipe stages do);
+    None: train afresh (no checkpoint, a finished student, or one of other settings: the round's folder is the
+    recipe's own, replaced)."""
+    from .stages import interrupted_checkpoint
+
+    try:
+        checkpoint = interrupted_checkpoint(spec, what)
+    except RecipeError as err:
+        log(f"{what}: the interrupted student is of other settings, trained afresh ({err})")
+        return None
+    if checkpoint is not None:
+        log(f"{what}: continuing the interrupted student from {Path(checkpoint).name} (same settings)")
+    return checkpoint
 
 
 class SelfTrainingRunner:
@@ -472,7 +492,9 @@ class SelfTrainingRunner:
                     f"labels" + (f" (CER {100 * quality['cer_kept']:.2f}% kept, {100 * quality['cer_all']:.2f}% all)"
                                  if quality else "") + f"; training the student for {spec['training']['max_steps']} "
                     "steps")
-                result = run_stage(spec, progress=self.spec.progress, overwrite=True)
+                checkpoint = _interrupted_student(spec, f"self-training {system} round {k}")
+                result = run_stage(spec, resume=checkpoint or False, progress=self.spec.progress,
+                                   overwrite=checkpoint is None)
                 averaged = self._average(student_dir, spec) if self.settings.average_top_n else None
                 summary = labels.summary
                 record = RoundRecord(
