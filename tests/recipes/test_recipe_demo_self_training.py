@@ -13,7 +13,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from helpers.files import folder_bytes
 from helpers.recipes import DEMO, ST_POOL_CLIPS, self_training_overrides
+from safetensors.torch import load_file
 
 from adaptspeech.recipes import RecipeError, load_recipe, recipe_module, run_recipe
 from adaptspeech.recipes.simadapter.self_training import CONFIDENCE_BINS, same_round, student_spec
@@ -169,7 +172,10 @@ def test_the_library_protocol_takes_the_section(tmp_path):
 
 def test_a_rerun_continues_an_interrupted_student_from_its_checkpoint(st_run, tmp_path, capfd):
     """Before: a student saved no checkpoint and a rerun trained an interrupted round's student afresh. Now the
-    student keeps its last checkpoint and a rerun with the same settings continues from it (the recipe stages' rule)."""
+    student keeps its last checkpoint and a rerun with the same settings continues from it (the recipe stages' rule).
+    Interrupted after its final checkpoint-6 (max_steps 6): before, the rerun trained a step 7 and saved checkpoint-7
+    in place of checkpoint-6; now it trains no step, the student is checkpoint-6's weights (the first run's student)
+    and checkpoint-6 stays as it was."""
     source, _ = st_run
     out = tmp_path / "copy"
     shutil.copytree(source, out)
@@ -181,7 +187,10 @@ def test_a_rerun_continues_an_interrupted_student_from_its_checkpoint(st_run, tm
         record.write_text(record.read_text().replace(str(source), str(out)))
     for path in (round_dir / "round.json", student / "stage_summary.json"):  # interrupted: no record, no summary
         path.unlink()
+    first = load_file(student / "model" / "model.safetensors")
     shutil.rmtree(student / "model")
+    kept = folder_bytes(student / "checkpoints")
+    assert json.loads((checkpoints[0] / "trainer_state.json").read_text())["global_step"] == 6
     capfd.readouterr()
     again = run_recipe(load_recipe(DEMO, _overrides(out, "self_training.rounds=1")), only=["self_training"])
     printed = capfd.readouterr()
@@ -191,3 +200,8 @@ def test_a_rerun_continues_an_interrupted_student_from_its_checkpoint(st_run, tm
     assert (student / "stage_summary.json").is_file() and (round_dir / "round.json").is_file()
     assert json.loads((round_dir / "round.json").read_text())["record"]["student"] == str(student / "model")
     assert again["self_training"]["systems"][ADAPTER]["rounds"][0]["round"] == 1
+    assert json.loads((student / "log_history.json").read_text())[-1]["step"] == 6
+    assert folder_bytes(student / "checkpoints") == kept  # checkpoint-6 only, unchanged: no step 7
+    student_model = load_file(student / "model" / "model.safetensors")
+    assert set(student_model) == set(first) and all(torch.equal(student_model[k], first[k]) for k in first)
+    assert "checkpoint-6 is at step 6 of max_steps 6: nothing left to train" in printed
