@@ -62,6 +62,7 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
         super().__init__(config)
         spec = config.backbone_spec
         self.main_input_name = spec.main_input_name
+        pretrained = backbone is not None
         if backbone is None:
             backbone = spec.build_model(config.backbone_config)
         else:
@@ -73,8 +74,9 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
             mark_initialized(backbone)  # pretrained weights: post_init must not touch them
         self.backbone = backbone
         mask_convolution_padding(spec.encoder_layers(backbone))  # conformer layers: padding never leaks (see module)
-        set_conv_lookahead(spec.encoder_layers(backbone), getattr(config.backbone_config, "conv_lookahead", None),
-                           config.attention)
+        if set_conv_lookahead(spec.encoder_layers(backbone), getattr(config.backbone_config, "conv_lookahead", None),
+                              config.attention) and pretrained:
+            mark_initialized(backbone)  # the new convolutions hold the pretrained weights: post_init must keep them
         self.routing = AdapterRouting()
         self.swapped_attention_layers = self._swap_attention()
         self.adapter_blocks: dict[int, LanguageAdapterBlock] = self._insert_adapter_blocks()
@@ -172,6 +174,10 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
         ``tokenizer_config.json`` ``target_lang``, ``"eng"`` for ``facebook/mms-*``), its ``lm_head`` that
         language's CTC head (``config.language_heads``), the backbone's ``adapter_layer`` modules are removed (one
         adapter engine) and the language is active. Other languages' MMS adapters load with :meth:`load_adapter`.
+
+        ``backbone_config`` (in ``config_kwargs``) may hold adaptspeech's own settings of the backbone only
+        (``BackboneSpec.own_settings``, e.g. ``{"conv_lookahead": "chunk"}`` on a wav2vec2-conformer checkpoint): set
+        on the checkpoint's own config; any other setting raises a ``ValueError``.
         """
         hf_config = None
         if backbone_type in (None, "wav2vec2"):  # config.json alone: the weights are loaded once, below
@@ -197,9 +203,14 @@ class AdaptSpeechPreTrainedModel(InferenceMixin, StreamingMixin, LanguageIDMixin
                 "stable-layer-norm layers)"
             )
         resolved = getattr(backbone.config, "_commit_hash", None) or revision
+        own = dict(config_kwargs.pop("backbone_config", None) or {})
+        others = sorted(key for key in own if key not in spec.own_settings)
+        if others:
+            raise ValueError(f"backbone_config {others}: the checkpoint's own config is loaded; only adaptspeech's own "
+                             f"settings of {backbone_type} ({', '.join(spec.own_settings) or 'none'}) go on top of it")
         config = AdaptSpeechConfig(
             backbone_type=backbone_type,
-            backbone_config=backbone.config.to_dict(),
+            backbone_config={**backbone.config.to_dict(), **own},
             backbone_name_or_path=str(name_or_path),
             backbone_revision=resolved,
             **config_kwargs,

@@ -1,12 +1,12 @@
 """Per-language adapters, their SimAdapter fusion, and how a model holds, routes, saves and loads them.
 
 Adapter types are a registry of classes (:data:`ADAPTER_TYPES`), each registered with its settings class:
-``bottleneck`` (:mod:`.bottleneck`) and ``lora`` (stock peft LoRA, :mod:`.lora`); importing this package registers
-them. The model's adapter API is :class:`LanguageAdapterMixin`; the same bottleneck adapters and fusion also work as
-a peft method (:mod:`.peft_method`).
+``bottleneck`` (:mod:`.bottleneck`), ``lora`` (stock peft LoRA, :mod:`.lora`) and ``bottleneck_lora`` (both for one
+language, :mod:`.bottleneck_lora`); importing this package registers them. The model's adapter API is
+:class:`LanguageAdapterMixin`; the same bottleneck adapters and fusion also work as a peft method (:mod:`.peft_method`).
 """
 
-from . import bottleneck, lora  # noqa: F401  (importing registers the adapter types)
+from . import bottleneck, bottleneck_lora, lora  # noqa: F401  (importing registers the adapter types)
 from .adapter_types import (
     ADAPTER_MODULE_NAME,
     ADAPTER_TYPES,
@@ -17,6 +17,7 @@ from .adapter_types import (
 )
 from .block import LanguageAdapterBlock
 from .bottleneck import BottleneckAdapter, BottleneckAdapterConfig
+from .bottleneck_lora import BottleneckLoraAdapterConfig
 from .config import AdapterDefaults, FusionConfig, check_language_code
 from .files import AdapterLoadError
 from .fusion import FUSION_TYPES, SimAdapterFusion, guide_loss
@@ -35,6 +36,7 @@ __all__ = [
     "AdapterType",
     "BottleneckAdapter",
     "BottleneckAdapterConfig",
+    "BottleneckLoraAdapterConfig",
     "FusionConfig",
     "LanguageAdapterBlock",
     "LanguageAdapterConfig",

@@ -51,6 +51,10 @@ class BackboneSpec:
     #: the feature type the backbone reads (:mod:`adaptspeech.data.feature_types`) where its ``main_input_name``
     #: alone does not tell (None: the type reading that input).
     feature_type: ClassVar[str | None] = None
+    #: adaptspeech's own settings of ``backbone_config`` beyond the HF config class's (read by adaptspeech, e.g.
+    #: ``conv_lookahead`` of the conformer convolution); the only ones a stage may put on a checkpoint's own config
+    #: (``model.init: backbone``).
+    own_settings: ClassVar[tuple[str, ...]] = ()
 
     # --- construction ----------------------------------------------------------------------------------------
     def build_config(self, backbone_config: dict[str, Any] | PretrainedConfig | None) -> PretrainedConfig:

@@ -19,6 +19,7 @@ class Wav2Vec2ConformerSpec(BackboneSpec):
     model_type = "wav2vec2-conformer"
     main_input_name = "input_values"
     attention_attr = "self_attn"
+    own_settings = ("conv_lookahead",)
 
     def build_model(self, config: PretrainedConfig) -> Wav2Vec2ConformerModel:
         return Wav2Vec2ConformerModel(config)

@@ -65,6 +65,9 @@ def _add_lm(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--save", action="store_true", help="save the best weights with the LM into --model")
     tune.add_argument("--output", type=_output_file, default=None, metavar="tune.json",
                       help="write the grid as JSON (best first)")
+    tune.add_argument("--overwrite", action="store_true",
+                      help="replace an earlier lm tune output in --output (without it, one is refused; another file "
+                      "always is)")
     _add_device_option(tune)
     tune.set_defaults(func=_run_tune)
 
@@ -77,9 +80,23 @@ def _run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_tune_output(path: Path) -> bool:
+    """Whether ``path`` holds what ``lm tune --output`` writes: a JSON object with the ``best`` weights and the
+    ``grid``."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(result, dict) and isinstance(result.get("best"), dict) and isinstance(result.get("grid"), list)
+
+
 def _run_tune(args: argparse.Namespace) -> int:
+    from ..data.output_folder import check_output_file
     from ..run_lock import OutputDirLock
 
+    if args.output:  # before the encoder and the grid run
+        check_output_file(Path(args.output), _is_tune_output, "adaptspeech lm tune", overwrite=args.overwrite,
+                          kind="JSON with the best weights and the grid")
     save = args.save and Path(args.model).is_dir()  # (a folder that is not there: _load_model says so)
     if save and not os.access(args.model, os.W_OK | os.X_OK):  # checked before the encoder and the grid run
         raise CommandError(f"--save: cannot write into {args.model} (permission denied); nothing was run")

@@ -115,7 +115,8 @@ class LanguageIDMixin:
         recording = capturing_prefix(self, start) if keep_prefix else contextlib.nullcontext({})
         layers = spec.encoder_layers(self.backbone)
         try:  # the hooks act on this call only: another thread's forward passes the layers untouched
-            with call_scoped_hooks() as scoped, self.without_adapters(), recording as calls:
+            with call_scoped_hooks() as scoped, self.without_adapters(), recording as calls, \
+                    _full_depth(spec.encoder_module(self.backbone)):
                 handles = [layers[i].register_forward_hook(scoped(capture)) for i in pooled]
                 try:
                     self.encode(inputs, attention_mask)
@@ -134,6 +135,25 @@ class LanguageIDMixin:
             layer_input = None if start == 0 else calls.get("layer_input", hidden if start == layer + 1 else None)
             prefix = EncoderPrefix(inputs, attention_mask, start, calls["args"], calls["kwargs"], layer_input)
         return logits, prefix
+
+
+@contextlib.contextmanager
+def _full_depth(encoder: torch.nn.Module) -> Iterator[None]:
+    """LayerDrop off while the block runs ``encoder`` in training mode: ``layerdrop > 0`` skips encoder layers at
+    random, and a skipped pooled layer never reaches the capture hook (the pass would end without its output, or stack
+    fewer layers than the layer mix weighs); the language-ID head learns on the full encoder it reads at inference.
+    The encoder's config is the one transformers' loop reads at every call; it is set back on leaving (written only in
+    training mode, where one loop drives the model; inference never drops layers and changes nothing)."""
+    config = getattr(encoder, "config", None)
+    layerdrop = float(getattr(config, "layerdrop", 0.0) or 0.0)
+    if not encoder.training or layerdrop <= 0.0:
+        yield
+        return
+    config.layerdrop = 0.0
+    try:
+        yield
+    finally:
+        config.layerdrop = layerdrop
 
 
 class _LayerReachedSignal(Exception):  # noqa: N818 - a signal, not an error

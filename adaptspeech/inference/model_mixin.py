@@ -35,17 +35,19 @@ class InferenceMixin:
         """``PreTrainedModel.from_pretrained``, plus MMS's ``target_lang``: the language whose adapter (and CTC head,
         when it has its own) runs, as :meth:`set_target_language` sets it. ``pipeline(..., model_kwargs={"target_lang":
         "ro"})`` passes it here. ``target_lang="auto"``: the pipeline identifies each utterance's language with the
-        model's language-ID head and routes it (:mod:`adaptspeech.inference.language_id.routing`).
+        model's language-ID head and routes it (:mod:`adaptspeech.inference.language_id.routing`). Returns the model, or
+        ``(model, loading_info)`` with ``output_loading_info=True``, as transformers does.
 
         Raises:
             KeyError: the model has no adapter for ``target_lang`` (naming the languages that have one).
             ValueError: ``target_lang="auto"`` for a model without a language-ID head.
         """
-        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        model = loaded[0] if kwargs.get("output_loading_info") else loaded  # (model, loading_info), as asked
         model.auto_language = target_lang == "auto"
         if model.auto_language and model.lid_head is None:
             raise ValueError(f"target_lang='auto': {pretrained_model_name_or_path} has no language-ID head; train one "
                              "with a stage whose model.trainable.lid is true (docs/lid.md)")
         if target_lang is not None and not model.auto_language:
             model.set_target_language(target_lang)
-        return model
+        return loaded

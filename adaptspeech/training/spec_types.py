@@ -474,31 +474,81 @@ def backbone_range(key: str, default: Any) -> SettingType | None:
     return None
 
 
+def backbone_defaults(backbone_type: str) -> dict[str, Any]:
+    """Every setting of ``backbone_type``'s ``backbone_config`` with its default: the HF config class's (its
+    ``to_dict`` and ``__init__`` parameters) and adaptspeech's own (``BackboneSpec.own_settings``, default None)."""
+    from ..backbones import get_backbone_spec
+
+    spec = get_backbone_spec(backbone_type)
+    defaults = spec.build_config(None)
+    known = dict(defaults.to_dict())
+    known.update({k: getattr(defaults, k, None) for k in inspect.signature(type(defaults).__init__).parameters})
+    known.update({k: None for k in spec.own_settings if k not in known})
+    return {key: value for key, value in known.items() if key not in ("self", "kwargs") and not key.startswith("_")}
+
+
+def _check_conv_lookahead(section: str, values: Mapping[str, Any], kernel_size: int | None) -> None:
+    """``conv_lookahead`` of ``values`` (if given) against the conformer convolution's ``kernel_size`` (None: the
+    checkpoint's, unknown here: the form only); one line naming the setting."""
+    from ..backbones.causal_conv import CHUNK, check_conv_lookahead
+
+    lookahead = values.get("conv_lookahead")
+    if lookahead is None:
+        return
+    if kernel_size is None:  # a checkpoint's: its range is checked against its kernel when the model is built
+        if lookahead != CHUNK and not (is_int(lookahead) and lookahead >= 0):
+            raise StageConfigError(f"{section}.conv_lookahead: expected null (symmetric), chunk (dynamic chunk "
+                                   f"convolution), 0 (causal) or a look-ahead in frames, got {lookahead!r}")
+        return
+    try:
+        check_conv_lookahead(lookahead, kernel_size)
+    except ValueError as err:
+        raise StageConfigError(f"{section}.conv_lookahead: {err}") from None
+
+
 def check_backbone_config(section: str, backbone_type: str, values: Any) -> None:
-    """Check ``model.config.backbone_config`` against the backbone's HF config class.
+    """Check ``model.config.backbone_config`` against the backbone's HF config class and adaptspeech's own settings
+    (``conv_lookahead`` of the conformer convolution: :func:`~adaptspeech.backbones.causal_conv.check_conv_lookahead`).
 
     A key the class does not know (``hiden_size``) is refused naming the closest valid key; a value whose type does not
     fit the class's default (``hidden_size: abc``) is refused naming the expected type, a value out of its range
     (``hidden_size: -4``, ``num_attention_heads: 0``, ``hidden_dropout: 1.5``) naming the range
     (:func:`backbone_range`). Keys whose default is null are not checked.
     """
-    from ..backbones import get_backbone_spec
-
     if not isinstance(values, Mapping):
         raise StageConfigError(f"{section}: expected a mapping of settings, got {values!r}")
-    defaults = get_backbone_spec(backbone_type).build_config(None)
-    known = dict(defaults.to_dict())
-    known.update({k: getattr(defaults, k, None) for k in inspect.signature(type(defaults).__init__).parameters})
-    table = {
-        key: _type_of_default(default)
-        for key, default in known.items()
-        if key not in ("self", "kwargs") and not key.startswith("_")
-    }
+    known = backbone_defaults(backbone_type)
+    table = {key: _type_of_default(default) for key, default in known.items()}
     check_section(section, values, table)
     for key, value in values.items():
         value_range = backbone_range(key, known.get(key))
         if value_range is not None:
             check_value(f"{section}.{key}", value_range, value)
+    if "conv_lookahead" in known:
+        _check_conv_lookahead(section, values, values.get("conv_depthwise_kernel_size",
+                                                          known.get("conv_depthwise_kernel_size")))
+
+
+def check_checkpoint_settings(section: str, backbone_type: str | None, values: Any) -> None:
+    """``model.config.backbone_config`` with ``model.init: backbone``: only adaptspeech's own settings of the backbone
+    (``BackboneSpec.own_settings``, e.g. ``conv_lookahead`` of wav2vec2_conformer) go on the checkpoint's own config.
+
+    Raises:
+        StageConfigError: another setting (naming it and the allowed ones), or a bad value.
+    """
+    from ..backbones import get_backbone_spec
+
+    own = get_backbone_spec(backbone_type).own_settings if backbone_type else ()
+    if not isinstance(values, Mapping):
+        raise StageConfigError(f"{section}: expected a mapping of settings, got {values!r}")
+    others = sorted(key for key in values if key not in own)
+    if others:
+        allowed = (f"but for adaptspeech's own settings ({', '.join(own)})" if own else
+                   f"({backbone_type} has no adaptspeech setting of its own)" if backbone_type else
+                   "(name model.config.backbone_type to give adaptspeech's own settings of the backbone)")
+        raise StageConfigError(f"{section}: not used with model.init=backbone (the checkpoint's own config is loaded) "
+                               f"{allowed}; remove {', '.join(others)}")
+    _check_conv_lookahead(section, values, None)
 
 
 def check_model_config(section: str, values: Any, init: str) -> None:
@@ -517,11 +567,8 @@ def check_model_config(section: str, values: Any, init: str) -> None:
     table["backbone_type"] = choice(*BACKBONES.names())
     values = check_section(section, values, table)
     if init == "backbone" and "backbone_config" in values:
-        raise StageConfigError(
-            f"{section}.backbone_config: not used with model.init=backbone (the checkpoint's own config is loaded); "
-            "remove it"
-        )
-    if values.get("backbone_config") is not None:
+        check_checkpoint_settings(f"{section}.backbone_config", values.get("backbone_type"), values["backbone_config"])
+    elif values.get("backbone_config") is not None:
         check_backbone_config(f"{section}.backbone_config", values.get("backbone_type", "wav2vec2"),
                               values["backbone_config"])
     for key, cls in (("adapter_defaults", LanguageAdapterConfig.flat_layout()), ("fusion", FusionConfig),

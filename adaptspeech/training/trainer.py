@@ -21,7 +21,11 @@ What it adds to the stock Trainer:
 * a loss that is NaN or infinite stops the run before the optimizer step, naming the step and the loss terms (the
   checkpoints already written stay as they are; the stock Trainer only leaves such steps out of the logged mean);
 * a checkpoint that cannot be written (disk full) stops the run with one line; the incomplete folder is removed and
-  the previous complete checkpoint stays the one ``--resume`` picks.
+  the previous complete checkpoint stays the one ``--resume`` picks;
+* resuming from a checkpoint at (or past) ``max_steps`` trains no step: the run ends with that checkpoint's weights
+  and the checkpoint folders as they were (the stock Trainer stops only after a step, so where ``max_steps`` ends
+  in the middle of an epoch it trained one step more and, with ``save_total_limit``, saved it over the last
+  checkpoint).
 
 Everything else (optimizer, scheduler, gradient accumulation, mixed precision, DDP / DeepSpeed through accelerate,
 ``resume_from_checkpoint`` with optimizer, scheduler, sampler and RNG state) is the stock Trainer's.
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -265,6 +270,31 @@ class AdaptSpeechTrainer(Trainer):
         rates = self.decoding(unwrap(self.model), self._decoding_dataset)
         output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in rates.items()})
         return output
+
+    # --- resume ------------------------------------------------------------------------------------------------
+    def _init_training_state(
+        self,
+        max_steps: int,
+        num_update_steps_per_epoch: int,
+        num_train_epochs: int,
+        resume_from_checkpoint: str | None,
+        trial: Any,
+    ) -> tuple[int, int]:
+        """The stock state (``(epochs_trained, steps_trained_in_current_epoch)``), except that a checkpoint at or past
+        ``max_steps`` leaves no epoch to run: the stock loop checks ``max_steps`` only after a step, so it would
+        train one more (module docstring)."""
+        epochs_trained, steps_in_epoch = super()._init_training_state(
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
+        if resume_from_checkpoint is None or self.state.global_step < max_steps:
+            return epochs_trained, steps_in_epoch
+        if self.is_world_process_zero():
+            print(
+                f"adaptspeech: {resume_from_checkpoint} is at step {self.state.global_step} of max_steps "
+                f"{max_steps}: nothing left to train, its weights are the result",
+                file=sys.stderr,
+            )
+        return num_train_epochs, 0
 
     # --- checkpoints ---------------------------------------------------------------------------------------------
     def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:

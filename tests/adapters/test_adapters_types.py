@@ -32,7 +32,7 @@ SAVED_0_1_0 = {
 
 
 def test_each_type_registers_its_own_settings_class():
-    assert ADAPTER_TYPES.names() == ["bottleneck", "lora"]
+    assert ADAPTER_TYPES.names() == ["bottleneck", "bottleneck_lora", "lora"]
     assert ADAPTER_TYPES.options("bottleneck") is BottleneckAdapterConfig
     assert ADAPTER_TYPES.options("lora") is LoraAdapterConfig
     assert not LORA_FIELDS & {f.name for f in dataclasses.fields(BottleneckAdapterConfig)}
@@ -78,7 +78,8 @@ def test_add_language_adapter_keeps_its_public_forms_and_refuses_another_type_s_
         "cs": BottleneckAdapterConfig(bottleneck=64),
         "uk": LoraAdapterConfig(lora_r=8),
     }
-    with pytest.raises(ValueError, match="lora_r applies only to adapter_type\\(s\\) lora, not 'bottleneck'"):
+    message = "lora_r applies only to adapter_type\\(s\\) bottleneck_lora, lora, not 'bottleneck'"
+    with pytest.raises(ValueError, match=message):
         model.add_language_adapter("pl", lora_r=4)
     assert "pl" not in model.config.adapters
     assert model.config.adapters["uk"]["adapter_type"] == "lora"  # reads by key as its saved dict

@@ -335,3 +335,33 @@ def test_the_training_batches_of_a_head_trained_alone_carry_its_crops(tmp_path) 
     assert model_collator(model, processor).lid_crop_seconds is None  # recognition batches: whole utterances
     with pytest.raises(ValueError, match=r"lid\.crop_seconds \[1\.0, 4\.0\]: random crops cut the audio away"):
         model_collator(model, processor, lid_targets=True, ctc_labels=True)
+
+
+@pytest.mark.parametrize("backbone", ["wav2vec2", "fbank_conformer"])
+@pytest.mark.parametrize("layer_mix", [False, True], ids=["pooled_layer", "layer_mix"])
+def test_layerdrop_in_training_mode_never_skips_the_pooled_layers(backbone: str, layer_mix: bool) -> None:
+    """``layerdrop > 0`` in training mode skipped the hooked layer at random: the capture hook never ran, the pass
+    ended in ``IndexError: list index out of range`` (or, with the layer mix, stacked fewer layers than it weighs). The
+    language-ID pass runs every layer up to the pooled one: the training-mode logits are the full encoder's, and the
+    recognition passes around it still drop layers (the setting is restored)."""
+    from adaptspeech.testing import tiny_inputs
+
+    torch.manual_seed(0)
+    model = AdaptSpeechForCTC(tiny_config(backbone, backbone_overrides={"layerdrop": 1.0}))
+    model.add_lid_head(["ro", "cs"], pooling="mean_std", layer=1, layer_mix=layer_mix)
+    inputs = tiny_inputs(model.config, pad_last=False)
+    encoder_config = model.config.backbone_spec.encoder_module(model.backbone).config
+    model.train()
+    with torch.no_grad():
+        encoder_config.layerdrop = 0.0  # the reference: the same training-mode pass without LayerDrop
+        torch.manual_seed(1)
+        reference = model.lid_logits(inputs[model.main_input_name])
+        encoder_config.layerdrop = 1.0
+        torch.manual_seed(1)
+        logits = model.lid_logits(inputs[model.main_input_name])
+        assert torch.equal(logits, reference)
+        assert encoder_config.layerdrop == 1.0
+        # the recognition pass drops every layer (layerdrop 1.0): its output is not the full encoder's
+        dropped = model(**inputs).logits
+        full = model.eval()(**inputs).logits
+    assert not torch.allclose(dropped, full)

@@ -77,3 +77,14 @@ class StopAt(TrainerCallback):
         if state.global_step == self.step:
             control.should_training_stop = True
         return control
+
+
+class CountSteps(TrainerCallback):
+    """The global step at the end of every optimizer step a run trains (``steps``)."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.steps.append(state.global_step)
+        return control

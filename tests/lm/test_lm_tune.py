@@ -161,3 +161,30 @@ def test_an_unwritable_tune_destination_is_refused_before_the_grid(variant, mess
     assert code in (1, 2) and out == "" and calls == []
     assert message.format(root=root) in one_error_line(err)
     assert folder_bytes(lm_setup.model) == before
+
+
+def test_an_existing_tune_output_is_kept_unless_overwrite(lm_setup, capsys) -> None:
+    """Before: ``lm tune --output`` replaced any file, even one that is no tune output, as ``evaluate --output`` once
+    did; now an earlier tune output is replaced with ``--overwrite`` only, any other file never, both before the
+    grid runs."""
+    import json
+
+    root = lm_setup.root
+    notes = root / "notes.json"
+    notes.write_text('{"mine": 1}')
+    for extra in ([], ["--overwrite"]):
+        code, out, err = run_main([*tune_argv(lm_setup, "--output", notes), *extra], capsys)
+        assert (code, out) == (1, "") and one_error_line(err) == (
+            f"adaptspeech: error: --output {notes}: the file is not an adaptspeech lm tune output (JSON with the best "
+            "weights and the grid; --overwrite replaces only those); remove it or choose another --output")
+    assert notes.read_text() == '{"mine": 1}'
+    output = root / "tune.json"
+    assert run_main(tune_argv(lm_setup, "--output", output, "--alphas", "0"), capsys)[0] == 0
+    first = output.read_text()
+    code, out, err = run_main(tune_argv(lm_setup, "--output", output), capsys)
+    assert (code, out) == (1, "") and one_error_line(err) == (
+        f"adaptspeech: error: --output {output} already holds an earlier adaptspeech lm tune output: pass "
+        "--overwrite to replace it, or choose another --output")
+    assert output.read_text() == first
+    assert run_main(tune_argv(lm_setup, "--output", output, "--overwrite"), capsys)[0] == 0
+    assert len(json.loads(output.read_text())["grid"]) == 5 * 3  # the default grid replaced the one-alpha grid

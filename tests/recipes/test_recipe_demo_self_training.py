@@ -13,7 +13,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from helpers.files import folder_bytes
 from helpers.recipes import DEMO, ST_POOL_CLIPS, self_training_overrides
+from safetensors.torch import load_file
 
 from adaptspeech.recipes import RecipeError, load_recipe, recipe_module, run_recipe
 from adaptspeech.recipes.simadapter.self_training import CONFIDENCE_BINS, same_round, student_spec
@@ -59,6 +62,11 @@ def test_rounds_label_filter_train_and_stop_on_dev_cer(st_run):
     assert student["training"]["max_steps"] == 6  # steps_scale 2 x the stage's 3
     assert student["model"]["path"] == json.loads((out / "target_adapter" / "stage_spec.json").read_text())[
         "model"]["path"]  # the student starts where the system's stage started, not from the teacher
+    for r in rounds:  # each round records what its student trained
+        trained = json.loads((out / "self_training" / "target_adapter" / f"round_{r['round']}" / "student" /
+                              "stage_summary.json").read_text())["trainable"]
+        assert r["trainable_params"] == trained["trainable"] > 0
+        assert r["trainable_share"] == pytest.approx(trained["trainable_share"])
 
 
 def test_the_table_gains_the_self_trained_row_with_its_bootstrap(st_run):
@@ -71,6 +79,13 @@ def test_the_table_gains_the_self_trained_row_with_its_bootstrap(st_run):
     assert rows[SELF_TRAINED][VS_NO_SELF_TRAINING_COLUMN].startswith(f"{100 * versus['cer_delta']:+.2f}")
     md = (out / "results.md").read_text()
     assert "Self-training on" in md and "pseudo-label CER" in md
+    entry = result["self_training"]["systems"][ADAPTER]
+    # the row counts the parameters its chosen student trained (the adapter's own when no round was chosen)
+    chosen = entry["rounds"][entry["chosen_round"] - 1] if entry["chosen_round"] else None
+    assert rows[SELF_TRAINED]["trainable_params"] == (chosen["trainable_params"] if chosen else
+                                                      rows[ADAPTER]["trainable_params"])
+    first = entry["rounds"][0]
+    assert f"| {100 * first['dev_cer']:.2f} | {100 * first['test_cer']:.2f} | {first['trainable_params']:,} |" in md
     with_lm = rows[f"{SELF_TRAINED} + 2-gram LM"]  # compared with the adapter + LM, its own bootstrap
     versus = result["self_training"]["significance_vs_no_self_training"][with_lm["system"]]
     assert versus["cer_delta"] == pytest.approx(with_lm["cer"] - rows[f"{ADAPTER} + 2-gram LM"]["cer"])
@@ -153,3 +168,40 @@ def test_the_library_protocol_takes_the_section(tmp_path):
     assert spec.self_training.systems == ("target_adapter", "finetune")
     assert recipe_task(spec).step_names(spec)[-1] == "self_training"
     assert load_recipe("recipes/common_voice", [f"output_dir={tmp_path}"]).self_training.enabled is False
+
+
+def test_a_rerun_continues_an_interrupted_student_from_its_checkpoint(st_run, tmp_path, capfd):
+    """Before: a student saved no checkpoint and a rerun trained an interrupted round's student afresh. Now the
+    student keeps its last checkpoint and a rerun with the same settings continues from it (the recipe stages' rule).
+    Interrupted after its final checkpoint-6 (max_steps 6): before, the rerun trained a step 7 and saved checkpoint-7
+    in place of checkpoint-6; now it trains no step, the student is checkpoint-6's weights (the first run's student)
+    and checkpoint-6 stays as it was."""
+    source, _ = st_run
+    out = tmp_path / "copy"
+    shutil.copytree(source, out)
+    round_dir = out / "self_training" / "target_adapter" / "round_1"
+    student = round_dir / "student"
+    checkpoints = sorted((student / "checkpoints").glob("checkpoint-*"))
+    assert [c.name for c in checkpoints] == ["checkpoint-6"]  # 6 steps, the last checkpoint kept
+    for record in student.rglob("stage_spec.json"):  # the copy's own folders, as if it had run there
+        record.write_text(record.read_text().replace(str(source), str(out)))
+    for path in (round_dir / "round.json", student / "stage_summary.json"):  # interrupted: no record, no summary
+        path.unlink()
+    first = load_file(student / "model" / "model.safetensors")
+    shutil.rmtree(student / "model")
+    kept = folder_bytes(student / "checkpoints")
+    assert json.loads((checkpoints[0] / "trainer_state.json").read_text())["global_step"] == 6
+    capfd.readouterr()
+    again = run_recipe(load_recipe(DEMO, _overrides(out, "self_training.rounds=1")), only=["self_training"])
+    printed = capfd.readouterr()
+    printed = printed.out + printed.err
+    assert "self-training target_adapter round 1: continuing the interrupted student from checkpoint-6 (same " \
+           "settings)" in printed and "trained afresh" not in printed and "removed the earlier run" not in printed
+    assert (student / "stage_summary.json").is_file() and (round_dir / "round.json").is_file()
+    assert json.loads((round_dir / "round.json").read_text())["record"]["student"] == str(student / "model")
+    assert again["self_training"]["systems"][ADAPTER]["rounds"][0]["round"] == 1
+    assert json.loads((student / "log_history.json").read_text())[-1]["step"] == 6
+    assert folder_bytes(student / "checkpoints") == kept  # checkpoint-6 only, unchanged: no step 7
+    student_model = load_file(student / "model" / "model.safetensors")
+    assert set(student_model) == set(first) and all(torch.equal(student_model[k], first[k]) for k in first)
+    assert "checkpoint-6 is at step 6 of max_steps 6: nothing left to train" in printed

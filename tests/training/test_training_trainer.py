@@ -3,7 +3,7 @@ WER/CER at evaluation, and resume_from_checkpoint reproducing an uninterrupted r
 
 import pytest
 import torch
-from helpers.training import LANGS, StopAt, make_dataset, training_args
+from helpers.training import LANGS, CountSteps, StopAt, make_dataset, training_args
 from safetensors.torch import load_file
 
 from adaptspeech import AdaptSpeechForCTC
@@ -70,31 +70,70 @@ def test_trainer_logs_terms_writes_adapter_checkpoints_and_per_language_metrics(
         assert metrics[f"eval_wer_{lang}"] == reference["per_language"][lang]["wer"]
 
 
-def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, processor):
+@pytest.mark.parametrize("rows", [12, 16])  # 3 steps an epoch (6 = 2 epochs), 4 steps an epoch (6 = 1.5 epochs)
+def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, processor, rows):
     collate = DataCollatorCTCWithPadding(processor, feature_type="fbank")
     full = fused_model()
     AdaptSpeechTrainer(
-        model=full, args=args(tmp_path / "full"), train_dataset=make_dataset(), data_collator=collate
+        model=full, args=args(tmp_path / "full"), train_dataset=make_dataset(rows), data_collator=collate
     ).train()
 
     interrupted = fused_model()
     AdaptSpeechTrainer(
         model=interrupted,
         args=args(tmp_path / "cut"),
-        train_dataset=make_dataset(),
+        train_dataset=make_dataset(rows),
         data_collator=collate,
         callbacks=[StopAt(3)],
     ).train()
     assert (tmp_path / "cut" / "checkpoint-3").is_dir()
 
     resumed = fused_model()
+    steps = CountSteps()
     trainer = AdaptSpeechTrainer(
-        model=resumed, args=args(tmp_path / "cut"), train_dataset=make_dataset(), data_collator=collate
+        model=resumed, args=args(tmp_path / "cut"), train_dataset=make_dataset(rows), data_collator=collate,
+        callbacks=[steps],
     )
     trainer.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-3"))
-    assert trainer.state.global_step == 6
+    assert trainer.state.global_step == 6 and steps.steps == [4, 5, 6]
     reference = full.state_dict()
     for name, value in resumed.state_dict().items():
         assert torch.allclose(value, reference[name], atol=1e-6), name
     changed = [n for n, p in full.named_parameters() if p.requires_grad]
     assert changed  # the comparison covers trained tensors
+
+
+@pytest.mark.parametrize("rows", [12, 16])
+def test_resuming_a_finished_run_trains_no_step_and_keeps_its_last_checkpoint(tmp_path, processor, rows):
+    """Before: with 16 rows (4 steps an epoch: max_steps 6 ends mid-epoch) the stock Trainer resumed from the final
+    checkpoint-6 trained a step 7 (it stops only after a step) and, keeping one checkpoint, saved checkpoint-7 in place
+    of checkpoint-6. Now the run ends at step 6 without a step: the weights are checkpoint-6's, the folder unchanged."""
+    collate = DataCollatorCTCWithPadding(processor, feature_type="fbank")
+    out = tmp_path / "run"
+    finished = fused_model()
+    AdaptSpeechTrainer(
+        model=finished, args=args(out, save_total_limit=1), train_dataset=make_dataset(rows), data_collator=collate
+    ).train()
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-6"]
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    again = fused_model()
+    steps = CountSteps()
+    trainer = AdaptSpeechTrainer(
+        model=again, args=args(out, save_total_limit=1), train_dataset=make_dataset(rows), data_collator=collate,
+        callbacks=[steps],
+    )
+    result = trainer.train(resume_from_checkpoint=str(out / "checkpoint-6"))
+    assert steps.steps == [] and trainer.state.global_step == 6 and result.global_step == 6
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    reference = finished.state_dict()
+    for name, value in again.state_dict().items():
+        assert torch.equal(value, reference[name]), name
+    # a budget lowered below the checkpoint's step: taken as it is, no step either
+    lowered = CountSteps()
+    trainer = AdaptSpeechTrainer(
+        model=fused_model(), args=args(out, save_total_limit=1, max_steps=5), train_dataset=make_dataset(rows),
+        data_collator=collate, callbacks=[lowered],
+    )
+    assert trainer.train(resume_from_checkpoint=str(out / "checkpoint-6")).global_step == 6 and lowered.steps == []
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

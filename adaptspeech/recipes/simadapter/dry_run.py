@@ -51,6 +51,7 @@ from transformers import TrainerCallback
 from ...backbones.wav2vec2 import XLSR_300M_BACKBONE
 from ...memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
 from ...progress import log
+from ...training.spec_types import backbone_defaults
 from ..engine import comma_list, load_recipe, spec_from_dict
 from ..options import add_dry_run_arguments
 from ..spec import RecipeError
@@ -175,7 +176,10 @@ def dry_run_overrides(spec: SimAdapterRecipe, settings: DryRunSettings, out: Pat
         model = dict(stage.get("model") or {})
         if model.get("init") == "backbone":
             config = dict(model.get("config") or {})
-            backbone = {**XLSR_300M_BACKBONE, **dict(config.get("backbone_config") or {})}
+            known = backbone_defaults(str(config.get("backbone_type", "wav2vec2")))
+            # XLS-R's shape and settings that the stage's backbone has (a conformer has no do_stable_layer_norm)
+            shape = {key: value for key, value in XLSR_300M_BACKBONE.items() if key in known}
+            backbone = {**shape, **dict(config.get("backbone_config") or {})}
             config["backbone_config"] = {**backbone, **settings.backbone_config}
             overrides += [
                 f"{name}.model.init=config",

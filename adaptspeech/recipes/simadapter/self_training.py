@@ -64,7 +64,9 @@ class LMSetup:
 
 @dataclass
 class RoundRecord:
-    """One round of one system: its teacher, labels, filter, student and their figures."""
+    """One round of one system: its teacher, labels, filter, student and their figures (``trainable_params`` /
+    ``trainable_share``: the parameters its student trained and their share of its model; None in a round recorded
+    before they were)."""
 
     round: int
     teacher: str
@@ -75,6 +77,8 @@ class RoundRecord:
     dev_cer: float | None = None
     improved: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
+    trainable_params: int | None = None
+    trainable_share: float | None = None
 
 
 @dataclass
@@ -231,11 +235,13 @@ def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSetting
                       output_dir: Path, start: Path | None = None, system: str | None = None) -> dict[str, Any]:
     """A student of a system trained with the stage spec ``system_spec`` (a recipe stage's, or a transfer curve
     run's): that spec with the pseudo-labelled rows (``labels``, ``settings.share`` of every batch), speed
-    perturbation, ``settings.steps_scale`` times its steps (warm-up scaled alike), no checkpoints and no evaluation
-    during training, from its own starting model (or ``start``). ``system_spec`` is not changed. With
-    ``settings.average_top_n`` it evaluates and saves ``2 N`` times, keeping every checkpoint (averaged after it
-    trained: :func:`~adaptspeech.training.checkpoint_averaging.average_top_checkpoints`); for ``system``
-    ``target_adapter`` with ``settings.adapter_bottleneck`` its new adapters take that bottleneck width."""
+    perturbation, ``settings.steps_scale`` times its steps (warm-up scaled alike), its last checkpoint kept (saved every
+    quarter of its steps) and no evaluation during training, from its own starting model (or ``start``).
+    ``system_spec`` is not changed. With ``settings.average_top_n`` it evaluates and saves ``2 N`` times, keeping
+    every checkpoint (averaged after it trained:
+    :func:`~adaptspeech.training.checkpoint_averaging.average_top_checkpoints`); for ``system`` ``target_adapter``
+    with ``settings.adapter_bottleneck`` its new adapters take that bottleneck width, and with
+    ``settings.adapter_lora`` they become ``bottleneck_lora`` adapters: LoRA of that rank beside the bottleneck."""
     student = copy.deepcopy(system_spec)
     student["name"] = name
     student["output_dir"] = str(output_dir)
@@ -249,20 +255,35 @@ def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSetting
     steps = max(1, round(int(training.get("max_steps", 500)) * settings.steps_scale))
     if "warmup_steps" in training:
         training["warmup_steps"] = round(int(training["warmup_steps"]) * steps / int(training["max_steps"]))
-    training.update(max_steps=steps, save_strategy="no", eval_strategy="no")
+    # the last checkpoint kept: a rerun continues an interrupted student from it (SelfTrainingRunner.run_system)
+    training.update(max_steps=steps, save_strategy="steps", save_steps=max(1, steps // 4), save_total_limit=1,
+                    eval_strategy="no")
     if settings.average_top_n:
         every = max(1, steps // (2 * settings.average_top_n))
         training.update(save_strategy="steps", eval_strategy="steps", save_steps=every, eval_steps=every,
                         save_total_limit=None, load_best_model_at_end=False)
-    if system == "target_adapter" and settings.adapter_bottleneck:
-        adapters = student["model"].get("add_adapters") or {}
-        student["model"]["add_adapters"] = {lang: {**(value or {}), "bottleneck": settings.adapter_bottleneck}
-                                            for lang, value in adapters.items()}
+    if system == "target_adapter" and (settings.adapter_bottleneck or settings.adapter_lora):
+        student["model"]["add_adapters"] = {lang: _student_adapter(lang, value or {}, settings)
+                                            for lang, value in (student["model"].get("add_adapters") or {}).items()}
     training.pop("train_sampling_strategy", None)
     from ...training.stage import StageSpec
 
     StageSpec.from_dict(student)
     return student
+
+
+def _student_adapter(language: str, given: dict[str, Any], settings: SelfTrainingSettings) -> dict[str, Any]:
+    """The settings of a new adapter of the adapter alone's student: the stage's ``given`` with
+    ``settings.adapter_bottleneck`` and ``settings.adapter_lora`` (LoRA beside a bottleneck adapter)."""
+    out = dict(given)
+    if settings.adapter_bottleneck:
+        out["bottleneck"] = settings.adapter_bottleneck
+    if settings.adapter_lora:
+        if out.get("adapter_type", "bottleneck") != "bottleneck":
+            raise RecipeError(f"self_training.adapter_lora: the stage's adapter for {language!r} is of type "
+                              f"{out['adapter_type']!r}; LoRA is added beside a bottleneck adapter only")
+        out.update(adapter_type="bottleneck_lora", lora_r=settings.adapter_lora, lora_alpha=2 * settings.adapter_lora)
+    return out
 
 
 #: settings that do not change what a round does (how many rounds run, which systems, whether the section is on)
@@ -271,7 +292,7 @@ ROUND_FREE_SETTINGS = ("enabled", "rounds", "systems")
 #: comparison at that value, so a round finished before they existed is reused
 LATER_SETTINGS = {"teacher": "own", "keep_fraction_schedule": None, "max_lm_disagreement": None,
                   "confidence": "max_prob/min", "fit_nbest_temperature": False, "average_top_n": None,
-                  "adapter_bottleneck": None}
+                  "adapter_bottleneck": None, "adapter_lora": None}
 
 
 def same_round(stored: dict[str, Any], key: dict[str, Any]) -> bool:
@@ -296,6 +317,23 @@ def _finished_round(candidates: Sequence[Path], key: dict[str, Any]) -> Path | N
                 same_round(json.loads(marker.read_text())["key"], key):
             return round_dir
     return None
+
+
+def _interrupted_student(spec: dict[str, Any], what: str) -> str | None:
+    """The last complete checkpoint of an interrupted earlier run of the student ``spec`` with the same settings, to
+    continue from (:func:`~adaptspeech.recipes.simadapter.stages.interrupted_checkpoint`, as the recipe stages do);
+    None: train afresh (no checkpoint, a finished student, or one of other settings: the round's folder is the
+    recipe's own, replaced)."""
+    from .stages import interrupted_checkpoint
+
+    try:
+        checkpoint = interrupted_checkpoint(spec, what)
+    except RecipeError as err:
+        log(f"{what}: the interrupted student is of other settings, trained afresh ({err})")
+        return None
+    if checkpoint is not None:
+        log(f"{what}: continuing the interrupted student from {Path(checkpoint).name} (same settings)")
+    return checkpoint
 
 
 class SelfTrainingRunner:
@@ -454,7 +492,9 @@ class SelfTrainingRunner:
                     f"labels" + (f" (CER {100 * quality['cer_kept']:.2f}% kept, {100 * quality['cer_all']:.2f}% all)"
                                  if quality else "") + f"; training the student for {spec['training']['max_steps']} "
                     "steps")
-                result = run_stage(spec, progress=self.spec.progress, overwrite=True)
+                checkpoint = _interrupted_student(spec, f"self-training {system} round {k}")
+                result = run_stage(spec, resume=checkpoint or False, progress=self.spec.progress,
+                                   overwrite=checkpoint is None)
                 averaged = self._average(student_dir, spec) if self.settings.average_top_n else None
                 summary = labels.summary
                 record = RoundRecord(
@@ -464,7 +504,9 @@ class SelfTrainingRunner:
                      "real_time_factor": summary["real_time_factor"], "quality": quality,
                      "filter": summary["filter"], "lm_agreeing": summary["lm_agreeing"],
                      "nbest_temperature": temperature, "averaged_checkpoints": averaged},
-                    _dev_cer(student_dir), seconds={"label": label_seconds, "train": result.train_seconds})
+                    _dev_cer(student_dir), seconds={"label": label_seconds, "train": result.train_seconds},
+                    trainable_params=int(result.trainable["trainable"]),
+                    trainable_share=float(result.trainable["trainable_share"]))
                 (round_dir / "round.json").write_text(json.dumps({"key": record_key, "record": record.__dict__},
                                                                  indent=1, default=float))
                 self.trained_rounds.append(round_dir)
@@ -479,14 +521,18 @@ class SelfTrainingRunner:
 
     def run(self) -> dict[str, SystemRun]:
         """Every system of the settings, in :data:`SELF_TRAINED_SYSTEMS` order; SimAdapter's students start from the
-        self-trained adapter when the adapter is self-trained too."""
+        self-trained adapter when the adapter is self-trained too (and has no LoRA: ``adapter_lora``)."""
         runs: dict[str, SystemRun] = {}
         for system in SELF_TRAINED_SYSTEMS:
             if system not in self.settings.systems:
                 continue
             start = None
             if system == "fusion" and "target_adapter" in runs and runs["target_adapter"].chosen:
-                start = runs["target_adapter"].model_dir
+                if self.settings.adapter_lora:  # a bottleneck_lora adapter is not fused
+                    log("self-training fusion: its students start from the recipe's adapter (SimAdapter does not "
+                        "fuse the self-trained adapter with LoRA)")
+                else:
+                    start = runs["target_adapter"].model_dir
             runs[system] = self.run_system(system, start)
         return runs
 

@@ -92,6 +92,10 @@ def self_training_rows(target: str, split: str, method: str, options: dict[str, 
         train_seconds = sum(r.seconds.get("train", 0.0) for r in run.rounds)
         row = {**base, "system": f"{name} + {SUFFIX}", "cer": chosen["overall"]["cer"],
                "wer": chosen["overall"]["wer"], "train_seconds": (base.get("train_seconds") or 0.0) + train_seconds}
+        student = run.rounds[run.chosen - 1] if run.chosen else None
+        if stage == "target_adapter" and student is not None and student.trainable_params is not None:
+            # the adapter alone's student may have more capacity than the system (adapter_bottleneck, adapter_lora)
+            row.update(trainable_params=student.trainable_params, trainable_share=student.trainable_share)
         out.edits[row["system"]], _ = utterance_edits(chosen["hypotheses"], references, "char")
         row[VS_NO_SELF_TRAINING_COLUMN], significance[row["system"]] = bootstrap_cell(
             out.edits[row["system"]], evaluation.edits[name], evaluation.ref_units)
@@ -177,19 +181,21 @@ def self_training_markdown(summary: dict[str, Any], split: str) -> str:
         "lowest dev CER is the self-trained system. Pseudo-label CER: against what the clips say (known for the "
         "synthetic pool, never read by training).",
         "",
-        f"| system | round | labels kept | kept min | pseudo-label CER % all / kept | dev CER % | {split} CER % |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| system | round | labels kept | kept min | pseudo-label CER % all / kept | dev CER % | {split} CER % | "
+        "student trainable params |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, entry in summary["systems"].items():
         lines.append(f"| {name} | 0 (teacher) | - | - | - | {_pct(entry['teacher_dev_cer'])} | "
-                     f"{_pct(entry['test']['no_self_training'])} |")
+                     f"{_pct(entry['test']['no_self_training'])} | - |")
         for r in entry["rounds"]:
             quality = r["labels"].get("quality") or {}
             mark = " (chosen)" if r["round"] == entry["chosen_round"] else ""
             lines.append(
                 f"| {name} | {r['round']}{mark} | {r['labels']['kept']} of {r['labels']['rows']} | "
                 f"{60 * r['labels']['kept_hours']:.1f} | {_pct(quality.get('cer_all'))} / "
-                f"{_pct(quality.get('cer_kept'))} | {_pct(r['dev_cer'])} | {_pct(r['test_cer'])} |"
+                f"{_pct(quality.get('cer_kept'))} | {_pct(r['dev_cer'])} | {_pct(r['test_cer'])} | "
+                f"{'-' if r.get('trainable_params') is None else format(r['trainable_params'], ',')} |"
             )
     first = next((e["rounds"][0] for e in summary["systems"].values() if e["rounds"]), None)
     bins = (first or {}).get("labels", {}).get("quality", {}).get("bins") if first else None

@@ -25,6 +25,7 @@ share, speed perturbation and steps. Its own module so the recipe's settings
       fit_nbest_temperature: false   # with the LM: the N-best temperature fitted on dev for each teacher
       average_top_n: null        # a student is the average of its N best checkpoints by dev CER (TopIPL)
       adapter_bottleneck: null   # the adapter alone's students: this bottleneck width instead of the stage's
+      adapter_lora: null         # the adapter alone's students: LoRA of this rank beside the bottleneck adapter
 """
 
 from __future__ import annotations
@@ -103,6 +104,10 @@ class SelfTrainingSettings(Section):
         average_top_n: a student evaluates and saves ``2 N`` times and becomes the average of its N best checkpoints
             by dev CER (TopIPL); null: its last step.
         adapter_bottleneck: the bottleneck width of the adapter alone's students (more capacity); null: the stage's.
+        adapter_lora: the adapter alone's students get LoRA of this rank (``lora_alpha`` twice it) on the attention
+            projections of the adapter layers beside their bottleneck adapter, trained, saved and loaded with the
+            language (adapter type ``bottleneck_lora``); null: the bottleneck adapter alone. SimAdapter does not fuse
+            such an adapter, so the SimAdapter students then start from the recipe's adapter, not the self-trained one.
     """
 
     enabled: bool = False
@@ -124,6 +129,7 @@ class SelfTrainingSettings(Section):
     fit_nbest_temperature: bool = False
     average_top_n: int | None = None
     adapter_bottleneck: int | None = None
+    adapter_lora: int | None = None
 
     SETTINGS: ClassVar[Mapping[str, SettingType]] = {
         "enabled": BOOL,
@@ -148,6 +154,7 @@ class SelfTrainingSettings(Section):
         "fit_nbest_temperature": BOOL,
         "average_top_n": optional(SettingType("an integer >= 2", lambda v: POSITIVE_INT.accepts(v) and v >= 2)),
         "adapter_bottleneck": optional(POSITIVE_INT),
+        "adapter_lora": optional(POSITIVE_INT),
     }
 
     def __post_init__(self) -> None:

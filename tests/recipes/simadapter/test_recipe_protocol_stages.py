@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers.files import folder_bytes
 from helpers.recipes import DEMO, TINY, few_steps
+from helpers.training import CountSteps
 from transformers import TrainerCallback
 
 from adaptspeech.data import build_synthetic_corpus, prepare_corpus
@@ -29,16 +30,6 @@ class _Interrupt(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if state.global_step == self.step:
             raise KeyboardInterrupt
-
-
-class _CountSteps(TrainerCallback):
-    """The optimizer steps a run trains."""
-
-    def __init__(self) -> None:
-        self.steps: list[int] = []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.steps.append(state.global_step)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +80,7 @@ def _interrupted(tmp_path, prepared) -> tuple:
 def test_a_rerun_continues_an_interrupted_stage_from_its_checkpoint(prepared, tmp_path, capfd):
     spec, stage, data, folder = _interrupted(tmp_path, prepared)
     capfd.readouterr()
-    steps = _CountSteps()
+    steps = CountSteps()
     summary, history = _train(spec, stage, data, steps)
     out, err = capfd.readouterr()
     assert f"stage base: continuing the interrupted run from checkpoint-{SAVE_STEPS} (same settings)" in out
@@ -115,6 +106,36 @@ def test_an_interrupted_stage_of_other_settings_is_one_line_and_kept(prepared, t
     assert folder_bytes(folder) == before  # nothing removed
     # a longer budget is the same run: continued
     longer, _, data = _base(tmp_path / "run", prepared, f"base.training.max_steps={STEPS + 3}")
-    steps = _CountSteps()
+    steps = CountSteps()
     _train(longer, stage, data, steps)
     assert steps.steps == list(range(SAVE_STEPS + 1, STEPS + 4))
+
+
+def test_a_rerun_after_the_final_checkpoint_trains_no_step_and_keeps_it(prepared, tmp_path, capfd):
+    """Interrupted right after the final checkpoint-6 (max_steps 6) was written, before the model was saved. Before:
+    where max_steps ends in the middle of an epoch the rerun trained a step 7 and saved checkpoint-7 (rotating
+    checkpoint-3 out). Now it trains no step: the model is checkpoint-6's weights, the checkpoints stay as they
+    were."""
+    from safetensors.torch import load_file
+
+    torch.set_num_threads(1)
+    spec, stage, data = _base(tmp_path / "run", prepared)
+    with pytest.raises(KeyboardInterrupt):
+        _train(spec, stage, data, _Interrupt(STEPS))
+    checkpoints = tmp_path / "run" / "base" / "checkpoints"
+    before = folder_bytes(checkpoints)
+    assert sorted(p.name for p in checkpoints.iterdir()) == [f"checkpoint-{SAVE_STEPS}", f"checkpoint-{STEPS}"]
+    capfd.readouterr()
+    steps = CountSteps()
+    summary, history = _train(spec, stage, data, steps)
+    out, err = capfd.readouterr()
+    assert f"stage base: continuing the interrupted run from checkpoint-{STEPS} (same settings)" in out
+    assert steps.steps == [] and folder_bytes(checkpoints) == before
+    assert f"checkpoint-{STEPS} is at step {STEPS} of max_steps {STEPS}: nothing left to train" in err
+    assert [entry["step"] for entry in history if "loss" in entry] == list(range(1, STEPS + 1))
+    final = checkpoints / f"checkpoint-{STEPS}"
+    assert json.loads((final / "trainer_state.json").read_text())["global_step"] == STEPS
+    trained = load_file(final / "model.safetensors")
+    saved = load_file(tmp_path / "run" / "base" / "model" / "model.safetensors")
+    assert set(saved) == set(trained) and all(torch.equal(saved[k], trained[k]) for k in saved)
+    assert summary["stage"] == "base"

@@ -86,6 +86,8 @@ def test_rounds_of_before_the_new_settings_are_still_reused():
     ("self_training.average_top_n=1", "self_training.average_top_n: expected an integer >= 2 or null, got 1"),
     ("self_training.max_lm_disagreement=0", "self_training.max_lm_disagreement: expected a number in (0, 1]"),
     ("self_training.adapter_bottleneck=0", "self_training.adapter_bottleneck: expected a positive integer or null"),
+    ("self_training.adapter_lora=0", "self_training.adapter_lora: expected a positive integer or null, got 0"),
+    ("self_training.adapter_lora=4.5", "self_training.adapter_lora: expected a positive integer or null, got 4.5"),
 ])
 def test_bad_settings_are_one_line_at_load(tmp_path, override, message):
     with pytest.raises(RecipeError, match=None) as err:

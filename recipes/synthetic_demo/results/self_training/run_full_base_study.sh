@@ -2,7 +2,7 @@
 # The self-training study on the fully trained demo base (4,200 steps), target sk, 10 min labelled, the 58-min pool:
 # the confidence methods compared on dev, then every system (adapter alone, SimAdapter, full fine-tuning) self-trained
 # with the filters and teachers of docs/self_training.md, with and without the LM, and the adapter alone again with a
-# wider student. One command: `bash recipes/synthetic_demo/results/self_training/run_full_base_study.sh [OUT]`.
+# wider student and with an adapter + LoRA student. One command: `bash recipes/synthetic_demo/results/self_training/run_full_base_study.sh [OUT]`.
 # Not run yet (a GPU or an idle CPU hour); OUT defaults to runs/st/full. THREADS=N sets the threads per process.
 set -euo pipefail
 OUT=${1:-runs/st/full}
@@ -38,6 +38,13 @@ rsync -a --exclude self_training/target_adapter "$OUT/" "$WIDE/"
 adaptspeech demo output_dir="$WIDE" "${RUN[@]:1}" "${ST[@]}" "self_training.confidence=$CONFIDENCE" \
   'self_training.systems=[target_adapter]' self_training.adapter_bottleneck=256 --only lm,self_training
 cp "$WIDE/results.md" "$RESULTS/results_wide_adapter.md"
+
+# 4b. capacity: the adapter alone with LoRA (rank 16) on the attention projections beside its bottleneck adapter
+LORA="${OUT}_lora"
+rsync -a --exclude self_training/target_adapter "$OUT/" "$LORA/"
+adaptspeech demo output_dir="$LORA" "${RUN[@]:1}" "${ST[@]}" "self_training.confidence=$CONFIDENCE" \
+  'self_training.systems=[target_adapter]' self_training.adapter_lora=16 --only lm,self_training
+cp "$LORA/results.md" "$RESULTS/results_lora_adapter.md"
 
 # 5. the transfer curve's self-training arm at 1 / 3 / 10 minutes on this base
 adaptspeech recipe recipes/synthetic_demo --curve 1min,3min,10min --curve-methods finetune,adapter,self_training \
