@@ -27,6 +27,16 @@ computed its products as fast as full fine-tuning does. ``--rounds N`` measures 
 interleaved, and reports the median over all rounds' steps: on a machine shared with other work, whose load changes
 over minutes, the ratios then see the same load.
 
+w2v-BERT 2.0 at its full shape, on request (``--configs full,adapter,w2v_bert_full,w2v_bert_adapter,...``): the
+configurations ``w2v_bert_full``, ``w2v_bert_adapter``, ``w2v_bert_fusion``, ``w2v_bert_lora`` build the same
+trainable groups on a random-weight ``wav2vec2_bert`` backbone of ``facebook/w2v-bert-2.0``'s shape
+(:data:`~adaptspeech.backbones.wav2vec2_bert.W2V_BERT_2_BACKBONE`: 24 conformer layers, width 1024, FFN 4096,
+580M parameters; ``--layers`` layers), fed the same seconds of audio as its input: random stacked filterbank
+features ``[batch, units, 160]``, 50 units a second (transformers' front end is numpy, outside the step). Full
+fine-tuning trains every weight (it has no convolutional feature encoder to freeze). The table then also gives each
+w2v-BERT configuration's ratios to w2v-BERT's own full fine-tuning and to XLS-R's (``full``); the arithmetic bound
+is counted for the XLS-R configurations only.
+
 The peer users pick today, on request (``--configs ...,mms``): transformers' ``Wav2Vec2ForCTC`` with MMS adapters
 (``adapter_attn_dim=64``, the bottleneck of ``adapter``), prepared as transformers'
 ``run_speech_recognition_ctc_adapter.py`` and the MMS adapter blog prepare it: ``init_adapter_layers()``,
@@ -49,6 +59,8 @@ what training adds), and the ratios use that peak minus the process's RSS after 
     python scripts/bench_training_step.py --checkpointing --configs full,adapter   # as the recipe's full stages
     python scripts/bench_training_step.py --layers 2 --batch 1 --seconds 1 --steps 1   # a quick check
     python scripts/bench_training_step.py --layers 8 --rounds 2 --configs full,adapter,fusion,fusion_reference
+    python scripts/bench_training_step.py --batch 1 --configs full,adapter,fusion,w2v_bert_full,w2v_bert_adapter,\
+        w2v_bert_fusion                                   # w2v-BERT 2.0 against XLS-R 300M
 """
 
 from __future__ import annotations
@@ -65,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptspeech.backbones.wav2vec2 import XLSR_300M_BACKBONE
+from adaptspeech.backbones.wav2vec2_bert import W2V_BERT_2_BACKBONE
 from adaptspeech.memory import MIB, current_rss_bytes, peak_rss_bytes, reset_peak_rss
 
 CONFIGS = ("full", "adapter", "fusion", "lora")
@@ -77,7 +90,10 @@ ROUTED = ("routed", "routed_reference", "lora_routed")
 ROUTED_LANGUAGES = ("cy", "it", "ro", "ru")
 #: transformers' own MMS adapter training, the peer of ``adapter`` (see the module docstring)
 PEERS = ("mms", "mms_frozen_front_end")
-ALL_CONFIGS = CONFIGS + FUSION_VARIANTS + ROUTED + PEERS
+#: the configurations of :data:`CONFIGS` on w2v-BERT 2.0's shape (see the module docstring)
+W2V_BERT_PREFIX = "w2v_bert_"
+W2V_BERT_CONFIGS = tuple(W2V_BERT_PREFIX + c for c in CONFIGS)
+ALL_CONFIGS = CONFIGS + FUSION_VARIANTS + ROUTED + PEERS + W2V_BERT_CONFIGS
 #: the bottleneck of ``adapter`` and the ``adapter_attn_dim`` of the peers: equal adapter size
 ADAPTER_BOTTLENECK = 64
 SOURCES = ("ru", "cy", "it", "eu", "pt")
@@ -89,6 +105,8 @@ FUSION_TARGETS = {"time": 1.1, "memory": 0.6}
 
 BACKBONE: dict[str, Any] = {**XLSR_300M_BACKBONE, "layerdrop": 0.0, "mask_time_prob": 0.0}
 """XLS-R 300M's shape and dropouts, without ``layerdrop`` and SpecAugment time masking (random step times)."""
+W2V_BERT_SHAPE: dict[str, Any] = {**W2V_BERT_2_BACKBONE, "layerdrop": 0.0, "mask_time_prob": 0.0}
+"""w2v-BERT 2.0's shape and dropouts, without ``layerdrop`` and SpecAugment time masking."""
 
 
 def build_peer(configuration: str, layers: int, shape: dict[str, Any] | None = None) -> Any:
@@ -124,10 +142,16 @@ def build_model(configuration: str, layers: int, shape: dict[str, Any] | None = 
     if configuration in PEERS:
         return build_peer(configuration, layers, shape)
     torch.manual_seed(0)
-    config = AdaptSpeechConfig(
-        backbone_type="wav2vec2", backbone_config={**BACKBONE, **(shape or {}), "num_hidden_layers": layers},
-        vocab_size=40,
-    )
+    if configuration in W2V_BERT_CONFIGS:
+        configuration = configuration.removeprefix(W2V_BERT_PREFIX)
+        settings = {k: v for k, v in (shape or {}).items() if k in W2V_BERT_SHAPE}  # a toy width, where given
+        config = AdaptSpeechConfig(backbone_type="wav2vec2_bert", backbone_config={
+            **W2V_BERT_SHAPE, **settings, "num_hidden_layers": layers}, vocab_size=40)
+    else:
+        config = AdaptSpeechConfig(
+            backbone_type="wav2vec2", backbone_config={**BACKBONE, **(shape or {}), "num_hidden_layers": layers},
+            vocab_size=40,
+        )
     model = AdaptSpeechForCTC(config)
     if configuration == "full":
         model.set_trainable(backbone=True, head=True, feature_encoder=False)
@@ -260,7 +284,7 @@ def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     with device:  # built where it trains: a CUDA model is initialised on the GPU, not copied there
         model = build_model(configuration, args.layers, getattr(args, "shape", None))
-    if args.freeze_feature_encoder:
+    if args.freeze_feature_encoder and configuration not in W2V_BERT_CONFIGS:  # w2v-BERT has no feature encoder
         # transformers' Wav2Vec2FeatureEncoder keeps its own `_requires_grad` flag (True unless frozen through
         # freeze_feature_encoder): while it is True, training mode marks the waveform as requiring grad, so autograd
         # records the 7 convolutions, keeps their activations and back-propagates down to the audio even though no
@@ -274,8 +298,17 @@ def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=bool(getattr(args, "fused", False)))
     generator = torch.Generator().manual_seed(0)
     samples = int(args.seconds * 16000)
-    inputs = torch.randn(args.batch, samples, generator=generator).to(device)
-    mask = torch.ones(args.batch, samples, dtype=torch.long, device=device)
+    if configuration in W2V_BERT_CONFIGS:  # the stacked filterbank units of that audio: [batch, units, 160]
+        from adaptspeech.data.feature_types import StackedFbankFeatures
+
+        features = StackedFbankFeatures()
+        units = features.num_units(samples)
+        inputs = {"input_features": torch.randn(args.batch, units, features.feature_size, generator=generator)
+                  .to(device)}
+    else:
+        units = samples
+        inputs = {"input_values": torch.randn(args.batch, samples, generator=generator).to(device)}
+    mask = torch.ones(args.batch, units, dtype=torch.long, device=device)
     labels = torch.randint(5, 40, (args.batch, max(1, int(10 * args.seconds))), generator=generator).to(device)
     extra = step_inputs(configuration, args.batch, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
@@ -292,7 +325,7 @@ def measure(configuration: str, args: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.synchronize()
         t0, c0 = time.perf_counter(), time.process_time()
         with autocast, step_context(configuration):
-            loss = model(input_values=inputs, attention_mask=mask, labels=labels, **extra).loss
+            loss = model(**inputs, attention_mask=mask, labels=labels, **extra).loss
             loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -412,6 +445,28 @@ def verdicts(results: list[dict[str, Any]], cuda: bool) -> list[str]:
     return lines
 
 
+def w2v_bert_ratios(results: list[dict[str, Any]], cuda: bool) -> list[str]:
+    """Each w2v-BERT configuration's step time (wall and CPU) and peak memory as ratios to w2v-BERT's full
+    fine-tuning and to XLS-R's (``full``), where those were measured."""
+    by = {r["config"]: r for r in results if "error" not in r}
+    peak_key = _peak_key(cuda)
+    lines = []
+    for name in W2V_BERT_CONFIGS:
+        if name not in by:
+            continue
+        r = by[name]
+        for base_name, base_label in ((W2V_BERT_PREFIX + "full", "w2v-BERT full fine-tuning"),
+                                      ("full", "XLS-R 300M full fine-tuning")):
+            if base_name in by and base_name != name:
+                base = by[base_name]
+                lines.append(
+                    f"{name} vs {base_label}: step time {_ratio(r['median_seconds'], base['median_seconds'])} "
+                    f"(wall), {_ratio(r['median_cpu_seconds'], base['median_cpu_seconds'])} (CPU time); peak memory "
+                    f"{_ratio(r[peak_key], base[peak_key])}"
+                )
+    return lines
+
+
 def run_worker(configuration: str, label: str, args: argparse.Namespace) -> dict[str, Any]:
     """Measure ``configuration`` in its own Python process; its figures, or ``{"config", "error"}``."""
     print(f"[{label}] building and training ...", flush=True)
@@ -505,7 +560,8 @@ def main() -> int:
         parser.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(ALL_CONFIGS)}")
     cuda = args.device.startswith("cuda")
     print(
-        f"XLS-R 300M shape ({args.layers} layers), batch {args.batch} x {args.seconds:g} s, {args.dtype}, "
+        f"XLS-R 300M{' and w2v-BERT 2.0' if set(configs) & set(W2V_BERT_CONFIGS) else ''} shape ({args.layers} "
+        f"layers), batch {args.batch} x {args.seconds:g} s, {args.dtype}, "
         f"activation checkpointing {'on' if args.checkpointing else 'off'}, "
         f"{'feature encoder frozen everywhere, ' if args.freeze_feature_encoder else ''}"
         f"{args.device}, {args.warmup} warm-up + {args.steps} timed steps, one process per configuration; "
@@ -520,11 +576,11 @@ def main() -> int:
             runs[configuration].append(run_worker(configuration, label, args))
     results = [merge_rounds(runs[configuration]) for configuration in configs]
     for r in results:
-        if "error" not in r and r["config"] not in PEERS:
+        if "error" not in r and r["config"] not in PEERS + W2V_BERT_CONFIGS:
             r["multiply_adds"] = multiply_adds(r["config"], args.layers, args.batch, args.seconds)
     print()
     print(table(results, cuda))
-    for line in verdicts(results, cuda):
+    for line in verdicts(results, cuda) + w2v_bert_ratios(results, cuda):
         print(line)
     print(f"\nwall time {time.perf_counter() - start:.0f} s")
     if args.json:

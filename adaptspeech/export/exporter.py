@@ -98,15 +98,6 @@ def check_exportable(model: Any) -> None:
     Raises:
         ExportError: naming the kind (and the kinds that export) or the head.
     """
-    from ..data.feature_types import feature_type_of_model
-
-    if feature_type_of_model(model) == "stacked_fbank":
-        raise ExportError(
-            "the wav2vec2_bert backbone reads stacked_fbank features (SeamlessM4T's Kaldi filterbank, normalised "
-            "and stacked by 2), which the torch-free runtime does not compute (its numpy front end is the fbank "
-            "Conformer's log-mel): export the graph alone with adaptspeech.export.graph.ExportableCTC(model, "
-            "normalize=False) and feed it StackedFbankFeatures.extract"
-        )
     kind = model.config.attention.kind
     if not model.config.attention.is_default and kind not in EXPORTABLE_ATTENTION:
         reason = UNEXPORTABLE_ATTENTION.get(kind, "its export is not tested")
@@ -128,6 +119,10 @@ def _feature_settings(processor: Any, model: Any) -> dict[str, Any]:
         "n_mels": features.n_mels,
         "do_normalize": features.do_normalize,
         "normalization": features.normalization,
+        "normalized_in_graph": features.do_normalize and features.normalizes_raw_units,
+        "feature_size": features.feature_size,
+        "unit_window": features.unit_window,
+        "unit_hop": features.unit_hop,
         "global_cmvn": features.stats().to_dict() if features.global_normalization else None,
         "samples_per_frame": features.inputs_to_logits_ratio(model),
         "first_frame_units": _first_frame_units(model),
@@ -230,13 +225,13 @@ def export_model(
             "do_lower_case": table.do_lower_case, "unk_token": table.unk_token,
         },
         "graph": {"inputs": ["x", "x_lengths"], "outputs": ["logits", "logits_lengths"], "normalizes_input":
-                  feature["do_normalize"]},
+                  feature.pop("normalized_in_graph")},
         "graphs": {"fp32": FP32_GRAPH},
     }
     with atomic_output_folder(out, SETTINGS_FILE, EXPORT_OUTPUT, overwrite=overwrite, inputs=inputs) as work:
         cmvn = GlobalCmvn.from_dict(feature["global_cmvn"]) if feature["global_cmvn"] else None  # what settings say
-        module = ExportableCTC(model, normalize=feature["do_normalize"], global_cmvn=cmvn).eval()
-        feature_size = int(feature["n_mels"]) if feature["framed"] else 1
+        module = ExportableCTC(model, normalize=settings["graph"]["normalizes_input"], global_cmvn=cmvn).eval()
+        feature_size = int(feature["feature_size"]) if feature["framed"] else 1
         units = 200 if feature_size > 1 else int(feature["samples_per_frame"]) * 50
         with eager_attention(model):
             export_graph(module, example_inputs(model, feature_size, units), work / FP32_GRAPH)

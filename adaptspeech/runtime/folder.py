@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .features import GlobalCmvn, frame_params
+from .features import FRONT_ENDS, FrontEnd, GlobalCmvn, frame_params
 from .long_form import FrameGeometry
 from .tokens import TokenTable, read_symbols, table_from_symbols
 
@@ -42,7 +42,9 @@ class ExportedModel:
     Attributes:
         path: the folder.
         settings: the JSON settings (``feature`` holds ``type``, ``framed``, ``sampling_rate``, ``n_mels``,
-            ``do_normalize``, ``normalization``, ``global_cmvn``, ``samples_per_frame``, ``first_frame_units``;
+            ``do_normalize``, ``normalization``, ``global_cmvn``, ``samples_per_frame``, ``first_frame_units``, and
+            in folders that write them ``feature_size``, ``unit_window``, ``unit_hop``;
+            ``graph.normalizes_input``: whether the graph normalises its input, else the runtime does;
             ``graphs`` maps precision -> file;
             ``max_frames`` the longest output the graph's position table covers, or null).
         table: the token table of ``tokens.txt`` and the tokenizer settings.
@@ -71,6 +73,22 @@ class ExportedModel:
         return bool(self.feature["framed"])
 
     @property
+    def feature_size(self) -> int:
+        """Width of one input unit of a framed graph (``n_mels``, or ``2 n_mels`` for stacked frames)."""
+        return int(self.feature.get("feature_size", self.feature["n_mels"]))
+
+    @property
+    def front_end(self) -> FrontEnd:
+        """The numpy front end of the folder's feature type (:data:`~.features.FRONT_ENDS`)."""
+        return FRONT_ENDS[self.feature["type"]]
+
+    @property
+    def runtime_normalizes(self) -> bool:
+        """The runtime normalises the graph's input (the feature type normalises and the graph does not: w2v-BERT's
+        stacked filterbank, normalised per mel bin before stacking)."""
+        return bool(self.feature["do_normalize"]) and not self.settings["graph"].get("normalizes_input", True)
+
+    @property
     def sampling_rate(self) -> int:
         return int(self.feature["sampling_rate"])
 
@@ -85,7 +103,9 @@ class ExportedModel:
         first = self.feature.get("first_frame_units")
         if first is None:
             return None
-        if self.framed:
+        if "unit_window" in self.feature:
+            window, hop = int(self.feature["unit_window"]), int(self.feature["unit_hop"])
+        elif self.framed:
             window, hop, _ = frame_params(self.sampling_rate)
         else:
             window, hop = 1, 1
@@ -139,6 +159,10 @@ def read_export(path: str | os.PathLike) -> ExportedModel:
     for precision, name in settings.get("graphs", {}).items():
         if not (folder / name).is_file():
             raise ExportFolderError(f"{folder}: the {precision} graph {name} is missing")
+    feature_type = settings.get("feature", {}).get("type")
+    if feature_type not in FRONT_ENDS:
+        raise ExportFolderError(f"{settings_file}: feature type {feature_type!r}; this runtime computes "
+                                f"{', '.join(FRONT_ENDS)}")
     tokens_file = folder / TOKENS_FILE
     if not tokens_file.is_file():
         raise ExportFolderError(f"{folder}: {TOKENS_FILE} is missing")
@@ -170,6 +194,6 @@ def check_vocabulary(model: ExportedModel, graph: Path, output_size: Any, input_
     if len(input_shape) != rank:
         raise ExportFolderError(f"{graph}: the graph reads input of rank {len(input_shape)} but {SETTINGS_FILE} says "
                                 f"feature type {model.feature['type']!r} (rank {rank})")
-    if model.framed and isinstance(input_shape[2], int) and input_shape[2] != int(model.feature["n_mels"]):
-        raise ExportFolderError(f"{graph}: the graph reads {input_shape[2]} mel bins but {SETTINGS_FILE} says "
-                                f"n_mels {model.feature['n_mels']}")
+    if model.framed and isinstance(input_shape[2], int) and input_shape[2] != model.feature_size:
+        raise ExportFolderError(f"{graph}: the graph reads {input_shape[2]} features a unit but {SETTINGS_FILE} says "
+                                f"{model.feature_size} (n_mels {model.feature['n_mels']})")

@@ -1,18 +1,22 @@
 """Transcribe with an exported ONNX graph on onnxruntime, without PyTorch.
 
 :class:`OnnxRecognizer` reads the folder ``adaptspeech export`` writes (:mod:`.folder`), computes the graph's input
-with the same code as the training features (waveform samples, or :func:`~.features.log_mel_numpy` frames; the
-normalisation runs inside the graph: per utterance, or with the training set's statistics under global CMVN), pads a
-batch, runs the graph and decodes its logits with the torch-free CTC decoders, named as on every path
-(:mod:`.decoding_methods`): ``ctc_greedy``, the best path (:func:`~.ctc.greedy_decode`), or ``ctc_beam``, the prefix
-beam search (:func:`~.prefix_beam.prefix_beam_search`), with an n-gram LM (``lm=``) pyctcdecode's beam search
-(:class:`adaptspeech.lm.decoder.LMDecoder`, which imports no torch).
+with the same code as the training features (the feature type's numpy front end, :data:`~.features.FRONT_ENDS`:
+waveform samples, :func:`~.features.log_mel_numpy` frames, or w2v-BERT's stacked Kaldi filterbank,
+:func:`~.features.stacked_fbank_numpy`; the normalisation runs inside the graph, per utterance or with the training
+set's statistics under global CMVN, except for the stacked filterbank, which the runtime normalises per mel bin
+before stacking as transformers does), pads a batch, runs the graph and decodes its logits with the torch-free CTC
+decoders, named as on every path (:mod:`.decoding_methods`): ``ctc_greedy``, the best path
+(:func:`~.ctc.greedy_decode`), or ``ctc_beam``, the prefix beam search (:func:`~.prefix_beam.prefix_beam_search`),
+with an n-gram LM (``lm=``) pyctcdecode's beam search (:class:`adaptspeech.lm.decoder.LMDecoder`, which imports no
+torch).
 
 A recording longer than one encoder call (``chunk_length_s``, and the graph's ``max_frames``) is split as the PyTorch
 path splits it (:mod:`.long_form`, the same functions): at pauses, one speech region per graph call, the pauses blank
 frames with a word boundary in each (``split_by="pauses"``), or in overlapping chunks (``split_by="chunks"``, and
 speech without a pause longer than one call); the pieces' log-probabilities are stitched on the recording's frame
-grid and decoded at once. Each graph call normalises its own input, so a chunk other than a whole recording is
+grid and decoded at once. Each graph call normalises its own input (the runtime normalises it over the call's units
+where the graph does not), so a chunk other than a whole recording is
 normalised over all of it, where PyTorch normalises it with a sliding window (``norm_window_s``).
 
 Example:
@@ -37,7 +41,7 @@ import numpy as np
 from .audio import check_samples, digital_silence, load_audio
 from .ctc import greedy_decode, log_softmax
 from .decoding_methods import DEPRECATED_DECODERS, ONNX, resolve_method
-from .features import log_mel_numpy
+from .features import normalize_utterance
 from .folder import ExportedModel, ExportFolderError, check_vocabulary, read_export
 from .long_form import (
     DEFAULT_CHUNK_LENGTH_S,
@@ -158,12 +162,19 @@ class OnnxRecognizer:
 
     # --- input ---------------------------------------------------------------------------------------------------
     def features(self, waveform: np.ndarray) -> np.ndarray:
-        """The graph's input for one mono waveform at the model's rate: ``[S]`` samples or ``[T, n_mels]`` log-mel
-        frames (un-normalised: the graph normalises)."""
-        waveform = np.asarray(waveform, dtype=np.float32)
-        if self.model.framed:
-            return log_mel_numpy(waveform, self.model.sampling_rate, int(self.model.feature["n_mels"]))
-        return waveform
+        """The graph's input for one mono utterance at the model's rate: ``[S]`` samples or ``[T, F]`` frames (the
+        feature type's front end; un-normalised where the graph normalises, else normalised over the utterance)."""
+        model = self.model
+        front_end, n_mels = model.front_end, int(model.feature["n_mels"])
+        if model.runtime_normalizes:
+            return front_end.normalized(waveform, model.sampling_rate, n_mels)
+        return front_end.raw(np.asarray(waveform, dtype=np.float32), model.sampling_rate, n_mels)
+
+    def raw_units(self, waveform: np.ndarray) -> np.ndarray:
+        """A recording's un-normalised input units (its pieces are normalised per graph call: :meth:`_call`)."""
+        model = self.model
+        return model.front_end.raw(np.asarray(waveform, dtype=np.float32), model.sampling_rate,
+                                   int(model.feature["n_mels"]))
 
     def logits(self, waveforms: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Run the graph on a padded batch: ``(logits [B, T, V], real frames [B])``."""
@@ -229,7 +240,7 @@ class OnnxRecognizer:
     def fits_one_call(self, waveform: np.ndarray) -> bool:
         """The recording is read in one graph call (always, for a folder exported without its frame geometry)."""
         geometry = self.model.geometry
-        return geometry is None or fits_ctc_call(geometry, len(self.features(waveform)), self.call_seconds)
+        return geometry is None or fits_ctc_call(geometry, len(self.raw_units(waveform)), self.call_seconds)
 
     def recording_log_probs(self, waveform: np.ndarray) -> np.ndarray:
         """CTC log-probabilities ``[T, V]`` of one recording on its frame grid (``T``: the graph's output frames for
@@ -240,7 +251,7 @@ class OnnxRecognizer:
             raise ExportFolderError(f"{self.model.path}: exported without first_frame_units; export it again to "
                                     "split long recordings")
         waveform = np.asarray(waveform, dtype=np.float32)
-        units = self.features(waveform)
+        units = self.raw_units(waveform)
         regions = None
         if self.split_by == "pauses":
             regions = speech_spans(geometry, len(units), waveform, self.min_pause_s, self.speech_pad_s,
@@ -270,15 +281,18 @@ class OnnxRecognizer:
                 silent = digital_silence(waveform, self.model.sampling_rate)
                 samples = utterance_samples(segment.start, segment.end, silent, geometry.unit_hop, geometry.unit_window)
                 if samples is not None and len(again := self.features(waveform[samples[0] : samples[1]])) > 0:
-                    x = again
+                    return self._call(again, normalized=True)
             return self._call(x)
         per_second = self.model.sampling_rate / geometry.samples_per_frame
         chunk_frames = max(1, round(self.call_seconds * per_second))
         chunks = plan_chunks(len(x), geometry.units_per_frame, chunk_frames, round(self.stride_length_s * per_second))
         return np.concatenate([self._call(x[c.start : c.end])[c.keep_from : c.keep_to] for c in chunks])
 
-    def _call(self, x: np.ndarray) -> np.ndarray:
-        """``[T, V]`` log-probabilities of one graph call on one input ``[S]`` or ``[S, n_mels]``."""
+    def _call(self, x: np.ndarray, normalized: bool = False) -> np.ndarray:
+        """``[T, V]`` log-probabilities of one graph call on one input ``[S]`` or ``[S, F]`` of raw units, normalised
+        over themselves here where the graph does not normalise (``normalized``: already done)."""
+        if self.model.runtime_normalizes and not normalized:
+            x = normalize_utterance(np.asarray(x, dtype=np.float32), axis=0)
         logits, frames = self.session.run(None, {"x": x[None].astype(np.float32),
                                                  "x_lengths": np.array([len(x)], dtype=np.int64)})
         return log_softmax(logits[0, : int(frames[0])])

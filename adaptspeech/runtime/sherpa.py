@@ -34,12 +34,12 @@ def sherpa_transcribe(folder: str | os.PathLike, waveforms: Sequence[np.ndarray]
         ExportFolderError: a folder of a framed (fbank) model: sherpa-onnx would feed it the waveform and decode
             nonsense without an error.
     """
-    import sherpa_onnx
-
     exported = read_export(folder)
     if exported.framed:
         raise ExportFolderError(f"{exported.path}: a {exported.feature['type']} model; sherpa-onnx's wav2vec2-family "
                                 "entry point runs waveform models only (docs/export.md)")
+    import sherpa_onnx  # after the refusal, which needs no sherpa-onnx
+
     recognizer = sherpa_onnx.OfflineRecognizer.from_omnilingual_asr_ctc(
         model=str(exported.graph(precision)), tokens=str(exported.path / TOKENS_FILE), num_threads=num_threads)
     texts = []

@@ -28,6 +28,17 @@ def prepared_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def prepared_w2v_bert_corpus(prepared_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same synthetic corpus prepared with ``--feature-type stacked_fbank`` (w2v-BERT 2.0's input); returns the
+    prepared folder."""
+    prepared = tmp_path_factory.mktemp("cli_corpus_w2v_bert") / "prepared"
+    argv = ["prepare", "common-voice", "--root", str(prepared_corpus.parent / "corpus"), "--languages",
+            ",".join(LANGUAGES), "--out", str(prepared), "--feature-type", "stacked_fbank"]
+    assert main(argv) == 0
+    return prepared
+
+
+@pytest.fixture(scope="session")
 def trained_stage(prepared_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model trained in-process with ``adaptspeech train`` (250 steps: past CTC's all-blank phase, so that it
     emits characters); returns its output_dir."""

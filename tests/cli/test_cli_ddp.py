@@ -1,5 +1,6 @@
 """``adaptspeech train`` under DDP: two CPU processes (gloo) through the same entry point, launched by torchrun and by
-``accelerate launch`` with ``configs/accelerate/cpu_ddp_2proc.yaml``."""
+``accelerate launch`` with ``configs/accelerate/cpu_ddp_2proc.yaml`` (the fbank Conformer, and w2v-BERT 2.0 on its
+stacked filterbank)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from safetensors.torch import load_file
 from transformers import set_seed
 
 from adaptspeech import AdaptSpeechForCTC
+from adaptspeech.testing import TINY_BACKBONES
 from adaptspeech.training.model_setup import build_model
 
 pytestmark = pytest.mark.slow
@@ -74,12 +76,21 @@ def test_torchrun_two_processes_agree_and_the_loss_goes_down(prepared_corpus, tm
     assert after < 0.9 * before, (before, after)
 
 
-def test_accelerate_launch_with_layerdrop_routed_adapters_and_checkpointing(prepared_corpus, tmp_path):
+#: the prepared corpus fixture of each backbone the accelerate test runs
+CORPORA = {"fbank_conformer": "prepared_corpus", "wav2vec2_bert": "prepared_w2v_bert_corpus"}
+
+
+@pytest.mark.parametrize("backbone", list(CORPORA))
+def test_accelerate_launch_with_layerdrop_routed_adapters_and_checkpointing(backbone, request, tmp_path):
     """LayerDrop and per-utterance routing over three adapters leave parameters unused, and activation checkpointing
     makes transformers switch ``find_unused_parameters`` off: plain DDP fails with "Expected to have finished
-    reduction"; ``run_stage`` turns it back on, so the run completes with agreeing replicas and a frozen backbone."""
+    reduction"; ``run_stage`` turns it back on, so the run completes with agreeing replicas and a frozen backbone
+    (the fbank Conformer, and a tiny w2v-BERT on the corpus prepared as stacked filterbanks)."""
+    prepared_corpus = request.getfixturevalue(CORPORA[backbone])
     spec = stage_spec(prepared_corpus, tmp_path / "run", max_steps=8, per_device_train_batch_size=2,
                       activation_checkpointing=True)
+    if backbone != "fbank_conformer":
+        spec["model"]["config"] = {"backbone_type": backbone, "backbone_config": dict(TINY_BACKBONES[backbone])}
     spec["model"]["config"]["backbone_config"]["layerdrop"] = 0.5
     spec["model"].update(
         add_adapters={lang: {"bottleneck": 8} for lang in ("ro", "cs", "pl")},

@@ -64,3 +64,27 @@ def test_fusion_costs_about_what_full_fine_tuning_costs_at_xlsr_shape(bench):
     full = bench.multiply_adds("full", 24, 4, 4.0)["total"]
     assert bench.multiply_adds("fusion", 24, 4, 4.0)["total"] / full == pytest.approx(0.956, abs=0.005)
     assert bench.multiply_adds("adapter", 24, 4, 4.0)["total"] / full == pytest.approx(0.671, abs=0.005)
+
+
+TOY_WIDTH = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+
+
+@pytest.mark.parametrize(("configuration", "trainable"), [
+    ("w2v_bert_full", None), ("w2v_bert_adapter", "adapter"), ("w2v_bert_fusion", "adapter|fusion"),
+])
+def test_w2v_bert_configurations_train_their_groups_on_its_backbone(bench, configuration, trainable):
+    """The w2v-BERT rows train what their XLS-R namesakes train, on a ``wav2vec2_bert`` backbone of w2v-BERT 2.0's
+    layout (here at a toy width, one layer), and a step runs on the stacked filterbank input."""
+    model = bench.build_model(configuration, 1, TOY_WIDTH).train()
+    assert model.config.backbone_type == "wav2vec2_bert"
+    assert model.backbone.config.feature_projection_input_dim == 160 and model.backbone.config.layerdrop == 0.0
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    if trainable is None:  # full fine-tuning: every weight (no convolutional feature encoder to freeze)
+        assert len(names) == len(list(model.parameters()))
+    else:
+        assert names and all(any(part in name for part in trainable.split("|")) for name in names)
+    features = torch.randn(1, 24, 160)
+    loss = model(input_features=features, attention_mask=torch.ones(1, 24, dtype=torch.long),
+                 labels=torch.tensor([[5, 6, 7, 8]])).loss
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

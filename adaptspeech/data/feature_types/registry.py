@@ -74,6 +74,10 @@ class FeatureType:
     encoder_stride: ClassVar[int]
     #: the class name of transformers' feature extractor that computes these features (``stock_extractor``).
     stock_class: ClassVar[str | None] = None
+    #: :meth:`normalize` of the raw units is what the model reads, so an exported graph can normalise its raw input;
+    #: False where the utterance is normalised before its units are formed (w2v-BERT's frames stacked by 2): the
+    #: torch-free runtime normalises then (:func:`adaptspeech.runtime.features.stacked_fbank_numpy`).
+    normalizes_raw_units: ClassVar[bool] = True
 
     sampling_rate: int = 16000
     n_mels: int = 80

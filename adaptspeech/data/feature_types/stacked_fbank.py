@@ -4,31 +4,28 @@ unit per 20 ms), computed by transformers' ``SeamlessM4TFeatureExtractor``.
 The extractor frames the waveform (scaled to 16-bit integers) in 25-ms Povey windows every 10 ms without centre
 padding (DC offset removed, pre-emphasis 0.97), takes ``n_mels`` Kaldi mel bins and their log (floor
 ``1.19e-7``), normalises each bin over the utterance's frames (mean and *sample* variance, ``ddof=1``, epsilon
-``1e-7``), drops an odd last frame and concatenates frames ``2u`` and ``2u + 1`` into unit ``u``. This type calls the
-extractor's own filterbank (:meth:`raw`) and repeats its normalisation and stacking per utterance (:meth:`extract`),
-so ``prepare``, the collator and inference compute exactly what transformers computes. (transformers pads a batch
-to an even frame count and masks the half-filled unit of an odd utterance; one utterance here has ``T // 2`` units,
-its real ones.)
+``1e-7``), drops an odd last frame and concatenates frames ``2u`` and ``2u + 1`` into unit ``u``. This type computes
+it with the torch-free runtime's numpy front end (:func:`~adaptspeech.runtime.features.stacked_fbank_numpy`, the
+extractor's own arithmetic vectorised: bit-identical to it, tested), so ``prepare``, the collator, inference and the
+exported model's runtime compute exactly what transformers computes. (transformers pads a batch to an even frame
+count and masks the half-filled unit of an odd utterance; one utterance here has ``T // 2`` units, its real ones.)
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from datasets import Array2D
 
+from ...runtime.features import KALDI_HOP as HOP
+from ...runtime.features import KALDI_MEL_FLOOR as MEL_FLOOR
+from ...runtime.features import KALDI_WINDOW as WINDOW
+from ...runtime.features import STACK, kaldi_log_mel_numpy, stack_frames, stacked_fbank_numpy
 from .registry import FeatureType, register_feature_type
 from .waveform import WaveformFeatures
 
-STACK = 2
-"""Filterbank frames per unit (``SeamlessM4TFeatureExtractor.stride``)."""
-WINDOW, HOP = 400, 160
-"""The extractor's frame length and hop in samples (25 ms / 10 ms at 16 kHz; fixed in transformers' code)."""
-MEL_FLOOR = 1.192092955078125e-07
-"""The extractor's ``mel_floor``: the log-mel value of digital silence is ``log(MEL_FLOOR)``."""
 DIGITAL_SILENCE_MARGIN = 1.0
 """Nats above ``log(MEL_FLOOR)`` below which every bin of a unit marks it as digital silence."""
 _PROBE_UNITS = 4096
@@ -44,10 +41,6 @@ def new_seamless_extractor(sampling_rate: int = 16000, n_mels: int = 80) -> Any:
     )
 
 
-#: the extractor :meth:`StackedFbankFeatures.raw` computes with (cached: its mel filters are computed once)
-seamless_extractor = lru_cache(maxsize=8)(new_seamless_extractor)
-
-
 @register_feature_type
 class StackedFbankFeatures(FeatureType):
     """Kaldi log-mel bins stacked by 2 (w2v-BERT 2.0 / SeamlessM4T), see the module docstring."""
@@ -57,6 +50,7 @@ class StackedFbankFeatures(FeatureType):
     stock_extractor = True
     stock_class = "SeamlessM4TFeatureExtractor"
     encoder_stride = STACK * HOP  # one encoder frame per unit: 20 ms
+    normalizes_raw_units = False  # the mel bins are normalised over all frames (ddof=1) before stacking
 
     def build_stock_extractor(self) -> Any:
         """transformers' ``SeamlessM4TFeatureExtractor`` (``n_mels`` bins, stride 2)."""
@@ -77,34 +71,18 @@ class StackedFbankFeatures(FeatureType):
     def unit_hop(self) -> int:
         return STACK * HOP
 
-    def _frames(self, waveform: np.ndarray) -> np.ndarray:
-        """``[N, n_mels]`` float32 unnormalised log-mel frames of the extractor (``N = 1 + (S - 400) // 160``)."""
-        x = np.asarray(waveform, dtype=np.float32)
-        if x.shape[0] < WINDOW:
-            return np.zeros((0, self.n_mels), np.float32)
-        return seamless_extractor(self.sampling_rate, self.n_mels)._extract_fbank_features(x).astype(np.float32)
-
-    @staticmethod
-    def _stack(frames: np.ndarray) -> np.ndarray:
-        """``[N, F]`` -> ``[N // 2, 2 F]`` (an odd last frame dropped)."""
-        usable = frames.shape[0] - frames.shape[0] % STACK
-        return np.ascontiguousarray(frames[:usable].reshape(usable // STACK, STACK * frames.shape[1]))
-
     def num_units(self, num_samples: int) -> int:
         frames = 1 + (num_samples - WINDOW) // HOP if num_samples >= WINDOW else 0
         return frames // STACK
 
     def raw(self, waveform: np.ndarray) -> np.ndarray:
         """``[N // 2, 2 n_mels]`` float32 log-mel energies, stacked."""
-        return self._stack(self._frames(waveform))
+        return stack_frames(kaldi_log_mel_numpy(waveform, self.sampling_rate, self.n_mels))
 
     def extract(self, waveform: np.ndarray) -> np.ndarray:
         """``[N // 2, 2 n_mels]``: each mel bin normalised over all ``N`` frames (``ddof=1``) when ``do_normalize``,
         then stacked, as ``SeamlessM4TFeatureExtractor`` computes it."""
-        frames = self._frames(waveform)
-        if self.do_normalize and frames.shape[0] > 1:
-            frames = (frames - frames.mean(0, keepdims=True)) / np.sqrt(frames.var(0, ddof=1, keepdims=True) + 1e-7)
-        return self._stack(frames.astype(np.float32))
+        return stacked_fbank_numpy(waveform, self.sampling_rate, self.n_mels, normalize=self.do_normalize)
 
     def empty(self) -> np.ndarray:
         return np.zeros((0, self.feature_size), np.float32)

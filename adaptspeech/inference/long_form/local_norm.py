@@ -9,7 +9,8 @@ and streaming recognisers normalise locally instead (Kaldi's ``apply-cmvn-slidin
 
 **Rule.** An encoder call reads input units ``[a, b)`` of the recording (fbank frames or samples: a CTC chunk with its
 strides, or an attention segment). If ``[a, b)`` is the whole recording, it is normalised exactly as ``prepare``
-normalises an utterance. Otherwise unit ``t`` is normalised with the mean and variance over the window
+normalises an utterance (w2v-BERT's stacked filterbank, whose mel bins are normalised before they are stacked, is
+computed again from the samples for it). Otherwise unit ``t`` is normalised with the mean and variance over the window
 ``[s, s + W)``, ``s = min(max(t - W // 2, a), b - W)``: a centred window of ``W`` units (``window_s`` seconds) shifted
 at the span's edges to stay inside the span (Kaldi's rule), so nothing outside the encoder call is read, and a span of
 at most ``W`` units is normalised over itself: exactly the per-utterance normalisation of that span's audio. Digital
@@ -121,6 +122,9 @@ class RecordingInput:
         if self.cmvn is not None:
             return torch.from_numpy(self.cmvn.apply(self.raw[start:end]))
         if start == 0 and end == len(self.raw):
+            if self.features is not None and not self.features.normalizes_raw_units:
+                assert self.waveform is not None
+                return torch.from_numpy(self.features.extract(self.waveform))  # normalised before its units form
             return torch.from_numpy(normalize_utterance(self.raw, axis=0))
         return self.local(start, end)
 
@@ -138,9 +142,9 @@ class RecordingInput:
         samples = self.utterance_samples(start, end)
         if samples is not None:
             assert self.waveform is not None and self.features is not None
-            raw = self.features.raw(self.waveform[samples[0] : samples[1]])
-            if len(raw) > 0:
-                return torch.from_numpy(self.features.normalize(raw))
+            units = self.features.extract(self.waveform[samples[0] : samples[1]])
+            if len(units) > 0:
+                return torch.from_numpy(units)
         if not self.normalize or self.cmvn is not None:
             return self.span(start, end)
         return torch.from_numpy(sliding_normalize(self.raw[start:end], max(1, end - start), self.silent[start:end]))
