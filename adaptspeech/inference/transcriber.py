@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from ..decoding import DECODING_METHODS, decode, evaluating
+from ..decoding.confidence import best_path_words, utterance_confidence
 from ..runtime.decoding_methods import PYTORCH, check_method
 from ..runtime.long_form import check_chunk_settings
 from ..runtime.pauses import DEFAULT_PAUSE_DB, DEFAULT_SPEECH_PAD_S, energy_cost
@@ -253,8 +254,6 @@ def _decode_ctc(model: Any, grid: FrameGrid, tokenizer: Any, features: ModelInpu
 def _scored(tokenizer: Any, log_probs: torch.Tensor, seconds_per_frame: float, seconds: float, extra: dict[str, Any],
             timestamps: str | None, lm_decoder: Any, options: dict[str, Any]) -> Transcription:
     """A recording's text with its words' confidences: the LM beam search's N-best, or the best CTC path's."""
-    from ..decoding.confidence import best_path_words, utterance_confidence
-
     if lm_decoder is not None:
         text, words = lm_decoder.decode_scored(log_probs, beam_size=options.get("beam_size"))
     else:

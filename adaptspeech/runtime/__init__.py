@@ -12,16 +12,6 @@ a model runs the same front end and decoders with or without PyTorch. ``pip inst
 onnxruntime; PyTorch is not imported on this path (``docs/export.md``).
 """
 
-from typing import Any
+from .recognizer import OnnxRecognizer, Recognition
 
 __all__ = ["OnnxRecognizer", "Recognition"]
-
-
-def __getattr__(name: str) -> Any:
-    """:class:`OnnxRecognizer` and :class:`Recognition` load on first use (the data preparation imports
-    :mod:`.audio` without needing onnxruntime)."""
-    if name in __all__:
-        from . import recognizer
-
-        return getattr(recognizer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

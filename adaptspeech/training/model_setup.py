@@ -8,7 +8,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..adapters.files import AdapterLoadError
+from ..configuration import AdaptSpeechConfig
 from ..errors import StageConfigError
+from ..heads import HEADS
+from ..saved_model import SavedModelError, load_saved_model
+from .model_size import check_model_size
 from .spec_types import ModelSettings
 
 __all__ = ["build_model", "check_vocabulary", "load_adapters"]
@@ -16,8 +21,6 @@ __all__ = ["build_model", "check_vocabulary", "load_adapters"]
 
 def _model_class(head: str) -> type:
     """The adaptspeech model class of ``model.config.head`` (``HEADS.get(head).model_class``)."""
-    from ..heads import HEADS
-
     if head not in HEADS:
         raise StageConfigError(f"model.config.head: {HEADS.unknown_message(head)}")
     return HEADS.get(head).model_class
@@ -28,8 +31,6 @@ def _construct(model_spec: ModelSettings, processor: Any) -> Any:
     ``backbone`` build the class of ``model.config.head`` with the prepared vocabulary's size and special tokens."""
     init = model_spec.init
     if init == "pretrained":
-        from ..saved_model import SavedModelError, load_saved_model
-
         path = Path(model_spec.path)
         if not path.exists():
             raise StageConfigError(f"model.path {path} does not exist (did the previous stage run?)")
@@ -48,9 +49,6 @@ def _construct(model_spec: ModelSettings, processor: Any) -> Any:
     try:
         if init == "backbone":
             return cls.from_backbone(model_spec.path, mms_language=model_spec.mms_language, **kwargs)
-        from ..configuration import AdaptSpeechConfig
-        from .model_size import check_model_size
-
         config = AdaptSpeechConfig(**kwargs)
         check_model_size(cls, config, kwargs.get("backbone_config"))  # counted on the meta device, before building
         return cls(config)
@@ -195,8 +193,6 @@ def load_adapters(model: Any, entries: dict[str, Any]) -> None:
     """``model.load_adapters``: language -> ``{path, load_head}`` (or just the path): adapter files in adaptspeech's
     or MMS's format (see ``load_adapter``), loaded before ``add_adapters`` and the fusion, none of them activated
     (the stage's trainable / active settings decide that)."""
-    from ..adapters.files import AdapterLoadError
-
     for language, entry in entries.items():
         settings = {"path": entry} if isinstance(entry, str) else dict(entry or {})
         unknown = sorted(set(settings) - {"path", "load_head", "revision"})

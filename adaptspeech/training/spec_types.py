@@ -34,8 +34,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from transformers import TrainingArguments
+
+from ..adapters.config import FusionConfig, LanguageAdapterConfig
 from ..adapters.fusion import FUSION_PATHS
+from ..attention.config import AttentionConfig
+from ..backbones import BACKBONES, get_backbone_spec
+from ..backbones.causal_conv import CHUNK, check_conv_lookahead
+from ..configuration import AdaptSpeechConfig
+from ..decoding import DECODING_METHODS
 from ..errors import StageConfigError
+from ..heads.las_config import LASConfig
+from ..heads.lid import LIDConfig
 from ..settings import (
     ANY,
     BELOW_ONE,
@@ -202,14 +212,11 @@ class StageEvaluationSettings(SpecSection):
     def read(cls, values: Any, section: str | None = None) -> StageEvaluationSettings:
         """:meth:`SpecSection.read`, then the method against the decoding registry."""
         evaluation = super().read(values, section)
-        if evaluation.method is not None:
-            from ..decoding import DECODING_METHODS
-
-            if evaluation.method not in DECODING_METHODS:
-                raise StageConfigError(
-                    f"evaluation.method {evaluation.method!r} unknown; allowed values: "
-                    f"{', '.join(DECODING_METHODS.names())}"
-                )
+        if evaluation.method is not None and evaluation.method not in DECODING_METHODS:
+            raise StageConfigError(
+                f"evaluation.method {evaluation.method!r} unknown; allowed values: "
+                f"{', '.join(DECODING_METHODS.names())}"
+            )
         return evaluation
 
 
@@ -294,8 +301,6 @@ def argument_type(annotation: Any) -> SettingType | None:
 
 def training_argument_names() -> list[str]:
     """The fields of ``transformers.TrainingArguments`` (``dataclasses.fields``), in their order."""
-    from transformers import TrainingArguments
-
     return [f.name for f in dataclasses.fields(TrainingArguments)]
 
 
@@ -308,8 +313,6 @@ def check_training_arguments(values: Mapping[str, Any], section: str = "training
     Raises:
         StageConfigError: one line naming the setting.
     """
-    from transformers import TrainingArguments
-
     fields = {f.name: f for f in dataclasses.fields(TrainingArguments)}
     unknown = [key for key in values if key not in fields]
     if unknown:
@@ -477,8 +480,6 @@ def backbone_range(key: str, default: Any) -> SettingType | None:
 def backbone_defaults(backbone_type: str) -> dict[str, Any]:
     """Every setting of ``backbone_type``'s ``backbone_config`` with its default: the HF config class's (its
     ``to_dict`` and ``__init__`` parameters) and adaptspeech's own (``BackboneSpec.own_settings``, default None)."""
-    from ..backbones import get_backbone_spec
-
     spec = get_backbone_spec(backbone_type)
     defaults = spec.build_config(None)
     known = dict(defaults.to_dict())
@@ -490,8 +491,6 @@ def backbone_defaults(backbone_type: str) -> dict[str, Any]:
 def _check_conv_lookahead(section: str, values: Mapping[str, Any], kernel_size: int | None) -> None:
     """``conv_lookahead`` of ``values`` (if given) against the conformer convolution's ``kernel_size`` (None: the
     checkpoint's, unknown here: the form only); one line naming the setting."""
-    from ..backbones.causal_conv import CHUNK, check_conv_lookahead
-
     lookahead = values.get("conv_lookahead")
     if lookahead is None:
         return
@@ -536,8 +535,6 @@ def check_checkpoint_settings(section: str, backbone_type: str | None, values: A
     Raises:
         StageConfigError: another setting (naming it and the allowed ones), or a bad value.
     """
-    from ..backbones import get_backbone_spec
-
     own = get_backbone_spec(backbone_type).own_settings if backbone_type else ()
     if not isinstance(values, Mapping):
         raise StageConfigError(f"{section}: expected a mapping of settings, got {values!r}")
@@ -555,12 +552,6 @@ def check_model_config(section: str, values: Any, init: str) -> None:
     """Check ``model.config``: keys against :class:`~adaptspeech.AdaptSpeechConfig`'s ``__init__`` parameters, values
     against their annotations, language codes, and the nested settings (``backbone_config``, ``adapter_defaults``,
     ``adapters.<lang>``, ``fusion``, ``attention``, ``las``) against their own classes."""
-    from ..adapters.config import FusionConfig, LanguageAdapterConfig
-    from ..attention.config import AttentionConfig
-    from ..backbones import BACKBONES
-    from ..configuration import AdaptSpeechConfig
-    from ..heads.las_config import LASConfig
-
     table = _init_parameter_types(AdaptSpeechConfig)
     table["adapter_languages"] = optional(LANGUAGES)
     table["active_languages"] = optional(LANGUAGES)
@@ -595,8 +586,6 @@ def check_fusion_languages(section: str, fusion: Mapping[str, Any]) -> None:
 
 def _check_model_settings(model: ModelSettings) -> None:
     """The nested settings of a ``model`` section (types, language codes) and the settings that need another."""
-    from ..adapters.config import FusionConfig, LanguageAdapterConfig
-
     if model.config is not None:
         if model.init == "pretrained":
             raise StageConfigError(
@@ -619,8 +608,6 @@ def _check_model_settings(model: ModelSettings) -> None:
 def check_lid_section(section: str, values: Mapping[str, Any]) -> None:
     """``model.lid``: ``languages`` (codes, optional) and the language-ID head's settings
     (:class:`~adaptspeech.heads.lid.LIDConfig`: ``pooling``, ``layer``, the pooling's options)."""
-    from ..heads.lid import LIDConfig
-
     settings = dict(values)
     if settings.get("languages") is not None:
         settings["languages"] = check_value(f"{section}.languages", LANGUAGES, settings["languages"])

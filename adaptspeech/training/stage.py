@@ -54,18 +54,44 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import TrainingArguments, set_seed
 
-from ..errors import StageConfigError
+from ..data.array_rows import column_list, with_array_rows
+from ..data.collator import model_collator
+from ..data.feature_types import FeatureType
+from ..data.pool_overlap import check_pool_rows, held_out
+from ..data.prepared_data import PreparedDataError, load_prepared, select_languages
+from ..data.pseudo_labelled import ConfidenceFilter, load_pseudo_labelled
+from ..data.source_mix import mix_sources
+from ..data.speed_perturb import SpeedPerturbedRows, WaveformReader
+from ..data.subsets import language_sampling_probabilities, low_resource_subset, speakers
+from ..errors import StageConfigError, TrainingError
+from ..lid_evaluation import lid_accuracy
+from ..run_lock import OutputDirLock
 from ..settings import check_section
+from .callbacks import StageSpecCheckpointCallback, unwrap
+from .checks import check_model_fits
+from .decoding_evaluation import DecodingEvaluation, default_method
+from .distributed import ddp_training_defaults, idle_backbone_parameters
 from .model_setup import build_model
-from .resume import STAGE_SPEC_FILE, checkpoint_problem, last_checkpoint
+from .resume import (
+    STAGE_SPEC_FILE,
+    check_output_dir_free,
+    check_resumed_spec,
+    checkpoint_problem,
+    last_checkpoint,
+    remove_earlier_run,
+    save_stage_spec,
+)
 from .spec_types import (
     DATA_TYPES,
     EVALUATION_TYPES,
@@ -78,6 +104,7 @@ from .spec_types import (
     StageEvaluationSettings,
     TrainingSettings,
 )
+from .trainer import AdaptSpeechTrainer
 
 STAGE_SECTIONS = tuple(STAGE_TYPES)
 DATA_KEYS = tuple(DATA_TYPES)
@@ -182,10 +209,6 @@ class StageData:
 def _select_data(spec: StageSpec) -> StageData:
     """The processor, training rows and evaluation rows of a stage; array columns read as numpy
     (:func:`~adaptspeech.data.array_rows.with_array_rows`)."""
-    from ..data.array_rows import with_array_rows
-    from ..data.prepared_data import PreparedDataError, load_prepared, select_languages
-    from ..data.subsets import low_resource_subset, speakers
-
     data = spec.data
     try:
         dataset, processor = load_prepared(data.prepared_dir)
@@ -206,10 +229,6 @@ def _select_data(spec: StageSpec) -> StageData:
         evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data.max_eval_rows)))
     source_mix, pseudo_rows = None, 0
     if data.pseudo_labelled_dir:
-        from ..data.pool_overlap import check_pool_rows, held_out
-        from ..data.pseudo_labelled import ConfidenceFilter, load_pseudo_labelled
-        from ..data.source_mix import mix_sources
-
         try:
             pseudo = load_pseudo_labelled(data.pseudo_labelled_dir, train_languages, processor.tokenizer,
                                           ConfidenceFilter(data.pseudo_labelled_min_confidence))
@@ -224,9 +243,6 @@ def _select_data(spec: StageSpec) -> StageData:
         train = mix_sources(train, pseudo)
     train = with_array_rows(train)
     if data.speed_perturb:
-        from ..data.feature_types import FeatureType
-        from ..data.speed_perturb import SpeedPerturbedRows, WaveformReader
-
         features = FeatureType.of(processor.feature_extractor)
         train = SpeedPerturbedRows(train, data.speed_perturb, features, WaveformReader.of_prepared(
             data.prepared_dir), features.encoder_stride, seed=spec.seed)
@@ -236,8 +252,6 @@ def _select_data(spec: StageSpec) -> StageData:
 def _freeze_unused_backbone_parameters(model: Any, probe: dict[str, torch.Tensor]) -> list[str]:
     """Freeze the backbone parameters its own forward never uses (reported as trainable, they would get no
     gradient); returns their names."""
-    from .distributed import idle_backbone_parameters
-
     idle = idle_backbone_parameters(model, probe)
     parameters = dict(model.named_parameters())
     for name in idle:
@@ -260,10 +274,6 @@ def _training_arguments(
     """The stage's ``TrainingArguments``: its ``training`` section's keyword arguments
     (:meth:`~adaptspeech.training.spec_types.TrainingSettings.keyword_arguments`) with the DDP defaults for ``model``
     (:func:`~adaptspeech.training.distributed.ddp_training_defaults`; ``probe`` is looked through under DDP only)."""
-    from transformers import TrainingArguments
-
-    from .distributed import ddp_training_defaults
-
     training = spec.training.keyword_arguments(spec.output_dir, spec.seed, progress, label_names)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     training, _ = ddp_training_defaults(model, training, probe if distributed else None)
@@ -299,9 +309,6 @@ def run_stage(
             ``model/``, ``stage_summary.json``, ``log_history.json``, ``stage_spec.json``). A recipe passes it for
             the stage folders it owns.
     """
-    from ..run_lock import OutputDirLock
-    from .resume import check_output_dir_free, check_resumed_spec
-
     if isinstance(spec, dict):
         spec = StageSpec.from_dict(spec)
     if resume and overwrite:
@@ -323,8 +330,6 @@ def _record_start(spec: StageSpec, resume_from: str | None, overwrite: bool, che
     run, so that a setting refused before training leaves that run whole) records its spec in
     ``OUTPUT_DIR/stage_spec.json``; a run resumed from another folder's checkpoint records it when the folder has
     none. Main process only."""
-    from .resume import remove_earlier_run, save_stage_spec
-
     if not _is_main_process():
         return
     output_dir = Path(spec.output_dir)
@@ -340,14 +345,6 @@ def _record_start(spec: StageSpec, resume_from: str | None, overwrite: bool, che
 
 
 def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: bool = False) -> StageResult:
-    from transformers import set_seed
-
-    from ..data.collator import model_collator
-    from .callbacks import StageSpecCheckpointCallback, unwrap
-    from .checks import check_model_fits
-    from .decoding_evaluation import DecodingEvaluation, default_method
-    from .trainer import AdaptSpeechTrainer
-
     set_seed(spec.seed)
     data = _select_data(spec)
     processor, train, evaluation_set = data.processor, data.train, data.evaluation
@@ -390,8 +387,6 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
         save_final_model(model, processor, model_dir, checkpoints=Path(args.output_dir))
         evaluation = decoding.result(model, evaluation_set)
         if lid_trains:
-            from ..lid_evaluation import lid_accuracy
-
             evaluation = {**(evaluation or {}), "lid": lid_accuracy(model, evaluation_set, processor,
                                                                      batch_size=decoding.batch_size)}
         eval_split = spec.data.eval_split
@@ -432,10 +427,6 @@ def save_final_model(model: Any, processor: Any, model_dir: Path, checkpoints: P
     Raises:
         TrainingError: the write failed; the partial folder is removed and the message names the last checkpoint.
     """
-    import shutil
-
-    from ..errors import TrainingError
-
     partial = model_dir.with_name(f".{model_dir.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     try:
@@ -456,8 +447,6 @@ def save_final_model(model: Any, processor: Any, model_dir: Path, checkpoints: P
 
 def _hours(rows: Any, first: int, end: int) -> float | None:
     """Hours of audio of rows ``[first, end)`` (None without a ``duration`` column)."""
-    from ..data.array_rows import column_list
-
     if "duration" not in rows.column_names:
         return None
     return float(sum(column_list(rows, "duration")[first:end])) / 3600
@@ -467,10 +456,6 @@ def _language_sampling_summary(train: Any, temperature: float | None) -> dict[st
     """The temperature and the resulting probability of drawing each language (None: plain shuffling)."""
     if temperature is None:
         return None
-    from collections import Counter
-
-    from ..data.subsets import language_sampling_probabilities
-
     counts = Counter(train["language"])
     return {"temperature": temperature, "rows": dict(counts),
             "probabilities": language_sampling_probabilities(counts, temperature)}

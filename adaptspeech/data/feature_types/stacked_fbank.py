@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from datasets import Array2D
+from transformers import SeamlessM4TFeatureExtractor
 
 from ...runtime.features import KALDI_HOP as HOP
 from ...runtime.features import KALDI_MEL_FLOOR as MEL_FLOOR
@@ -33,8 +34,6 @@ _PROBE_UNITS = 4096
 
 def new_seamless_extractor(sampling_rate: int = 16000, n_mels: int = 80) -> Any:
     """A new ``SeamlessM4TFeatureExtractor`` with these settings, carrying ``feature_type`` and ``n_mels``."""
-    from transformers import SeamlessM4TFeatureExtractor
-
     return SeamlessM4TFeatureExtractor(
         feature_size=n_mels, num_mel_bins=n_mels, sampling_rate=sampling_rate, stride=STACK,
         feature_type=StackedFbankFeatures.name, n_mels=n_mels,

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 from datasets import List, Value
+from transformers import Wav2Vec2FeatureExtractor
 
 from ..audio import digital_silence
 from .registry import FeatureType, register_feature_type
@@ -24,8 +25,6 @@ class WaveformFeatures(FeatureType):
 
     def build_stock_extractor(self) -> Any:
         """transformers' ``Wav2Vec2FeatureExtractor`` (zero padding, per-utterance normalisation, attention mask)."""
-        from transformers import Wav2Vec2FeatureExtractor
-
         return Wav2Vec2FeatureExtractor(
             feature_size=self.feature_size, sampling_rate=self.sampling_rate, padding_value=0.0,
             do_normalize=self.do_normalize, return_attention_mask=True, feature_type=self.name, n_mels=self.n_mels,

@@ -34,8 +34,10 @@ import torch
 
 from ...adapters.routing import current_override, routing_call
 from ...data.feature_types import FeatureType
+from ...decoding import attention_rescoring  # attention_rescore read at the call: tests replace it there
 from ...decoding.ctc_streaming import Endpointer, StreamingCTCGreedy, StreamingCTCPrefixBeam
 from ...decoding.hypothesis import Hypothesis
+from ...lm.shallow_fusion import NGramFusion
 from ...runtime.decoding_methods import LM_METHOD, STREAMING, methods_for, resolve_method
 from .. import DEFAULT_NORM_WINDOW_S
 from ..language_id.routing import routed_tokenizer, routing_override
@@ -196,8 +198,6 @@ class StreamingRecognizer:
             return None
         if not isinstance(lm, (str, os.PathLike)):
             return lm
-        from ...lm.shallow_fusion import NGramFusion
-
         return NGramFusion.from_lm_dir(processor.tokenizer, lm, alpha=alpha, beta=beta)
 
     @staticmethod
@@ -333,9 +333,8 @@ class StreamingRecognizer:
             return Hypothesis(self.search.partial(), 0.0, 0.0)
         nbest = self.search.finish(self.beam_size)
         if self.rescore and self.hidden:
-            from ...decoding.attention_rescoring import attention_rescore
-
-            nbest = attention_rescore(self.model.las_head, torch.cat(self.hidden, dim=1), nbest, self.ctc_weight)
+            nbest = attention_rescoring.attention_rescore(self.model.las_head, torch.cat(self.hidden, dim=1), nbest,
+                                                          self.ctc_weight)
         return nbest[0]
 
     def partial(self) -> str:

@@ -35,18 +35,43 @@ import itertools
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ...data.common_voice import find_language_dir, read_tsv
+from ...data.pool_overlap import check_pool_rows, held_out
+from ...data.pools import (
+    OTHER_TSV_SOURCE,
+    POOL_MARKER,
+    feature_extractor_for,
+    load_pool,
+    pool_fingerprint,
+    prepare_common_voice_other,
+)
+from ...data.prepared_data import load_prepared, select_languages
+from ...data.pseudo_labelled import LABELS_FILE, NothingDecodedError
+from ...data.synthetic import UNLABELLED_SENTENCES, build_synthetic_corpus
+from ...data.text import normalize_text
+from ...decoding.confidence import fit_nbest_temperature, frame_confidence
+from ...inference.pseudo_labels import labelling  # pseudo_label read at the call: tests replace it there
+from ...lm.decoder import LMDecoder, build_decoder
+from ...lm.tune import dev_log_probs, grid_search
+from ...metrics.confidence import word_correctness
+from ...metrics.scoring import count_edits
+from ...modeling import AdaptSpeechForCTC
 from ...progress import log
-from ...saved_model import model_fingerprint
+from ...saved_model import load_saved_model, model_fingerprint
+from ...training import stage as training_stage  # run_stage read at the call: tests replace it there
+from ...training.checkpoint_averaging import average_top_checkpoints
+from ...training.decoding_evaluation import DecodingEvaluation
+from ...training.stage import StageSpec
 from ..spec import RecipeError
 from .self_training_settings import SELF_TRAINED_SYSTEMS, SelfTrainingSettings
 from .spec import SimAdapterRecipe
-from .stages import PlannedStage, recipe_plan, stage_spec
+from .stages import PlannedStage, interrupted_checkpoint, recipe_plan, stage_spec
 
 #: confidence bins of the label-quality table
 CONFIDENCE_BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -106,8 +131,6 @@ class SystemRun:
 def check_pool_setting(spec: SimAdapterRecipe, settings: SelfTrainingSettings) -> None:
     """Refuse a ``self_training.pool`` that is no pool folder or holds another language than the target (read from
     its ``pool_config.json`` alone: checked before the corpus is prepared and anything trains)."""
-    from ...data.pools import POOL_MARKER
-
     if not settings.pool:
         return
     marker = Path(settings.pool) / POOL_MARKER
@@ -124,10 +147,6 @@ def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared
     """The pool folder of the target: ``settings.pool``, else (built once into ``self_training/pool``) the synthetic
     corpus's ``pool_clips`` unlabelled clips, or the Common Voice release's ``other.tsv``; refused when it shares a
     clip or a sentence with the prepared dev / test splits."""
-    from ...data.pool_overlap import check_pool_rows, held_out
-    from ...data.pools import POOL_MARKER, feature_extractor_for, load_pool, prepare_common_voice_other
-    from ...data.synthetic import build_synthetic_corpus
-
     held = held_out(prepared, spec.target)
     if settings.pool:
         check_pool_setting(spec, settings)
@@ -163,11 +182,6 @@ def ensure_pool(spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared
 def held_aside_sentences(spec: SimAdapterRecipe, pool: Path) -> dict[str, str] | None:
     """What each pool clip says (normalised), when the corpus knows it (the synthetic corpus's
     ``unlabelled_sentences.tsv``; read only to measure the labels' error), else None."""
-    from ...data.common_voice import find_language_dir, read_tsv
-    from ...data.pools import OTHER_TSV_SOURCE, POOL_MARKER
-    from ...data.synthetic import UNLABELLED_SENTENCES
-    from ...data.text import normalize_text
-
     source = str(json.loads((pool / POOL_MARKER).read_text()).get("source", ""))
     if not source.endswith(OTHER_TSV_SOURCE):  # an audio folder's pool: nobody knows what its clips say
         return None
@@ -185,9 +199,6 @@ def label_quality(labels_dir: Path, pool_paths: list[str], truth: dict[str, str]
                   kept: set[int] | None = None) -> dict[str, Any]:
     """The pseudo-labels' CER against what the clips say: all of them, the kept ones, per confidence bin
     (:data:`CONFIDENCE_BINS`); ``{}`` when the truth is unknown."""
-    from ...data.pseudo_labelled import LABELS_FILE
-    from ...metrics.scoring import count_edits
-
     if truth is None:
         return {}
     records = [json.loads(line) for line in (labels_dir / LABELS_FILE).read_text(encoding="utf-8").splitlines()]
@@ -266,8 +277,6 @@ def student_spec_from(system_spec: dict[str, Any], settings: SelfTrainingSetting
         student["model"]["add_adapters"] = {lang: _student_adapter(lang, value or {}, settings)
                                             for lang, value in (student["model"].get("add_adapters") or {}).items()}
     training.pop("train_sampling_strategy", None)
-    from ...training.stage import StageSpec
-
     StageSpec.from_dict(student)
     return student
 
@@ -324,8 +333,6 @@ def _interrupted_student(spec: dict[str, Any], what: str) -> str | None:
     continue from (:func:`~adaptspeech.recipes.simadapter.stages.interrupted_checkpoint`, as the recipe stages do);
     None: train afresh (no checkpoint, a finished student, or one of other settings: the round's folder is the
     recipe's own, replaced)."""
-    from .stages import interrupted_checkpoint
-
     try:
         checkpoint = interrupted_checkpoint(spec, what)
     except RecipeError as err:
@@ -341,9 +348,6 @@ class SelfTrainingRunner:
 
     def __init__(self, spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared: Path, pool: Path,
                  lm: LMSetup | None) -> None:
-        from ...data.pools import load_pool, pool_fingerprint
-        from ...data.prepared_data import load_prepared, select_languages
-
         self.spec, self.settings, self.prepared, self.pool, self.lm = spec, settings, prepared, pool, lm
         self.folder = spec.output_dir / FOLDER
         dataset, self.processor = load_prepared(prepared)
@@ -361,18 +365,12 @@ class SelfTrainingRunner:
         with ``fit_nbest_temperature``, else 1)."""
         if self.lm is None:
             return None, None, None, 1.0
-        from ...lm.decoder import LMDecoder, build_decoder
-        from ...lm.tune import dev_log_probs, grid_search
-
         decoder = LMDecoder(build_decoder(self.processor.tokenizer, self.lm.folder), beam_width=self.lm.beam_size)
         log_probs = dev_log_probs(model, self.dev, self.processor)
         best = grid_search(decoder, log_probs, list(self.dev["text"]), self.lm.alphas, self.lm.betas)[0]
         decoder.set_weights(best["alpha"], best["beta"])
         temperature = 1.0
         if self.settings.fit_nbest_temperature:
-            from ...decoding.confidence import fit_nbest_temperature, frame_confidence
-            from ...metrics.confidence import word_correctness
-
             method = self.settings.confidence_method()
             nbests = [decoder.nbest(lp, self.settings.beam_size)[1] for lp in log_probs]
             flags = [word_correctness(" ".join(w for w, _ in nb[0][0]) if nb else "", ref)
@@ -384,12 +382,6 @@ class SelfTrainingRunner:
 
     def _label(self, teacher: Path, out: Path, round_: int = 1) -> tuple[Any, float | None, float | None, float,
                                                                           float]:
-        from dataclasses import replace
-
-        from ...data.pseudo_labelled import NothingDecodedError
-        from ...inference.pseudo_labels.labelling import pseudo_label
-        from ...modeling import AdaptSpeechForCTC
-
         started = time.perf_counter()
         model = AdaptSpeechForCTC.from_pretrained(teacher)
         decoder, alpha, beta, temperature = self._teacher_lm(model)
@@ -398,7 +390,7 @@ class SelfTrainingRunner:
         model_id = f"{teacher}@{model_fingerprint(teacher)[:12]}"
         method = replace(self.settings.confidence_method(), nbest_temperature=temperature)
         try:  # the round's folder is the recipe's: labels of an earlier teacher left there are started afresh
-            result = pseudo_label(model, self.processor, self.pool, out, model_id=model_id,
+            result = labelling.pseudo_label(model, self.processor, self.pool, out, model_id=model_id,
                                   lm_decoder=decoder, lm_key=lm_key, target=self.prepared,
                                   confidence_filter=self.settings.confidence_filter(round_),
                                   beam_size=self.settings.beam_size, progress=self.spec.progress,
@@ -416,10 +408,6 @@ class SelfTrainingRunner:
     def _average(self, student_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
         """Replace the student's model by the average of its ``average_top_n`` best checkpoints and its dev
         evaluation in ``stage_summary.json`` by the average's (the last step's kept as ``<split>_last_step``)."""
-        from ...saved_model import load_saved_model
-        from ...training.checkpoint_averaging import average_top_checkpoints
-        from ...training.decoding_evaluation import DecodingEvaluation
-
         record = average_top_checkpoints(student_dir / "checkpoints", int(self.settings.average_top_n),
                                          student_dir / "model", student_dir / "model")
         evaluation = spec.get("evaluation") or {}
@@ -451,8 +439,6 @@ class SelfTrainingRunner:
             reuse: more folders of rounds, searched after ``folder``: a finished round there whose key matches
                 is reused as it is (its student stays where it is); new rounds are written only in ``folder``.
         """
-        from ...training.stage import run_stage
-
         own = teacher or self.spec.output_dir / system / "model"
         teacher = own
         if self.settings.teacher == "fusion" and system_spec is None and system != "fusion":
@@ -493,7 +479,7 @@ class SelfTrainingRunner:
                                  if quality else "") + f"; training the student for {spec['training']['max_steps']} "
                     "steps")
                 checkpoint = _interrupted_student(spec, f"self-training {system} round {k}")
-                result = run_stage(spec, resume=checkpoint or False, progress=self.spec.progress,
+                result = training_stage.run_stage(spec, resume=checkpoint or False, progress=self.spec.progress,
                                    overwrite=checkpoint is None)
                 averaged = self._average(student_dir, spec) if self.settings.average_top_n else None
                 summary = labels.summary

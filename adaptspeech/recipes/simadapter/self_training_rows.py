@@ -17,10 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from ...data.prepared_data import select_languages
+from ...evaluation import evaluate_dataset
+from ...lm.decoder import LMDecoder, build_decoder
+from ...lm.tune import dev_log_probs, grid_search
 from ...metrics.significance import utterance_edits
+from ...modeling import AdaptSpeechForCTC
 from ...progress import log
 from .evaluation import ExtraRows, TargetEvaluation, bootstrap_cell
-from .self_training import LMSetup, SystemRun, describe_run
+from .self_training import LMSetup, SelfTrainingRunner, SystemRun, describe_run, ensure_pool
 from .self_training_settings import SelfTrainingSettings
 from .spec import SimAdapterRecipe
 
@@ -31,9 +36,6 @@ SUFFIX = "self-training"
 
 def _evaluate(model_dir: Path, data: Any, evaluation: TargetEvaluation, method: str, options: dict[str, Any],
               lm_decoder: Any = None) -> dict[str, Any]:
-    from ...evaluation import evaluate_dataset
-    from ...modeling import AdaptSpeechForCTC
-
     model = AdaptSpeechForCTC.from_pretrained(model_dir).to(evaluation.device)
     extra = {} if lm_decoder is not None else options
     return evaluate_dataset(model, data, evaluation.processor, method=method, batch_size=evaluation.batch_size,
@@ -41,10 +43,6 @@ def _evaluate(model_dir: Path, data: Any, evaluation: TargetEvaluation, method: 
 
 
 def _tuned_lm(model_dir: Path, dev: Any, evaluation: TargetEvaluation, lm: LMSetup) -> tuple[Any, dict[str, float]]:
-    from ...lm.decoder import LMDecoder, build_decoder
-    from ...lm.tune import dev_log_probs, grid_search
-    from ...modeling import AdaptSpeechForCTC
-
     model = AdaptSpeechForCTC.from_pretrained(model_dir).to(evaluation.device)
     decoder = LMDecoder(build_decoder(evaluation.processor.tokenizer, lm.folder), beam_width=lm.beam_size)
     best = grid_search(decoder, dev_log_probs(model, dev, evaluation.processor, evaluation.batch_size),
@@ -67,8 +65,6 @@ def self_training_rows(target: str, split: str, method: str, options: dict[str, 
         lm_rows: the recipe's LM rows by system name (``<system> + <n>-gram LM``), lm_edits their edits.
         pool_minutes: the pool's audio.
     """
-    from ...data.prepared_data import select_languages
-
     started = time.perf_counter()
     dataset = evaluation.dataset
     test = select_languages(dataset[split], [target], split, "self_training")
@@ -143,8 +139,6 @@ def recipe_self_training_rows(spec: SimAdapterRecipe, evaluation: TargetEvaluati
         lm_extra: the recipe's LM rows (their rows and edits: the baselines of the rows with the LM).
         lm_label: the LM rows' suffix (``4-gram LM``).
     """
-    from .self_training import SelfTrainingRunner, ensure_pool
-
     started = time.perf_counter()
     settings = spec.self_training
     prepared = spec.output_dir / "prepared"

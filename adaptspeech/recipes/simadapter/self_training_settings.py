@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ...data.pseudo_labelled import ConfidenceFilter
 from ...decoding.confidence import ConfidenceMethod
 from ...settings import (
     BOOL,
@@ -171,8 +172,6 @@ class SelfTrainingSettings(Section):
 
     def confidence_filter(self, round_: int = 1) -> Any:
         """The filter of round ``round_`` (1-based): ``keep_fraction_schedule``'s share when set."""
-        from ...data.pseudo_labelled import ConfidenceFilter
-
         if self.keep_fraction_schedule is not None:
             return ConfidenceFilter(None, self.keep_fraction_schedule[min(round_, len(self.keep_fraction_schedule))
                                                                       - 1])
