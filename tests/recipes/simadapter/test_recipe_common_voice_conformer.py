@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.backbones.causal_conv import DynamicChunkDepthwiseConv1d, ShiftedDepthwiseConv1d
+from adaptspeech.backbones.causal_conv import ChunkDepthwiseConv1d, ShiftedDepthwiseConv1d
 from adaptspeech.errors import StageConfigError
 from adaptspeech.recipes import load_recipe
 from adaptspeech.recipes.simadapter.dry_run import DryRunSettings, load_dry_run_recipe
@@ -56,7 +56,7 @@ def test_from_backbone_puts_conv_lookahead_on_the_checkpoint(tmp_path):
     model = AdaptSpeechForCTC.from_backbone(str(tmp_path / "ckpt"), backbone_type="wav2vec2_conformer",
                                             vocab_size=12, backbone_config={"conv_lookahead": "chunk"})
     convs = [layer.conv_module.depthwise_conv for layer in model.backbone.encoder.layers]
-    assert convs and all(isinstance(conv, DynamicChunkDepthwiseConv1d) for conv in convs)
+    assert convs and all(isinstance(conv, ChunkDepthwiseConv1d) for conv in convs)
     assert model.config.backbone_config.conv_lookahead == "chunk"
     assert model.config.backbone_config.hidden_size == config.hidden_size  # the checkpoint's own config
     causal = AdaptSpeechForCTC.from_backbone(str(tmp_path / "ckpt"), backbone_type="wav2vec2_conformer",
