@@ -16,7 +16,9 @@ untranscribed stretch took some of it at a score above -2).
 grows only when the backtracking leaves it), so an hour of text (about 50,000 labels) at once would take 1.6 GB.
 :func:`align_lines` therefore aligns blocks of lines of at most ``block_labels`` labels (at 4,000, 128 MB), each
 against the frames from the middle of the gap before its first line on: a block's last line is aligned again as
-the next block's first, so that no line is placed by a block that ended inside it.
+the next block's first, so that no line is placed by a block that ended inside it. A block is aligned on the frames
+up to those the lines after it need at the least (:func:`~adaptspeech.alignment.lines.min_frames` and a gap each),
+so that it cannot take the audio of the text after it.
 
 Frames are output frames of the model (``seconds_per_frame`` apart). A line's frames are those from its first label's
 first frame to the frame its last label's state is left (:class:`LineAlignment`).
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .lines import STAR
+from .lines import STAR, min_frames
 
 DEFAULT_BLOCK_LABELS = 4000
 """Labels per alignment block (the table is ``8000 x block_labels`` float32)."""
@@ -126,6 +128,10 @@ def align_lines(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: in
         star = log_probs.shape[1]
         log_probs = with_star(log_probs, blank_id)
         lines = [np.where(line == STAR, star, line) for line in lines]
+    # frames the lines from i on need at the least (each line's CTC minimum and its gap): a block is aligned on the
+    # frames up to those its later lines need, else it may place its lines up to the end of the recording where the
+    # gap label costs what a line does (audio the model cannot read), leaving the next block no audio
+    needed = np.concatenate([np.cumsum([min_frames(line) + 1 for line in lines][::-1])[::-1], [0]])
     results: list[LineAlignment] = []
     start, cursor = 0, 0
     while start < len(lines):
@@ -133,7 +139,8 @@ def align_lines(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: in
         while stop < len(lines) and (stop == start or labels + len(lines[stop]) <= block_labels):
             labels += len(lines[stop])
             stop += 1
-        block = _align_block(log_probs[cursor:], lines[start:stop], blank_id, score_frames)
+        frames = max(len(log_probs) - int(needed[stop]), cursor + 1)
+        block = _align_block(log_probs[cursor:frames], lines[start:stop], blank_id, score_frames)
         keep = len(block) if stop == len(lines) or len(block) == 1 else len(block) - 1
         results.extend(LineAlignment(a.first_frame + cursor, a.end_frame + cursor, a.score) for a in block[:keep])
         if keep < len(block):  # the next block starts in the gap before the line aligned again (its gap needs frames)

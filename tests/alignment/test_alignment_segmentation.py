@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +74,16 @@ def test_window_score_is_the_lowest_window_mean():
     values = np.array([0.0] * 40 + [-3.0] * 30 + [0.0] * 10)
     assert window_score(values, 30) == pytest.approx(-3.0)
     assert window_score(np.array([-1.0, -2.0]), 30) == pytest.approx(-1.5)
+
+
+def test_a_block_leaves_the_frames_the_later_lines_need():
+    # a model that reads nothing (noise posteriors): the gap label is as cheap as any line, so a block alone would
+    # put its lines anywhere, up to the recording's end, leaving the next block no audio
+    rng = np.random.default_rng(4)
+    lines = [rng.integers(5, 30, size=40) for _ in range(20)]
+    log_probs = rng.standard_normal((1800, 30)).astype(np.float32)
+    log_probs -= np.log(np.exp(log_probs).sum(axis=1, keepdims=True))
+    spans = align_lines(log_probs, lines, BLANK, block_labels=200)
+    assert len(spans) == len(lines)
+    assert all(a.first_frame < a.end_frame <= b.first_frame for a, b in pairwise(spans))
+    assert spans[-1].end_frame <= len(log_probs)
