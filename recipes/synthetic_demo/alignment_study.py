@@ -4,8 +4,8 @@ Builds the fixture from the demo's synthetic corpus: the clips of one language (
 ``--split``, default test: voices the base never heard) concatenated into recordings of ``--minutes`` (default 10),
 with pauses drawn uniformly in 0.1-1.0 s, room noise at -40 dBFS (white noise of that RMS over all of it), and about
 ``--untranscribed`` (5 %) of the audio speech whose text is left out of the transcript (other clips of the split).
-Then aligns each recording with the base model (the language's adapter) and measures, against the true clip
-boundaries:
+Then aligns each recording with the base model (its shared head: the demo's base has no adapters) and measures,
+against the true clip boundaries:
 
 - boundary error (start and end, seconds): median and 95th percentile over the lines kept (targets 40 ms, 150 ms);
 - lines recovered: kept / lines of the transcripts (target >= 95 %);
@@ -17,9 +17,22 @@ Usage (after the demo has trained its base, ``adaptspeech demo``)::
         --corpus runs/synthetic_demo/corpus --output runs/alignment_study
 
 Writes ``<output>/recordings/`` (REC.wav, REC.txt, REC.truth.json), ``<output>/aligned/`` (``prepare align``'s output)
-and ``<output>/alignment_study.json``. The second target (a target adapter trained on the aligned clips within 0.3
-CER points of the same stage on the true clips) trains the demo's ``stage_target_adapter.yaml`` on
-``<output>/aligned`` prepared with ``adaptspeech prepare common-voice --splits train``; this script does not run it.
+and ``<output>/alignment_study.json``.
+
+**The second target** (a target adapter trained on aligned clips within 0.3 CER points of the same stage on the true
+clips), once the demo run has trained its ``target_adapter`` stage::
+
+    OMP_NUM_THREADS=1 python recipes/synthetic_demo/alignment_study.py --model runs/synthetic_demo/base/model \
+        --corpus runs/synthetic_demo/corpus --output runs/alignment_adapter --adapter-run runs/synthetic_demo
+
+takes the clips the run's ``target_adapter`` stage trains on (its stage settings from this recipe folder with the run's
+output folder and ``--override`` values: the target's training rows, its ``target_subset`` drawn with the stage's seed
+and held-out speakers), joins them into recordings as above (no untranscribed speech: the same audio), aligns them
+with the base, prepares the kept clips with the run's processor (its vocabulary and features; the run's dev and test
+splits beside them) into ``<output>/prepared``, trains the stage on all of them into ``<output>/target_adapter``
+(the same settings, from the run's ``source_adapters`` model) and decodes the test set with both stage models as the
+recipe evaluates (``scripts/compare_systems.py``'s paired bootstrap). It reads the run's folders and writes nothing
+into them; ``<output>/adapter_study.json`` holds the figures.
 """
 
 from __future__ import annotations
