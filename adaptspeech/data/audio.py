@@ -100,10 +100,10 @@ def log_mel(
     frames = x.unfold(-1, win, hop)  # [..., T, win] (a view)
     window = torch.hann_window(win, periodic=True, dtype=frames.dtype, device=frames.device)
     fbank = mel_filterbank(n_mels, sr, n_fft, f_min).to(frames.device)
-    pieces = []
-    for first in range(0, frames.shape[-2], max(1, piece_frames)):
+    feats = torch.empty((*frames.shape[:-1], n_mels), dtype=frames.dtype, device=frames.device)
+    piece_frames = max(1, piece_frames)
+    for first in range(0, frames.shape[-2], piece_frames):
         piece = frames[..., first : first + piece_frames, :]
         power = torch.fft.rfft(piece * window, n=n_fft).abs().pow(2)  # [..., t, n_fft // 2 + 1]
-        pieces.append(torch.log(torch.clamp(power @ fbank, min=eps)))
-    feats = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-2)
+        feats[..., first : first + piece_frames, :] = torch.log(torch.clamp(power @ fbank, min=eps))
     return feats.numpy() if as_numpy else feats
