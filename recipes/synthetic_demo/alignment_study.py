@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from adaptspeech.alignment.corpus import AlignSettings, align_corpus
+from adaptspeech.alignment.corpus import DEFAULT_EDGE_PAD_S, AlignSettings, align_corpus
 from adaptspeech.alignment.filters import AlignmentFilters
 from adaptspeech.alignment.posteriors import load_alignment_model
 from adaptspeech.data.audio import load_audio
@@ -138,11 +138,13 @@ def measure(truths: list[dict[str, Any]], aligned_lang_dir: Path) -> dict[str, A
 
 
 def align_settings(args: argparse.Namespace) -> AlignSettings:
-    """``prepare align``'s defaults, or with ``--keep-all`` filters that keep every line (the plumbing at toy size,
-    with a base that reads nothing)."""
-    if not args.keep_all:
-        return AlignSettings()
-    return AlignSettings(AlignmentFilters(-1e9, 1e9, 0.01, 1e9, 0.0, 1e9), min_matched=0.0)
+    """``prepare align``'s settings with the study's ``--edge-pad``, ``--min-score`` and ``--max-cer``; with
+    ``--keep-all`` filters that keep every line (the raw alignment: the plumbing at toy size, or a sweep of the
+    thresholds over ``alignments.tsv``)."""
+    if args.keep_all:
+        return AlignSettings(AlignmentFilters(-1e9, 1e9, 0.01, 1e9, 0.0, 1e9), min_matched=0.0,
+                             edge_pad_s=args.edge_pad)
+    return AlignSettings(AlignmentFilters(min_score=args.min_score, max_cer=args.max_cer), edge_pad_s=args.edge_pad)
 
 
 def stage_settings(run: Path, overrides: list[str]) -> tuple[Any, dict[str, Any]]:
@@ -264,6 +266,9 @@ def main() -> None:
                         help="the run's recipe overrides that change its target_adapter stage (repeatable)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the stage's training")
     parser.add_argument("--keep-all", action="store_true", help="no filters (a toy run's plumbing check)")
+    parser.add_argument("--edge-pad", type=float, default=DEFAULT_EDGE_PAD_S, help="seconds added at a clip's edges")
+    parser.add_argument("--min-score", type=float, default=AlignmentFilters.min_score)
+    parser.add_argument("--max-cer", type=float, default=AlignmentFilters.max_cer)
     args = parser.parse_args()
     output = Path(args.output)
     if args.adapter_run:
