@@ -146,4 +146,47 @@ def align_lines(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: in
         if keep < len(block):  # the next block starts in the gap before the line aligned again (its gap needs frames)
             cursor = (results[-1].end_frame + block[keep].first_frame + cursor) // 2
         start += keep
-    return results
+    return extend_over_speech(results, log_probs, blank_id)
+
+
+DEFAULT_EXTEND_FRAMES = 12
+"""Frames a line's edge is moved at most by :func:`extend_over_speech` (0.48 s at 40 ms)."""
+
+
+def extend_over_speech(spans: Sequence[LineAlignment], log_probs: np.ndarray, blank_id: int,
+                       max_frames: int = DEFAULT_EXTEND_FRAMES) -> list[LineAlignment]:
+    """Each line's edges moved outwards over the frames next to them where a label other than blank is the likeliest
+    (across single blank frames: CTC's blanks inside a word; at most ``max_frames``, never past a neighbouring line).
+
+    The gap label costs a frame what the frame's best label does, so the best path leaves a line on its last label's
+    first frame and enters it on its first label's last (any other frame of theirs costs the same as gap): without
+    this a line lost the rest of its last letter (measured on synthetic posteriors with 3-6 frames a label: ends 2-9
+    frames early). Two blank frames (a pause) end the move, so speech with no text after a pause stays out.
+
+    Args:
+        spans: the lines placed (frames non-decreasing).
+        log_probs: ``[T, V]`` the log-probabilities they were placed on.
+        blank_id: the CTC blank.
+    """
+    speech = np.asarray(log_probs).argmax(axis=1) != blank_id
+    out: list[LineAlignment] = []
+    for i, span in enumerate(spans):
+        low = out[-1].end_frame if out else 0
+        high = spans[i + 1].first_frame if i + 1 < len(spans) else len(speech)
+        first, end = span.first_frame, span.end_frame
+        while first > low and span.first_frame - first < max_frames:
+            if speech[first - 1]:
+                first -= 1
+            elif first - 1 > low and speech[first - 2]:  # one blank frame inside a word
+                first -= 2
+            else:
+                break
+        while end < high and end - span.end_frame < max_frames:
+            if speech[end]:
+                end += 1
+            elif end + 1 < high and speech[end + 1]:
+                end += 2
+            else:
+                break
+        out.append(LineAlignment(first, end, span.score))
+    return out

@@ -87,3 +87,16 @@ def test_a_block_leaves_the_frames_the_later_lines_need():
     assert len(spans) == len(lines)
     assert all(a.first_frame < a.end_frame <= b.first_frame for a, b in pairwise(spans))
     assert spans[-1].end_frame <= len(log_probs)
+
+
+def test_a_line_keeps_the_frames_of_its_first_and_last_labels():
+    # the gap label costs a frame what its best label does, so the path leaves a line on its last label's first
+    # frame: the line's edges are then moved over the speech frames next to them (blank not the likeliest)
+    data = synthetic_posteriors(30, seed=5, untranscribed_after=(8, 20), label_frames=(3, 6))
+    spans = align_lines(data.log_probs, data.lines, BLANK)
+    errors = np.array([[a.first_frame - s[0], a.end_frame - s[1]] for a, s in zip(spans, data.spans)])
+    assert np.mean(np.abs(errors) <= 1) >= 0.95  # without the move: ends 2-9 frames early
+    assert errors[:, 1].max() <= 0  # never past the line's own frames
+    # the rest: a line that starts with the label the line before ends with (the path may give it those frames)
+    for first, end in data.untranscribed:
+        assert all(a.end_frame <= first or a.first_frame >= end for a in spans)
