@@ -23,13 +23,15 @@ and ``<output>/alignment_study.json``.
 clips), once the demo run has trained its ``target_adapter`` stage::
 
     OMP_NUM_THREADS=1 python recipes/synthetic_demo/alignment_study.py --model runs/synthetic_demo/base/model \
-        --corpus runs/synthetic_demo/corpus --output runs/alignment_adapter --adapter-run runs/synthetic_demo
+        --corpus runs/synthetic_demo/corpus --output runs/alignment_adapter --adapter-run runs/synthetic_demo \
+        --noise-dbfs none --max-cer 80 --min-score -3
 
 takes the clips the run's ``target_adapter`` stage trains on (its stage settings from this recipe folder with the run's
 output folder and ``--override`` values: the target's training rows, its ``target_subset`` drawn with the stage's seed
-and held-out speakers), joins them into recordings as above (no untranscribed speech: the same audio), aligns them
-with the base, prepares the kept clips with the run's processor (its vocabulary and features; the run's dev and test
-splits beside them) into ``<output>/prepared``, trains the stage on all of them into ``<output>/target_adapter``
+and held-out speakers), joins them into recordings as above (no untranscribed speech; with ``--noise-dbfs none`` no
+added noise either: the clips then differ from the true ones by their cuts alone), aligns them with the base,
+prepares the kept clips with the run's processor (its vocabulary and features; the run's dev and test splits beside
+them) into ``<output>/prepared``, trains the stage on all of them into ``<output>/target_adapter``
 (the same settings, from the run's ``source_adapters`` model) and decodes the test set with both stage models as the
 recipe evaluates (``scripts/compare_systems.py``'s paired bootstrap). It reads the run's folders and writes nothing
 into them; ``<output>/adapter_study.json`` holds the figures.
@@ -65,10 +67,10 @@ def split_clips(corpus: Path, language: str, split: str) -> list[tuple[Path, str
 
 
 def build_recordings(clips: list[tuple[Path, str]], minutes: float, untranscribed: float, folder: Path,
-                     seed: int = 0) -> list[dict[str, Any]]:
+                     seed: int = 0, noise_dbfs: float | None = NOISE_DBFS) -> list[dict[str, Any]]:
     """Write the fixture's recordings of ``clips`` (shuffled) into ``folder``; returns their truths (``lines`` with
     start / end seconds, the ``untranscribed`` spans: clips whose text is left out, about ``untranscribed`` of the
-    audio)."""
+    audio). ``noise_dbfs``: the room noise's level (None: none, the pauses digital silence)."""
     rng = np.random.default_rng(seed)
     clips = list(clips)
     rng.shuffle(clips)
@@ -96,7 +98,8 @@ def build_recordings(clips: list[tuple[Path, str]], minutes: float, untranscribe
             parts.append(wave)
             seconds += len(wave) / RATE
         audio = np.concatenate([*parts, np.zeros(round(0.5 * RATE), dtype=np.float32)])
-        audio = audio + rng.standard_normal(len(audio)).astype(np.float32) * 10 ** (NOISE_DBFS / 20)
+        if noise_dbfs is not None:
+            audio = audio + rng.standard_normal(len(audio)).astype(np.float32) * 10 ** (noise_dbfs / 20)
         name = f"rec{number:03d}"
         sf.write(folder / f"{name}.wav", audio, RATE, subtype="PCM_16")
         (folder / f"{name}.txt").write_text("".join(line["sentence"] + "\n" for line in lines), encoding="utf-8")
@@ -232,7 +235,7 @@ def adapter_study(args: argparse.Namespace) -> dict[str, Any]:
     run, output = Path(args.adapter_run), Path(args.output)
     recipe, settings = stage_settings(run, args.override)
     clips = stage_clips(settings, Path(args.corpus))
-    truths = build_recordings(clips, args.minutes, 0.0, output / "recordings")
+    truths = build_recordings(clips, args.minutes, 0.0, output / "recordings", noise_dbfs=args.noise_dbfs)
     model = load_alignment_model(args.model, recipe.target)
     pairs = [(output / "recordings" / t["recording"], (output / "recordings" / t["recording"]).with_suffix(".txt"))
              for t in truths]
@@ -249,6 +252,10 @@ def adapter_study(args: argparse.Namespace) -> dict[str, Any]:
     true_seconds = sum(t["end"] - t["start"] for truth in truths for t in truth["lines"])
     return {"true_clips": len(clips), "true_minutes": true_seconds / 60, "aligned_rows": rows,
             "aligned_minutes": report["kept_seconds"] / 60, "alignment": alignment, "comparison": comparison}
+
+
+def _noise_level(text: str) -> float | None:
+    return None if text == "none" else float(text)
 
 
 def main() -> None:
@@ -269,6 +276,9 @@ def main() -> None:
     parser.add_argument("--edge-pad", type=float, default=DEFAULT_EDGE_PAD_S, help="seconds added at a clip's edges")
     parser.add_argument("--min-score", type=float, default=AlignmentFilters.min_score)
     parser.add_argument("--max-cer", type=float, default=AlignmentFilters.max_cer)
+    parser.add_argument("--noise-dbfs", type=_noise_level, default=NOISE_DBFS, metavar="DBFS",
+                        help="the room noise over the recordings (default -40; none: no noise, so that the adapter "
+                        "comparison differs from the true clips by the cuts alone)")
     args = parser.parse_args()
     output = Path(args.output)
     if args.adapter_run:
@@ -278,7 +288,7 @@ def main() -> None:
         return
     recordings = output / "recordings"
     truths = build_recordings(split_clips(Path(args.corpus), args.language, args.split), args.minutes,
-                              args.untranscribed, recordings)
+                              args.untranscribed, recordings, noise_dbfs=args.noise_dbfs)
     model = load_alignment_model(args.model, args.language)
     pairs = [(recordings / t["recording"], (recordings / t["recording"]).with_suffix(".txt")) for t in truths]
     report = align_corpus(model, pairs, output / "aligned", align_settings(args), overwrite=True)
