@@ -63,11 +63,26 @@ def reset_peak_rss() -> bool:
 
 def in_fresh_process(target: Callable[..., None], *args: Any) -> Any:
     """Run ``target(*args, queue)`` in a newly spawned Python process and return what it puts on ``queue``: each
-    measurement's peak memory starts from an interpreter of its own (the benchmarks' way to keep peaks apart)."""
+    measurement's peak memory starts from an interpreter of its own (the benchmarks' way to keep peaks apart).
+
+    Raises:
+        RuntimeError: the process ended without putting a result (its traceback is on stderr), naming ``target``
+            and the exit code.
+    """
+    import queue as queues
+
     context = mp.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=target, args=(*args, queue))
+    results = context.Queue()
+    process = context.Process(target=target, args=(*args, results))
     process.start()
-    result = queue.get()
+    while True:
+        try:
+            result = results.get(timeout=1.0)
+            break
+        except queues.Empty:
+            if not process.is_alive() and results.empty():
+                process.join()
+                raise RuntimeError(f"{getattr(target, '__name__', target)} ended with exit code {process.exitcode} "
+                                   "before putting a result") from None
     process.join()
     return result

@@ -47,16 +47,27 @@ def _build(threads: int) -> tuple[Any, Any]:
     return model, Wav2Vec2Processor(feature_extractor=AdaptSpeechFeatureExtractor(), tokenizer=tokenizer)
 
 
-def _recording(minutes: float, pause_every: float) -> Any:
+def _recording(minutes: float, pause_every: float, piece_s: float = 60.0) -> Any:
+    """The noisy chirp ``[S]`` float32 (module docstring), built a minute at a time: float64 intermediates of a whole
+    hour (seven arrays of 460 MB) would set the process's peak memory before the measurement starts."""
     import numpy as np
 
     rng = np.random.default_rng(0)
-    t = np.arange(int(minutes * 60 * 16000)) / 16000
-    wave = 0.3 * np.sin(2 * np.pi * (200 + 50 * np.sin(t)) * t) + 0.05 * rng.standard_normal(t.shape)
+    total, piece = int(minutes * 60 * 16000), int(piece_s * 16000)
+    wave = np.empty(total, dtype=np.float32)
+    pauses = np.zeros(total, dtype=bool)
+    for first in range(0, total, piece):  # the noise in one stream, drawn in order, as one call would draw it
+        t = np.arange(first, min(first + piece, total)) / 16000
+        wave[first : first + len(t)] = 0.3 * np.sin(2 * np.pi * (200 + 50 * np.sin(t)) * t)
+        wave[first : first + len(t)] += 0.05 * rng.standard_normal(len(t))
+        if pause_every > 0:
+            pauses[first : first + len(t)] = (t % (pause_every + 0.5)) >= pause_every
     if pause_every > 0:
-        pause = (t % (pause_every + 0.5)) >= pause_every
-        wave[pause] = 1e-3 * rng.standard_normal(int(pause.sum()))
-    return wave.astype(np.float32)
+        index = np.flatnonzero(pauses)
+        for first in range(0, len(index), piece):
+            part = index[first : first + piece]
+            wave[part] = 1e-3 * rng.standard_normal(len(part))
+    return wave
 
 
 def _measure(split_by: str, minutes: float, threads: int, chunk: float, stride: float, pause_every: float,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
+
 from adaptspeech.memory import MIB, current_rss_bytes, in_fresh_process, peak_rss_bytes
 
 
@@ -22,3 +24,12 @@ def test_a_measurement_runs_in_a_process_of_its_own_and_returns_what_it_put():
 
 def test_the_peak_is_at_least_the_current_size():
     assert peak_rss_bytes() >= current_rss_bytes() > 0
+
+
+def _fail(queue: Any) -> None:
+    raise RuntimeError("the measurement failed")
+
+
+def test_a_measurement_that_fails_raises_instead_of_waiting_for_its_result():
+    with pytest.raises(RuntimeError, match=r"_fail ended with exit code 1 before putting a result"):
+        in_fresh_process(_fail)

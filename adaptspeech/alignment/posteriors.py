@@ -2,7 +2,8 @@
 
 Two kinds of model folder:
 
-- a model folder of ours (``adaptspeech train``'s ``OUTPUT_DIR/model``, any backbone): the language's adapter is made
+- a model folder of ours (``adaptspeech train``'s ``OUTPUT_DIR/model``, any backbone): a model without adapters (a
+  multilingual base, one shared head) is used as it is for any language; otherwise the language's adapter is made
   the active one (:meth:`~adaptspeech.adapters.mixin.AdapterMixin.set_target_language`, which also switches a
   per-language vocabulary) and the recording goes through the long-form planner of ``transcribe``
   (:func:`~adaptspeech.inference.transcriber.recording_ctc_log_probs`: speech regions cut at pauses, each read as an
@@ -109,8 +110,9 @@ def load_alignment_model(model_dir: str | os.PathLike[str], language: str, *, de
     """Load a model folder of ours or a transformers CTC checkpoint for aligning ``language`` (module docstring).
 
     Raises:
-        AlignmentModelError: no such folder, no ``config.json``, no processor beside the model, no CTC head, or no
-            adapter / vocabulary for ``language`` (the message names the folder and the languages it has).
+        AlignmentModelError: no such folder, no ``config.json``, no processor beside the model, no CTC head, or
+            adapters but none for ``language`` / no vocabulary for it (the message names the folder and the
+            languages it has).
     """
     path = Path(model_dir)
     if not (path / "config.json").is_file():
@@ -148,11 +150,13 @@ def _load_ours(path: Path, language: str) -> tuple[Any, Any, Any, float]:
         processor = Wav2Vec2Processor.from_pretrained(path)
     except (OSError, ValueError) as err:
         raise AlignmentModelError(f"--model {path}: no processor saved beside the model ({err})") from None
-    if language not in model.adapter_languages:
+    if model.adapter_languages and language not in model.adapter_languages:
         raise AlignmentModelError(f"--language {language!r}: the model {path} has no adapter for it; languages with "
                                   f"one: {', '.join(model.adapter_languages) or '(none)'}")
     lang_ids = None
-    if routes_languages(model):
+    if not model.adapter_languages:
+        pass  # a multilingual base: its shared head reads every language it was trained on
+    elif routes_languages(model):
         lang_ids = torch.tensor([model.language_to_id[language]])
     elif not model.config.fusion_active:
         model.set_target_language(language, processor)

@@ -57,6 +57,10 @@ def mel_filterbank(
     return torch.from_numpy(np.array(mel_weights(n_mels, sr, n_fft, f_min, f_max)))
 
 
+LOG_MEL_PIECE_FRAMES = 6000
+"""Frames of :func:`log_mel` computed at once (a minute at the 10-ms hop)."""
+
+
 def log_mel(
     waveform: np.ndarray | torch.Tensor,
     sr: int = 16000,
@@ -66,6 +70,7 @@ def log_mel(
     hop_ms: float = 10.0,
     f_min: float = 20.0,
     eps: float = 1e-10,
+    piece_frames: int = LOG_MEL_PIECE_FRAMES,
 ) -> np.ndarray | torch.Tensor:
     """Log mel filterbank energies (the "fbank" front end), in torch, without torchaudio.
 
@@ -79,6 +84,8 @@ def log_mel(
         waveform (`np.ndarray` or `torch.Tensor`): ``[S]`` or ``[B, S]`` float samples.
         sr (`int`, defaults to 16000): sampling rate of ``waveform``.
         n_mels (`int`, defaults to 80): number of mel filters.
+        piece_frames (`int`): frames computed at once (the same features; the FFT's intermediates of an hour at
+            once would take 1.7 GB, of :data:`LOG_MEL_PIECE_FRAMES` about 35 MB).
 
     Returns:
         ``[T, n_mels]`` (or ``[B, T, n_mels]``) float32, a tensor for a tensor input, else an ndarray.
@@ -90,9 +97,13 @@ def log_mel(
     win, hop, n_fft = frame_params(sr, win_ms, hop_ms)
     if x.shape[-1] < win:
         x = torch.nn.functional.pad(x, (0, win - x.shape[-1]))
-    frames = x.unfold(-1, win, hop)  # [..., T, win]
+    frames = x.unfold(-1, win, hop)  # [..., T, win] (a view)
     window = torch.hann_window(win, periodic=True, dtype=frames.dtype, device=frames.device)
-    power = torch.fft.rfft(frames * window, n=n_fft).abs().pow(2)  # [..., T, n_fft // 2 + 1]
-    fbank = mel_filterbank(n_mels, sr, n_fft, f_min).to(power.device)
-    feats = torch.log(torch.clamp(power @ fbank, min=eps))
+    fbank = mel_filterbank(n_mels, sr, n_fft, f_min).to(frames.device)
+    feats = torch.empty((*frames.shape[:-1], n_mels), dtype=frames.dtype, device=frames.device)
+    piece_frames = max(1, piece_frames)
+    for first in range(0, frames.shape[-2], piece_frames):
+        piece = frames[..., first : first + piece_frames, :]
+        power = torch.fft.rfft(piece * window, n=n_fft).abs().pow(2)  # [..., t, n_fft // 2 + 1]
+        feats[..., first : first + piece_frames, :] = torch.log(torch.clamp(power @ fbank, min=eps))
     return feats.numpy() if as_numpy else feats

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +74,29 @@ def test_window_score_is_the_lowest_window_mean():
     values = np.array([0.0] * 40 + [-3.0] * 30 + [0.0] * 10)
     assert window_score(values, 30) == pytest.approx(-3.0)
     assert window_score(np.array([-1.0, -2.0]), 30) == pytest.approx(-1.5)
+
+
+def test_a_block_leaves_the_frames_the_later_lines_need():
+    # a model that reads nothing (noise posteriors): the gap label is as cheap as any line, so a block alone would
+    # put its lines anywhere, up to the recording's end, leaving the next block no audio
+    rng = np.random.default_rng(4)
+    lines = [rng.integers(5, 30, size=40) for _ in range(20)]
+    log_probs = rng.standard_normal((1800, 30)).astype(np.float32)
+    log_probs -= np.log(np.exp(log_probs).sum(axis=1, keepdims=True))
+    spans = align_lines(log_probs, lines, BLANK, block_labels=200)
+    assert len(spans) == len(lines)
+    assert all(a.first_frame < a.end_frame <= b.first_frame for a, b in pairwise(spans))
+    assert spans[-1].end_frame <= len(log_probs)
+
+
+def test_a_line_keeps_the_frames_of_its_first_and_last_labels():
+    # the gap label costs a frame what its best label does, so the path leaves a line on its last label's first
+    # frame: the line's edges are then moved over the speech frames next to them (blank not the likeliest)
+    data = synthetic_posteriors(30, seed=5, untranscribed_after=(8, 20), label_frames=(3, 6))
+    spans = align_lines(data.log_probs, data.lines, BLANK)
+    errors = np.array([[a.first_frame - s[0], a.end_frame - s[1]] for a, s in zip(spans, data.spans)])
+    assert np.mean(np.abs(errors) <= 1) >= 0.95  # without the move: ends 2-9 frames early
+    assert errors[:, 1].max() <= 0  # never past the line's own frames
+    # the rest: a line that starts with the label the line before ends with (the path may give it those frames)
+    for first, end in data.untranscribed:
+        assert all(a.end_frame <= first or a.first_frame >= end for a in spans)

@@ -63,6 +63,15 @@ def test_default_filters_drop_and_count_by_reason(tiny_model: Path, tmp_path: Pa
     assert report["kept"] + sum(report["dropped"].values()) == 2
     assert report["kept"] == 0 and set(report["dropped"]) <= {"cer", "too_short"}  # a random model reads nothing
 
+def test_a_multilingual_base_without_adapters_aligns_any_language(tmp_path: Path):
+    base = model_folder(tmp_path / "base", languages=())  # the demo's base: one shared head, no adapter
+    wav = _recording(tmp_path / "in")
+    out = tmp_path / "out"
+    argv = ["--audio", str(wav), "--text", str(wav.with_suffix(".txt")), "--model", str(base), "--language", "sk",
+            "--out", str(out), *LENIENT]
+    assert _run(argv) == 0
+    assert json.loads((out / "align_report.json").read_text())["kept"] == 2
+
 @pytest.mark.parametrize(("case", "expected"), [
     ("empty_text", r"rec\.txt: no text"),
     ("short_audio", r"rec\.txt:2: the audio .*rec\.wav \(0\.5 s\) is shorter than its text"),

@@ -144,3 +144,13 @@ def test_log_mel_batches_and_tensors():
         np.testing.assert_allclose(out[i].numpy(), log_mel(batch[i], n_mels=40), atol=1e-5)
     with pytest.raises(ValueError, match=r"\[S\] or \[B, S\]"):
         log_mel(np.zeros((1, 2, 400), np.float32))
+
+
+@pytest.mark.parametrize("num_samples", [399, 400, 16000, 16161, 48000])
+def test_log_mel_in_pieces_of_frames_is_log_mel_at_once(num_samples):
+    # a long recording's frames are computed a piece at a time (an hour at once: 1.7 GB of FFT intermediates)
+    wave = np.random.default_rng(2).standard_normal((2, num_samples)).astype(np.float32)
+    whole = log_mel(wave, piece_frames=10**9)
+    for piece in (1, 7, 100):
+        np.testing.assert_allclose(log_mel(wave, piece_frames=piece), whole, atol=1e-5)
+        np.testing.assert_allclose(log_mel(wave[0], piece_frames=piece), whole[0], atol=1e-5)

@@ -31,17 +31,20 @@ def random_line(rng: np.random.Generator, words: int = 4) -> np.ndarray:
     return np.asarray(labels, dtype=np.int64)
 
 
-def _speak(path: list[int], labels: np.ndarray, rng: np.random.Generator) -> None:
-    """Append the frames of ``labels`` to ``path``: each label 1-2 frames then 0-2 blanks (none after the last)."""
+def _speak(path: list[int], labels: np.ndarray, rng: np.random.Generator, label_frames: tuple[int, int] = (1, 2)
+           ) -> None:
+    """Append the frames of ``labels`` to ``path``: each label ``label_frames`` (min, max) frames then 0-2 blanks
+    (none after the last)."""
     for i, label in enumerate(labels):
-        path.extend([int(label)] * int(rng.integers(1, 3)))
+        path.extend([int(label)] * int(rng.integers(label_frames[0], label_frames[1] + 1)))
         if i < len(labels) - 1:
             path.extend([BLANK] * int(rng.integers(0, 3)))
 
 
 def synthetic_posteriors(num_lines: int, seed: int = 0, untranscribed_after: tuple[int, ...] = (),
                          untranscribed_frames: int = 60, peak: float = 6.0, noise: float = 1.0,
-                         pause_frames: tuple[int, int] = (3, 25)) -> SyntheticPosteriors:
+                         pause_frames: tuple[int, int] = (3, 25),
+                         label_frames: tuple[int, int] = (1, 2)) -> SyntheticPosteriors:
     """Lines read one after the other with pauses of ``pause_frames`` (min, max) blank frames (at 40 ms: 0.1-1.0 s)
     and, after each line of ``untranscribed_after``, a pause, ``untranscribed_frames`` of speech that is in no line,
     and a pause. Each frame's logits are Gaussian noise (``noise``) with ``peak`` added to the path's label."""
@@ -51,7 +54,7 @@ def synthetic_posteriors(num_lines: int, seed: int = 0, untranscribed_after: tup
     spans, untranscribed = [], []
     for i, line in enumerate(lines):
         first = len(path)
-        _speak(path, line, rng)
+        _speak(path, line, rng, label_frames)
         spans.append((first, len(path)))
         path.extend([BLANK] * int(rng.integers(*pause_frames)))
         if i in untranscribed_after:

@@ -116,3 +116,61 @@ def test_bad_split_settings_are_one_line(exported, recording, capsys):
         OnnxRecognizer(root / "onnx", split_by="words")
     with pytest.raises(ValueError, match="min_pause_s must be positive"):
         OnnxRecognizer(root / "onnx", min_pause_s=0.0)
+
+
+def _zero_runs(num_samples: int, seed: int) -> np.ndarray:
+    """Noise with runs of exact zeros of 1-1200 samples (some a window long or more), at random places."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(num_samples).astype(np.float32) + 2.0
+    for start in rng.integers(0, num_samples, size=num_samples // 2000):
+        x[start : start + int(rng.integers(1, 1200))] = 0.0
+    return x
+
+
+def _peak_bytes(call) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_digital_silence_marks_the_zero_runs_a_window_long_in_a_few_bytes_a_sample():
+    # an hour's int64 marks and their running sum took 920 MB (16 bytes a sample)
+    from adaptspeech.runtime.audio import digital_silence
+
+    x = _zero_runs(400_000, seed=0)
+    expected = np.zeros(len(x), bool)
+    zero, i = x == 0, 0
+    while i < len(x):
+        if zero[i]:
+            j = i
+            while j < len(x) and zero[j]:
+                j += 1
+            expected[i:j] = j - i >= 400
+            i = j
+        else:
+            i += 1
+    marked = digital_silence(x)
+    assert 0 < marked.sum() < len(x) and np.array_equal(marked, expected)
+    assert np.array_equal(digital_silence(np.zeros(500, np.float32)), np.ones(500, bool))
+    assert not digital_silence(np.zeros(399, np.float32)).any() and len(digital_silence(np.zeros(0))) == 0
+    assert _peak_bytes(lambda: digital_silence(x)) < 5 * len(x)
+
+
+def test_units_touching_in_pieces_of_units_as_at_once_in_a_few_bytes_a_sample():
+    # an hour's int64 running count of the marked samples took 460 MB
+    from adaptspeech.runtime.audio import digital_silence
+    from adaptspeech.runtime.long_form import units_touching
+
+    marked = digital_silence(_zero_runs(400_000, seed=1))
+    units = 1 + (len(marked) - 400) // 160 + 3  # three units past the end read nothing
+    counts = np.concatenate([[0], np.cumsum(marked)])
+    starts = np.minimum(np.arange(units) * 160, len(marked))
+    expected = counts[np.minimum(starts + 400, len(marked))] - counts[starts] > 0
+    for piece in (1, 7, 6000, 10**9):
+        assert np.array_equal(units_touching(marked, units, 160, 400, piece_units=piece), expected)
+    assert _peak_bytes(lambda: units_touching(marked, units, 160, 400, piece_units=250)) < 3 * len(marked)  # was 16

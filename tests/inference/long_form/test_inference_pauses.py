@@ -274,3 +274,18 @@ def test_attention_decoding_splits_at_pauses_first(tmp_path: Path) -> None:
     alone = transcribe(model, processor, [clips[1]], method="joint", chunk_length_s=1.0, **options)[0].text
     assert len(result.extra["segments"]) == 5 and result.extra["segments"][2]["text"] == alone and len(alone) > 2
     assert result.extra["segments"][2]["start"] == pytest.approx(starts[1] / 16000)
+
+
+@pytest.mark.parametrize(("num_samples", "num_frames"), [(6400, 10), (6399, 10), (7000, 10), (640, 3)])
+def test_frame_energies_in_pieces_are_those_at_once(num_samples: int, num_frames: int):
+    # an hour's samples at once in float64 (and their squares) took 920 MB: the frames are computed a piece at a time
+    from adaptspeech.runtime.pauses import energy_cost
+
+    wave = np.random.default_rng(3).standard_normal(num_samples).astype(np.float32)
+    whole = energy_cost(wave, 640, num_frames, piece_frames=10**9)
+    for piece in (1, 3, 4):
+        np.testing.assert_array_equal(energy_cost(wave, 640, num_frames, piece_frames=piece), whole)
+    padded = np.zeros(num_frames * 640, np.float64)
+    padded[: min(num_samples, len(padded))] = wave[: len(padded)]
+    expected = 10 * np.log10(np.maximum(np.square(padded).reshape(num_frames, 640).mean(-1), 1e-10))
+    np.testing.assert_allclose(whole, expected, rtol=1e-12)
