@@ -81,43 +81,101 @@ def train_heads(run: Path, prepared: str, out: Path, names: list[str], steps: in
     return rows
 
 
-def language_lms(prepared: str, out: Path, order: int = 3) -> dict[str, Path]:
-    """Step 2's LMs: a word ``order``-gram LM per language of its training transcripts (``adaptspeech lm build``)."""
+def language_lms(prepared: str, out: Path, order: int = 3, unit: str = "word") -> dict[str, Path]:
+    """Step 2's LMs: an ``order``-gram LM per language of its training transcripts, over words (``adaptspeech lm
+    build``) or characters (:func:`~adaptspeech.inference.lid_hybrid.build_char_lm`: the test split's words never
+    occur in training, so a word LM scores all of them alike)."""
     from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.lid_hybrid import build_char_lm
     from adaptspeech.lm.build import build_arpa
 
     train = load_prepared(prepared)[0]["train"]
     folders = {}
     for language in LANGUAGES:
+        texts = [t for t, lang in zip(train["text"], train["language"], strict=True) if lang == language]
+        folders[language] = out / "lms" / language
+        if unit == "char":
+            build_char_lm(texts, folders[language], order=order)
+            continue
         text = out / "lm_text" / f"{language}.txt"
         text.parent.mkdir(parents=True, exist_ok=True)
-        text.write_text("\n".join(t for t, lang in zip(train["text"], train["language"], strict=True)
-                                  if lang == language) + "\n", encoding="utf-8")
-        build_arpa(text, out / "lms" / language, order=order, progress=False)
-        folders[language] = out / "lms" / language
+        text.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        build_arpa(text, folders[language], order=order, progress=False)
     return folders
 
 
+FEATURE_SETS = {"head + CTC": ("lid_log_prob", "ctc_per_frame"), "head + LM": ("lid_log_prob", "lm_per_char"),
+                "head + CTC + LM": ("lid_log_prob", "ctc_per_frame", "lm_per_char")}
+"""The hybrid's feature sets the study fits: which part (the adapters' CTC score, the LM's text score) helps."""
+CUTS = {"whole": None, "1s": 1.0, "3s": 3.0}
+
+
 def fit_hybrid(model_dir: Path, prepared: str, top_ks: list[int], lm_dirs: dict[str, Path]) -> dict[str, Any]:
-    """Step 2: the calibration of each ``k`` on dev; the best one is saved in ``model_dir``."""
+    """Step 2: every candidate's features once for dev (whole utterances) and test (whole, first 1 s, first 3 s) with
+    the largest ``k``; then for each ``k`` and :data:`FEATURE_SETS` entry a calibration fitted on dev and its test
+    accuracy per cut, beside the acoustic head's and the oracle's (the true language among the ``k`` candidates:
+    what any re-scoring can reach). The calibration with the best dev accuracy is saved in ``model_dir``."""
+    import numpy as np
+    import torch
     from transformers import AutoProcessor
 
     from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.data.array_rows import column_list
     from adaptspeech.data.prepared_data import load_prepared
     from adaptspeech.inference.language_id import HeadIdentifier
-    from adaptspeech.inference.lid_hybrid import LanguageLMs, install_language_lms
-    from adaptspeech.lid_evaluation import fit_lid_calibration
+    from adaptspeech.inference.language_routing import top_languages
+    from adaptspeech.inference.lid_hybrid import LanguageLMs, fit_calibration, install_language_lms
+    from adaptspeech.lid_evaluation import candidate_feature_table, identify_dataset
 
     install_language_lms(model_dir, lm_dirs)
     model = AdaptSpeechForCTC.from_pretrained(model_dir).eval()
     processor = AutoProcessor.from_pretrained(model_dir)
     identifier = HeadIdentifier(model, processor)
     lms = LanguageLMs.from_folder(model_dir, identifier.languages)
-    dev = load_prepared(prepared)[0]["dev"]
-    fitted = {k: fit_lid_calibration(model, dev, processor, identifier, k, lms, batch_size=32) for k in top_ks}
-    best = max(fitted.values(), key=lambda c: c.fitted_on["accuracy_hybrid"])
+    splits = load_prepared(prepared)[0]
+    largest = max(top_ks)
+    tables: dict[str, Any] = {}
+    for name, split, seconds in (("dev", "dev", None), *((f"test {c}", "test", s) for c, s in CUTS.items())):
+        rows = splits[split]
+        log_probs = identify_dataset(identifier, rows, processor, 32, seconds)
+        candidates = [top_languages(row, identifier.languages, largest) for row in torch.from_numpy(log_probs)]
+        tables[name] = (candidates, candidate_feature_table(model, rows, processor, candidates, lms, 32, seconds),
+                        column_list(rows, "language"))
+
+    def cut(name: str, k: int, features: tuple[str, ...]) -> tuple[list, list, list]:
+        candidates, table, truth = tables[name]
+        return ([[lang for lang, _ in row[:k]] for row in candidates],
+                [[{f: c[f] for f in features} for c in row[:k]] for row in table], truth)
+
+    def accuracy(name: str, k: int, calibration: Any) -> float:
+        languages, table, truth = cut(name, k, calibration.features)
+        return float(np.mean([langs[int(np.argmax([calibration.score(c) for c in row]))] == t
+                              for langs, row, t in zip(languages, table, truth, strict=True)]))
+
+    fits: list[dict[str, Any]] = []
+    best = None
+    for k in top_ks:
+        for label, features in FEATURE_SETS.items():
+            if lms is None and "lm_per_char" in features:
+                continue
+            languages, table, truth = cut("dev", k, features)
+            calibration = fit_calibration(table, languages, truth, identifier.languages, k)
+            fits.append({"k": k, "features": label, "calibration": calibration.to_dict(),
+                         "dev": calibration.fitted_on["accuracy_hybrid"],
+                         "test": {c: accuracy(f"test {c}", k, calibration) for c in CUTS}})
+            if best is None or calibration.fitted_on["accuracy_hybrid"] > best.fitted_on["accuracy_hybrid"]:
+                best = calibration
+    assert best is not None
     best.save(model_dir)
-    return {str(k): c.to_dict() for k, c in fitted.items()} | {"chosen_k": best.top_k}
+    reference = {}
+    for name in tables:
+        candidates, _, truth = tables[name]
+        pairs = list(zip(candidates, truth, strict=True))
+        reference[name] = {"acoustic": float(np.mean([row[0][0] == t for row, t in pairs]))}
+        for k in top_ks:
+            reference[name][f"oracle k={k}"] = float(np.mean([t in [lang for lang, _ in row[:k]] for row, t in pairs]))
+    return {"fits": fits, "reference": reference, "chosen": best.to_dict(),
+            "lms": {lang: str(path) for lang, path in lm_dirs.items()}}
 
 
 def markdown(rows: list[dict], hybrid: dict[str, Any]) -> str:
@@ -130,15 +188,22 @@ def markdown(rows: list[dict], hybrid: dict[str, Any]) -> str:
                      f"{100 * test['whole']['accuracy']:.2f} | {100 * test['1s']['accuracy']:.2f} | "
                      f"{100 * test['3s']['accuracy']:.2f} | {100 * test['whole']['per_language'].get('sk', 0):.0f} |")
     if hybrid:
-        lines += ["", "| k | features | dev acoustic % | dev hybrid % | weights |", "|" + " --- |" * 5]
-        for k, c in hybrid.items():
-            if k == "chosen_k":
-                continue
-            record = c["fitted_on"]
-            weights = ", ".join(f"{n} {w:.3g}" for n, w in c["weights"].items())
-            lines.append(f"| {k} | {len(c['weights'])} | {100 * record['accuracy_acoustic']:.2f} | "
-                         f"{100 * record['accuracy_hybrid']:.2f} | {weights} |")
-        lines.append(f"\nChosen: k = {hybrid['chosen_k']}.")
+        lines += ["", "Scoring (the best head; fitted on dev, whole utterances; test: held-out voices, unseen words):",
+                  "", "| scoring | k | dev whole % | test whole % | test first 1 s % | test first 3 s % | weights |",
+                  "|" + " --- |" * 7]
+        reference = hybrid["reference"]
+        rows_ref = [("acoustic head", "1", "acoustic")] + [
+            (f"oracle (truth among the top {k})", str(k), f"oracle k={k}")
+            for k in sorted({f["k"] for f in hybrid["fits"]})]
+        for label, k, key in rows_ref:
+            lines.append(f"| {label} | {k} | {100 * reference['dev'][key]:.2f} | "
+                         + " | ".join(f"{100 * reference[f'test {c}'][key]:.2f}" for c in CUTS) + " | |")
+        for f in hybrid["fits"]:
+            weights = ", ".join(f"{n} {w:.3g}" for n, w in f["calibration"]["weights"].items())
+            lines.append(f"| hybrid: {f['features']} | {f['k']} | {100 * f['dev']:.2f} | "
+                         + " | ".join(f"{100 * f['test'][c]:.2f}" for c in CUTS) + f" | {weights} |")
+        chosen = hybrid["chosen"]
+        lines.append(f"\nChosen on dev: k = {chosen['top_k']}, features {', '.join(chosen['weights'])}.")
     return "\n".join(lines)
 
 
@@ -156,15 +221,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="SETTING")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--top-k", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--lm-unit", choices=["char", "word"], default="char",
+                        help="the per-language LMs' tokens (default char: the test split's words are unseen)")
+    parser.add_argument("--lm-order", type=int, default=None, help="default: 5 for characters, 3 for words")
     parser.add_argument("--use-gpu", action="store_true", help="train the heads on the GPU")
     args = parser.parse_args(argv)
+    if min(args.top_k) < 2:
+        parser.error(f"--top-k {min(args.top_k)}: the hybrid needs at least 2 candidates")
     run, out = Path(args.run), Path(args.output)
+    if out.resolve() == run.resolve() or run.resolve() in out.resolve().parents:
+        parser.error(f"--output {out}: inside --run {run}, which the study only reads; write elsewhere")
     prepared = args.prepared or str(run / "prepared")
     rows = train_heads(run, prepared, out, args.settings, args.steps, args.use_gpu)
     best = max(rows, key=lambda r: r["dev"]["whole"]["accuracy"])
     model_dir = out / "best_model"
     shutil.copytree(best["model"], model_dir, dirs_exist_ok=True)
-    hybrid = fit_hybrid(model_dir, prepared, args.top_k, language_lms(prepared, out))
+    order = args.lm_order or (5 if args.lm_unit == "char" else 3)
+    hybrid = fit_hybrid(model_dir, prepared, args.top_k, language_lms(prepared, out, order, args.lm_unit))
     write(out, rows, hybrid)
     from adaptspeech.recipes import recipe_module
 

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,16 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     truth = column_list(rows, "language")
     durations = duration_seconds(rows, processor)
     systems: dict[str, Any] = {}
+    cpu_seconds: dict[str, float] = {"known": 0.0}
     for name, scorer in scorers.items():
         chosen = {cut: choose_languages(model, rows, processor, identifier, scorer, batch_size=batch_size,
                                         prefix_seconds=seconds)
                   for cut, seconds in (("whole", None), *((f"{s:g}s", s) for s in PREFIX_SECONDS))}
+        start = time.process_time()
         routed = evaluate_dataset_auto(model, rows, processor, identifier, method, batch_size, progress=progress,
                                        hybrid=scorer, top_k=1 if scorer is None else scorer.calibration.top_k,
                                        **options)
+        cpu_seconds[f"routed_{name}"] = time.process_time() - start
         systems[name] = {"accuracy": {cut: choice_report(c, identifier.languages, truth) for cut, c in chosen.items()},
                          "by_duration": {cut: by_duration(c, truth, durations) for cut, c in chosen.items()},
                          "routed": {k: routed[k] for k in ("overall", "lid", "routing")},
@@ -100,9 +104,11 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     per_language: dict[str, Any] = {}
     for language in model.config.lid_languages:
         indices = [i for i, lang in enumerate(truth) if lang == language]
+        start = time.process_time()
         with routed_to(model, language) as system:
             known = evaluate_dataset(model, rows.select(indices), routed_processor(model, language, processor), method,
                                      batch_size, progress, **options)
+        cpu_seconds["known"] += time.process_time() - start
         row: dict[str, Any] = {"system": system, "utterances": len(indices)}
         for name, measured in systems.items():
             tag = "" if name == "acoustic" else f"_{name}"
@@ -118,7 +124,7 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     acoustic = systems["acoustic"]
     result = {"split": split, "method": method, "options": options, "lid": model.config.lid.to_dict(),
               "accuracy": acoustic["accuracy"], "by_duration": acoustic["by_duration"], "routed": acoustic["routed"],
-              "per_language": per_language}
+              "per_language": per_language, "cpu_seconds": cpu_seconds}
     if "hybrid" in systems:
         result["hybrid"] = {**systems["hybrid"], "calibration": scorers["hybrid"].calibration.to_dict()}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +194,12 @@ def report_markdown(result: dict[str, Any]) -> str:
         errors = [f"{true} -> {guess}: {n}" for true, row in confusion.items() for guess, n in row.items()
                   if guess != true]
         lines += ["", f"Confusions (whole utterances, {name}): {', '.join(errors) if errors else 'none'}."]
+    cpu = result.get("cpu_seconds")
+    if cpu:
+        extra = [f"{name[len('routed_'):]} routing {cpu[name]:.1f} s ({100 * (cpu[name] / cpu['known'] - 1):+.1f}%)"
+                 for name in cpu if name.startswith("routed_") and cpu["known"] > 0]
+        lines += ["", f"CPU time over the split (process time, one run): recognition with the known language "
+                      f"{cpu['known']:.1f} s; " + "; ".join(extra) + "."]
     lines += ["", "Accuracy by utterance duration (%; utterances in the bucket):", "",
               "| scoring | cut | " + " | ".join(name for _, _, name in DURATION_BUCKETS) + " |",
               "|" + " --- |" * (2 + len(DURATION_BUCKETS))]

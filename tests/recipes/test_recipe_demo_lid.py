@@ -141,3 +141,40 @@ def test_the_hybrid_study_s_language_lms_are_one_per_language_of_its_transcripts
     for folder in folders.values():
         assert (folder / "lm.arpa").read_text().startswith("\\data\\")
         assert set((folder / "unigrams.txt").read_text().split()) == {"ab", "ba", "abc", "cab"}
+
+
+def test_the_hybrid_study_runs_end_to_end_and_writes_its_tables(report, tmp_path, monkeypatch, capsys) -> None:
+    import shutil
+
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    out, _ = report
+    run = tmp_path / "run"
+    shutil.copytree(out.parent / "run" / "model", run / "fusion" / "model")
+    shutil.copytree(out.parent / "prepared", run / "prepared")
+    fusion = AdaptSpeechForCTC.from_pretrained(run / "fusion" / "model")
+    fusion.remove_lid_head()  # a demo's fusion model has none
+    fusion.save_pretrained(run / "fusion" / "model")
+    monkeypatch.setattr(study, "LANGUAGES", ["ro", "cs"])
+    monkeypatch.setattr(study, "SETTINGS", {"layer 0": ({"layer": 0}, None),
+                                            "mix 0..1 + AAM": ({"layer": 1, "layer_mix": True, "loss": "aam_softmax"},
+                                                               None)})
+    with pytest.raises(SystemExit):
+        study.main(["--run", str(run), "--output", str(run / "study")])
+    assert "inside --run" in capsys.readouterr().err
+    assert study.main(["--run", str(run), "--output", str(tmp_path / "study"), "--steps", "5", "--top-k", "2",
+                       "--lm-order", "2"]) == 0
+    result = json.loads((tmp_path / "study" / "lid_hybrid_study.json").read_text())
+    assert [r["setting"] for r in result["heads"]] == ["layer 0", "mix 0..1 + AAM"]
+    hybrid = result["hybrid"]
+    assert [(f["k"], f["features"]) for f in hybrid["fits"]] == [(2, name) for name in study.FEATURE_SETS]
+    assert set(hybrid["reference"]) == {"dev", "test whole", "test 1s", "test 3s"}
+    assert hybrid["reference"]["test whole"]["oracle k=2"] == 1.0  # two languages: the truth is always a candidate
+    model = tmp_path / "study" / "best_model"
+    assert json.loads((model / "lid_calibration.json").read_text())["weights"] == hybrid["chosen"]["weights"]
+    assert (model / "language_models" / "cs" / "unit.txt").read_text() == "char\n"
+    table = (tmp_path / "study" / "lid_hybrid_study.md").read_text()
+    assert "| oracle (truth among the top 2) | 2 |" in table and "| hybrid: head + CTC + LM | 2 |" in table
+    reported = json.loads((tmp_path / "study" / "report" / "lid_report.json").read_text())
+    assert set(reported["cpu_seconds"]) == {"known", "routed_acoustic", "routed_hybrid"}
+    assert all(v > 0 for v in reported["cpu_seconds"].values())
+    assert "CPU time over the split" in (tmp_path / "study" / "report" / "lid_report.md").read_text()
