@@ -81,29 +81,6 @@ def train_heads(run: Path, prepared: str, out: Path, names: list[str], steps: in
     return rows
 
 
-def language_lms(prepared: str, out: Path, order: int = 3, unit: str = "word") -> dict[str, Path]:
-    """Step 2's LMs: an ``order``-gram LM per language of its training transcripts, over words (``adaptspeech lm
-    build``) or characters (:func:`~adaptspeech.inference.lid_hybrid.build_char_lm`: the test split's words never
-    occur in training, so a word LM scores all of them alike)."""
-    from adaptspeech.data.prepared_data import load_prepared
-    from adaptspeech.inference.lid_hybrid import build_char_lm
-    from adaptspeech.lm.build import build_arpa
-
-    train = load_prepared(prepared)[0]["train"]
-    folders = {}
-    for language in LANGUAGES:
-        texts = [t for t, lang in zip(train["text"], train["language"], strict=True) if lang == language]
-        folders[language] = out / "lms" / language
-        if unit == "char":
-            build_char_lm(texts, folders[language], order=order)
-            continue
-        text = out / "lm_text" / f"{language}.txt"
-        text.parent.mkdir(parents=True, exist_ok=True)
-        text.write_text("\n".join(texts) + "\n", encoding="utf-8")
-        build_arpa(text, folders[language], order=order, progress=False)
-    return folders
-
-
 FEATURE_SETS = {"head + CTC": ("lid_log_prob", "ctc_per_frame"), "head + LM": ("lid_log_prob", "lm_per_char"),
                 "head + CTC + LM": ("lid_log_prob", "ctc_per_frame", "lm_per_char")}
 """The hybrid's feature sets the study fits: which part (the adapters' CTC score, the LM's text score) helps."""
@@ -237,11 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = out / "best_model"
     shutil.copytree(best["model"], model_dir, dirs_exist_ok=True)
     order = args.lm_order or (5 if args.lm_unit == "char" else 3)
-    hybrid = fit_hybrid(model_dir, prepared, args.top_k, language_lms(prepared, out, order, args.lm_unit))
-    write(out, rows, hybrid)
     from adaptspeech.recipes import recipe_module
 
     report = recipe_module(HERE, "lid_report.py")
+    lms = report.language_lms(prepared, out / "lms", LANGUAGES, order, args.lm_unit)
+    hybrid = fit_hybrid(model_dir, prepared, args.top_k, lms)
+    write(out, rows, hybrid)
     report.lid_report(model_dir, Path(prepared), "test", out / "report", method="ctc_greedy")
     print(markdown(rows, hybrid))
     print((out / "report" / "lid_report.md").read_text())

@@ -237,8 +237,58 @@ def plot_confusions(accuracy: dict[str, Any], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def run_lid(recipe_dir: Path, spec: Any, overrides: Sequence[str] = (), retrain: bool = False) -> dict[str, Any]:
-    """Train the head (unless ``<output_dir>/lid/model`` holds one and not ``retrain``), then :func:`lid_report`."""
+def language_lms(prepared: str | Path, out: Path, languages: Sequence[str], order: int = 5,
+                 unit: str = "char") -> dict[str, Path]:
+    """An ``order``-gram LM per language of its training transcripts in ``out/<language>/``, over characters
+    (:func:`~adaptspeech.inference.lid_hybrid.build_char_lm`; the test split's words never occur in training, so a
+    word LM scores all of them alike) or words (``adaptspeech lm build``)."""
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.lid_hybrid import build_char_lm
+    from adaptspeech.lm.build import build_arpa
+
+    train = load_prepared(str(prepared))[0]["train"]
+    folders = {}
+    for language in languages:
+        texts = [t for t, lang in zip(train["text"], train["language"], strict=True) if lang == language]
+        folders[language] = out / language
+        if unit == "char":
+            build_char_lm(texts, folders[language], order=order)
+            continue
+        text = out / "text" / f"{language}.txt"
+        text.parent.mkdir(parents=True, exist_ok=True)
+        text.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        build_arpa(text, folders[language], order=order, progress=False)
+    return folders
+
+
+def fit_hybrid_scoring(model_dir: Path, prepared: Path, top_k: int, batch_size: int = 32) -> Any:
+    """The demo's hybrid score: character 5-gram LMs of each language's training transcripts installed in
+    ``model_dir`` (:func:`language_lms`), the calibration fitted on dev with ``top_k`` candidates and saved there."""
+    from transformers import AutoProcessor
+
+    from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.language_id import HeadIdentifier
+    from adaptspeech.inference.lid_hybrid import LanguageLMs, install_language_lms
+    from adaptspeech.lid_evaluation import fit_lid_calibration
+
+    model = AdaptSpeechForCTC.from_pretrained(model_dir).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    identifier = HeadIdentifier(model, processor)
+    install_language_lms(model_dir, language_lms(prepared, Path(model_dir).parent / "lms", identifier.languages))
+    lms = LanguageLMs.from_folder(model_dir, identifier.languages)
+    dev = load_prepared(str(prepared))[0]["dev"]
+    calibration = fit_lid_calibration(model, dev, processor, identifier, top_k, lms, batch_size=batch_size)
+    calibration.save(model_dir)
+    return calibration
+
+
+def run_lid(recipe_dir: Path, spec: Any, overrides: Sequence[str] = (), retrain: bool = False,
+            scoring: str = "acoustic", top_k: int = 2) -> dict[str, Any]:
+    """Train the head (unless ``<output_dir>/lid/model`` holds one and not ``retrain``); with ``scoring="hybrid"``
+    fit the hybrid score (:func:`fit_hybrid_scoring`, unless the model holds one for ``top_k`` and not ``retrain``;
+    with ``"acoustic"`` a calibration left from before is removed); then :func:`lid_report`."""
+    from adaptspeech.inference.lid_hybrid import CALIBRATION_NAME, LIDCalibration
     from adaptspeech.recipes.simadapter.stages import prepare_data
     from adaptspeech.training.stage import run_stage
 
@@ -247,6 +297,11 @@ def run_lid(recipe_dir: Path, spec: Any, overrides: Sequence[str] = (), retrain:
     model_dir = Path(stage["output_dir"]) / "model"
     if retrain or not (model_dir / "config.json").is_file():
         run_stage(stage, progress=spec.progress, overwrite=True)
+    calibration = model_dir / CALIBRATION_NAME
+    if scoring == "acoustic":
+        calibration.unlink(missing_ok=True)
+    elif retrain or not calibration.is_file() or LIDCalibration.load(model_dir).top_k != top_k:
+        fit_hybrid_scoring(model_dir, Path(prepared), top_k)
     evaluation = spec.evaluation
     return lid_report(model_dir, Path(prepared), evaluation.split, Path(stage["output_dir"]), evaluation.method,
                       dict(evaluation.options or {}), progress=spec.progress)

@@ -129,18 +129,40 @@ def test_the_hybrid_study_s_heads_are_valid_stages_that_differ_only_in_their_set
     assert study.stage_for("m", "p", tmp_path, {}, None, 5, use_gpu=True)["training"]["use_cpu"] is False
 
 
-def test_the_hybrid_study_s_language_lms_are_one_per_language_of_its_transcripts(tmp_path) -> None:
-    study = recipe_module(DEMO, "lid_hybrid_study.py")
+def test_the_demo_s_language_lms_are_one_per_language_of_its_transcripts(tmp_path) -> None:
     prepared = two_language_corpus(tmp_path / "prepared", clips=8)
-    study.LANGUAGES, languages = ["ro", "cs"], study.LANGUAGES
-    try:
-        folders = study.language_lms(str(prepared), tmp_path / "out", order=2)
-    finally:
-        study.LANGUAGES = languages
+    folders = lid_report.language_lms(prepared, tmp_path / "words", ["ro", "cs"], order=2, unit="word")
     assert set(folders) == {"ro", "cs"}
     for folder in folders.values():
         assert (folder / "lm.arpa").read_text().startswith("\\data\\")
         assert set((folder / "unigrams.txt").read_text().split()) == {"ab", "ba", "abc", "cab"}
+        assert not (folder / "unit.txt").exists()
+    chars = lid_report.language_lms(prepared, tmp_path / "chars", ["ro", "cs"], order=3)
+    for folder in chars.values():
+        assert (folder / "unit.txt").read_text() == "char\n"
+        assert set((folder / "unigrams.txt").read_text().split()) == {"a", "b", "c"}  # one word a text: no "|"
+
+
+def test_the_demo_s_hybrid_scoring_is_fitted_on_dev_with_character_lms(report, tmp_path) -> None:
+    import shutil
+
+    from adaptspeech.inference.lid_hybrid import LanguageLMs, LIDCalibration
+
+    out, _ = report
+    folder = tmp_path / "lid" / "model"
+    shutil.copytree(out.parent / "run" / "model", folder)
+    calibration = lid_report.fit_hybrid_scoring(folder, out.parent / "prepared", top_k=2, batch_size=4)
+    assert LIDCalibration.load(folder).to_dict() == calibration.to_dict()
+    assert calibration.top_k == 2 and set(calibration.weights) == {"lid_log_prob", "ctc_per_frame", "lm_per_char"}
+    assert calibration.fitted_on["rows"] == 8  # the dev split
+    assert LanguageLMs.from_folder(folder, ["ro", "cs"]).units == {"ro": "char", "cs": "char"}
+    assert (tmp_path / "lid" / "lms" / "cs" / "lm.arpa").is_file()
+
+
+def test_the_demo_s_hybrid_needs_two_candidates(capsys) -> None:
+    code, _, err = run_main(["demo", "--lid", "--lid-scoring", "hybrid", "--lid-top-k", "1"], capsys)
+    assert code == 1
+    assert one_error_line(err).endswith("--lid-top-k 1: the hybrid score needs at least 2 candidates")
 
 
 def test_the_hybrid_study_runs_end_to_end_and_writes_its_tables(report, tmp_path, monkeypatch, capsys) -> None:
