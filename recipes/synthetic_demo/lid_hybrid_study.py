@@ -5,9 +5,11 @@ adds (docs/lid.md). Meant for the fully trained demo on a GPU machine; every ste
    ``model.lid`` and ``data.train_subset`` changed; the same seed, steps and learning rate): the single-layer sweep
    (layers 0..3), the learned layer mix up to layers 2 and 3, then AAM-softmax, random 1-4 s crops and all training
    audio on top of the mix. Each is measured on dev and test (whole utterances, first 1 s and 3 s).
-2. **Hybrid**: on the head with the best dev accuracy, per-language word 3-gram LMs of the training transcripts are
-   written into its model folder (``language_models/<language>/``), the calibration is fitted on dev for each
-   ``--top-k`` and the ``k`` with the best dev accuracy is kept (``lid_calibration.json``).
+2. **Hybrid**: on the head with the best dev accuracy, per-language character 3-gram LMs of the training
+   transcripts are written into its model folder (``language_models/<language>/``); every candidate's features are
+   computed once (dev; test whole, first 1 s, first 3 s), the calibration is fitted on dev for each ``--top-k`` and
+   feature set (head + CTC, head + LM, all three) and measured on test beside the head alone and the oracle top-k;
+   the fit with the best dev accuracy is kept (``lid_calibration.json``).
 3. **Report**: ``lid_report.py`` on the test split for that model: the acoustic head and the hybrid side by side (by
    duration bucket, confusions, routed CER against known-language CER).
 
@@ -16,6 +18,10 @@ Usage::
     python recipes/synthetic_demo/lid_hybrid_study.py --run runs/demo_gpu --output runs/lid_hybrid --use-gpu
 
 Writes ``<output>/lid_hybrid_study.md`` / ``.json`` (the heads' table, the calibrations) and ``<output>/report/``.
+
+``--text-check`` (no model, ``--prepared``) measures what the text score can tell at best: the language whose LM
+scores a row's reference transcript best, for word and character LMs of several orders (the test split's words never
+occur in training, and dev's all do, so dev cannot choose the LM: the check shows it).
 """
 
 from __future__ import annotations
@@ -155,6 +161,54 @@ def fit_hybrid(model_dir: Path, prepared: str, top_ks: list[int], lm_dirs: dict[
             "lms": {lang: str(path) for lang, path in lm_dirs.items()}}
 
 
+TEXT_CHECK_LMS = (("word", 3), ("char", 2), ("char", 3), ("char", 4), ("char", 5))
+"""The LMs the text check compares: ``(unit, order)``."""
+
+
+def text_check(prepared: str, out: Path, lms: tuple[tuple[str, int], ...] = TEXT_CHECK_LMS) -> dict[str, Any]:
+    """What the text score can tell at best, without a model: each LM of ``lms`` built per language from the training
+    transcripts (:func:`lid_report.language_lms`), then the language whose LM scores a row's **reference** transcript
+    best (per character), on dev (words seen in training) and test (unseen words); accuracy and confusions."""
+    from collections import Counter
+
+    import numpy as np
+
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.lid_hybrid import LanguageLMs, install_language_lms
+    from adaptspeech.recipes import recipe_module
+
+    report = recipe_module(HERE, "lid_report.py")
+    splits = load_prepared(prepared)[0]
+    result: dict[str, Any] = {}
+    for unit, order in lms:
+        name = f"{unit} {order}-gram"
+        folder = out / "text_check" / f"{unit}{order}"
+        install_language_lms(folder / "model", report.language_lms(prepared, folder / "lms", LANGUAGES, order, unit))
+        scorer = LanguageLMs.from_folder(folder / "model", LANGUAGES)
+        assert scorer is not None
+        result[name] = {}
+        for split in ("dev", "test"):
+            rows = splits[split]
+            guesses = [LANGUAGES[int(np.argmax([scorer.per_char(lang, text) for lang in LANGUAGES]))]
+                       for text in rows["text"]]
+            truth = list(rows["language"])
+            errors = Counter(f"{t} -> {g}" for t, g in zip(truth, guesses, strict=True) if t != g)
+            result[name][split] = {"accuracy": float(np.mean([t == g for t, g in zip(truth, guesses, strict=True)])),
+                                   "rows": len(truth), "confusions": dict(errors.most_common())}
+    return result
+
+
+def text_check_markdown(result: dict[str, Any]) -> str:
+    """The text check's table: accuracy on dev and test, the test split's most frequent confusions."""
+    lines = ["| LM (per language, training transcripts) | dev % | test % | test confusions (of 100 a language) |",
+             "|" + " --- |" * 4]
+    for name, splits in result.items():
+        top = ", ".join(f"{pair} {n}" for pair, n in list(splits["test"]["confusions"].items())[:6])
+        lines.append(f"| {name} | {100 * splits['dev']['accuracy']:.2f} | {100 * splits['test']['accuracy']:.2f} | "
+                     f"{top} |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict], hybrid: dict[str, Any]) -> str:
     """The heads' table (dev and test accuracy) and the calibrations' dev accuracies."""
     lines = ["| setting | audio per language | dev whole % | test whole % | test first 1 s % | test first 3 s % | "
@@ -192,7 +246,7 @@ def write(out: Path, rows: list[dict], hybrid: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", required=True, help="a finished demo run (its fusion/model and prepared/)")
+    parser.add_argument("--run", default=None, help="a finished demo run (its fusion/model and prepared/)")
     parser.add_argument("--prepared", default=None, help="the prepared data (default: RUN/prepared)")
     parser.add_argument("--output", required=True)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="SETTING")
@@ -200,11 +254,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--lm-unit", choices=["char", "word"], default="char",
                         help="the per-language LMs' tokens (default char: the test split's words are unseen)")
-    parser.add_argument("--lm-order", type=int, default=None, help="default: 5 for characters, 3 for words")
+    parser.add_argument("--lm-order", type=int, default=3, help="default 3 (see --text-check)")
     parser.add_argument("--use-gpu", action="store_true", help="train the heads on the GPU")
+    parser.add_argument("--text-check", action="store_true",
+                        help="only the text check (no model; --prepared): which LM tells the reference transcripts' "
+                        "language best; writes <output>/lid_text_check.md and .json")
     args = parser.parse_args(argv)
     if min(args.top_k) < 2:
         parser.error(f"--top-k {min(args.top_k)}: the hybrid needs at least 2 candidates")
+    if args.text_check:
+        if args.prepared is None and args.run is None:
+            parser.error("--text-check: give --prepared (or --run)")
+        out = Path(args.output)
+        checked = text_check(args.prepared or str(Path(args.run) / "prepared"), out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "lid_text_check.json").write_text(json.dumps(checked, indent=1) + "\n")
+        (out / "lid_text_check.md").write_text(text_check_markdown(checked) + "\n")
+        print(text_check_markdown(checked))
+        return 0
+    if args.run is None:
+        parser.error("--run is required (a finished demo run)")
     run, out = Path(args.run), Path(args.output)
     if out.resolve() == run.resolve() or run.resolve() in out.resolve().parents:
         parser.error(f"--output {out}: inside --run {run}, which the study only reads; write elsewhere")
@@ -213,11 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     best = max(rows, key=lambda r: r["dev"]["whole"]["accuracy"])
     model_dir = out / "best_model"
     shutil.copytree(best["model"], model_dir, dirs_exist_ok=True)
-    order = args.lm_order or (5 if args.lm_unit == "char" else 3)
     from adaptspeech.recipes import recipe_module
 
     report = recipe_module(HERE, "lid_report.py")
-    lms = report.language_lms(prepared, out / "lms", LANGUAGES, order, args.lm_unit)
+    lms = report.language_lms(prepared, out / "lms", LANGUAGES, args.lm_order, args.lm_unit)
     hybrid = fit_hybrid(model_dir, prepared, args.top_k, lms)
     write(out, rows, hybrid)
     report.lid_report(model_dir, Path(prepared), "test", out / "report", method="ctc_greedy")

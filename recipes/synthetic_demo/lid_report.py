@@ -237,7 +237,7 @@ def plot_confusions(accuracy: dict[str, Any], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def language_lms(prepared: str | Path, out: Path, languages: Sequence[str], order: int = 5,
+def language_lms(prepared: str | Path, out: Path, languages: Sequence[str], order: int = 3,
                  unit: str = "char") -> dict[str, Path]:
     """An ``order``-gram LM per language of its training transcripts in ``out/<language>/``, over characters
     (:func:`~adaptspeech.inference.lid_hybrid.build_char_lm`; the test split's words never occur in training, so a
@@ -262,7 +262,7 @@ def language_lms(prepared: str | Path, out: Path, languages: Sequence[str], orde
 
 
 def fit_hybrid_scoring(model_dir: Path, prepared: Path, top_k: int, batch_size: int = 32) -> Any:
-    """The demo's hybrid score: character 5-gram LMs of each language's training transcripts installed in
+    """The demo's hybrid score: character 3-gram LMs of each language's training transcripts installed in
     ``model_dir`` (:func:`language_lms`), the calibration fitted on dev with ``top_k`` candidates and saved there."""
     from transformers import AutoProcessor
 

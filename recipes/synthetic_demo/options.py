@@ -48,7 +48,7 @@ def demo_options(parser: argparse.ArgumentParser) -> None:
                      help="train (or reuse) the language-ID head and write its report")
     lid.add_argument("--lid-retrain", action="store_true", help="with --lid: train the head again")
     lid.add_argument("--lid-scoring", choices=LID_SCORINGS, default=DEMO_LID_SCORING,
-                     help="with --lid: hybrid also writes per-language character 5-gram LMs of the training "
+                     help="with --lid: hybrid also writes per-language character 3-gram LMs of the training "
                      "transcripts into the model, fits the hybrid score on dev (--lid-top-k candidates) and reports "
                      f"it beside the acoustic head (default {DEMO_LID_SCORING}; docs/lid.md)")
     lid.add_argument("--lid-top-k", type=int, default=DEMO_LID_TOP_K, metavar="K",

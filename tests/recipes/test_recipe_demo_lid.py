@@ -200,3 +200,19 @@ def test_the_hybrid_study_runs_end_to_end_and_writes_its_tables(report, tmp_path
     assert set(reported["cpu_seconds"]) == {"known", "routed_acoustic", "routed_hybrid"}
     assert all(v > 0 for v in reported["cpu_seconds"].values())
     assert "CPU time over the split" in (tmp_path / "study" / "report" / "lid_report.md").read_text()
+
+
+def test_the_text_check_tells_each_reference_transcript_s_language(tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    prepared = two_language_corpus(tmp_path / "prepared", clips=8)
+    study_languages, study.LANGUAGES = study.LANGUAGES, ["ro", "cs"]
+    try:
+        result = study.text_check(str(prepared), tmp_path / "out", (("word", 2), ("char", 2)))
+    finally:
+        study.LANGUAGES = study_languages
+    # both toy languages say the same four words: no LM can tell them apart, each row goes to the first language
+    for name in ("word 2-gram", "char 2-gram"):
+        for split in ("dev", "test"):
+            assert result[name][split]["rows"] == 8
+            assert result[name][split]["accuracy"] == 0.5 and result[name][split]["confusions"] == {"cs -> ro": 4}
+    assert "| char 2-gram | 50.00 | 50.00 | cs -> ro 4 |" in study.text_check_markdown(result)
