@@ -65,8 +65,8 @@ def stage_for(model: str, prepared: str, output: Path, lid: dict[str, Any], subs
             "evaluation": {"batch_size": 32}}
 
 
-def train_heads(run: Path, prepared: str, out: Path, names: list[str], steps: int, use_gpu: bool) -> list[dict]:
-    """Step 1: train and measure one head per setting (table rows, written as they come)."""
+def train_heads(model: Path, prepared: str, out: Path, names: list[str], steps: int, use_gpu: bool) -> list[dict]:
+    """Step 1: train and measure one head per setting on ``model`` (table rows, written as they come)."""
     from adaptspeech.recipes import recipe_module
     from adaptspeech.training.stage import run_stage
 
@@ -77,7 +77,7 @@ def train_heads(run: Path, prepared: str, out: Path, names: list[str], steps: in
         lid, subset = SETTINGS[name]
         folder = out / "heads" / name.replace(" ", "_").replace(",", "").replace("+", "")
         start = time.perf_counter()
-        result = run_stage(stage_for(str(run / "fusion" / "model"), prepared, folder, lid, subset, steps, use_gpu),
+        result = run_stage(stage_for(str(model), prepared, folder, lid, subset, steps, use_gpu),
                            progress=False, overwrite=True)
         rows.append({"setting": name, "lid": lid, "subset": subset, "model": str(result.model_dir),
                      "train_seconds": time.perf_counter() - start,
@@ -159,6 +159,36 @@ def fit_hybrid(model_dir: Path, prepared: str, top_ks: list[int], lm_dirs: dict[
             reference[name][f"oracle k={k}"] = float(np.mean([t in [lang for lang, _ in row[:k]] for row, t in pairs]))
     return {"fits": fits, "reference": reference, "chosen": best.to_dict(),
             "lms": {lang: str(path) for lang, path in lm_dirs.items()}}
+
+
+def graft_head(head_model: Path, onto: Path, out: Path) -> Path:
+    """A copy of the model ``onto`` (the demo's fusion model) in ``out`` with the language-ID head of ``head_model``,
+    trained on the same frozen encoder (e.g. the base the fusion sits on: the head reads the encoder without
+    adapters, so it does not need to wait for the adapter stages).
+
+    Raises:
+        ValueError: the two models' encoders without adapters differ (the head would read another encoder).
+    """
+    import torch
+
+    from adaptspeech import AdaptSpeechForCTC
+
+    source = AdaptSpeechForCTC.from_pretrained(head_model).eval()
+    model = AdaptSpeechForCTC.from_pretrained(onto).eval()
+    if model.lid_head is not None:
+        model.remove_lid_head()
+    model.add_lid_head(list(source.config.lid_languages), **source.config.lid.to_dict())
+    model.lid_head.load_state_dict(source.lid_head.state_dict())
+    framed = model.main_input_name == "input_features"  # 2 s: 200 fbank frames, or 32,000 samples
+    shape = (1, 200, model.config.backbone_config.num_mel_bins) if framed else (1, 32000)
+    probe = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        if not torch.allclose(model.lid_logits(probe), source.lid_logits(probe), atol=1e-5):
+            raise ValueError(f"{head_model}: its encoder (without adapters) is not the one of {onto}; train the heads "
+                             "on the model the fusion sits on")
+    shutil.copytree(onto, out, dirs_exist_ok=True)
+    model.save_pretrained(out)
+    return out
 
 
 TEXT_CHECK_LMS = (("word", 3), ("char", 2), ("char", 3), ("char", 4), ("char", 5))
@@ -256,6 +286,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the per-language LMs' tokens (default char: the test split's words are unseen)")
     parser.add_argument("--lm-order", type=int, default=3, help="default 3 (see --text-check)")
     parser.add_argument("--use-gpu", action="store_true", help="train the heads on the GPU")
+    parser.add_argument("--heads-model", default=None,
+                        help="train the heads on this model (default RUN/fusion/model), e.g. the run's base/model: "
+                        "the same frozen encoder, ready before the adapter stages; the best head is grafted onto "
+                        "RUN/fusion/model")
+    parser.add_argument("--only-heads", action="store_true", help="stop after training and measuring the heads")
+    parser.add_argument("--reuse-heads", action="store_true",
+                        help="take the heads of OUTPUT/lid_hybrid_study.json (an --only-heads run), train none")
     parser.add_argument("--text-check", action="store_true",
                         help="only the text check (no model; --prepared): which LM tells the reference transcripts' "
                         "language best; writes <output>/lid_text_check.md and .json")
@@ -278,10 +315,16 @@ def main(argv: list[str] | None = None) -> int:
     if out.resolve() == run.resolve() or run.resolve() in out.resolve().parents:
         parser.error(f"--output {out}: inside --run {run}, which the study only reads; write elsewhere")
     prepared = args.prepared or str(run / "prepared")
-    rows = train_heads(run, prepared, out, args.settings, args.steps, args.use_gpu)
+    if args.reuse_heads:
+        rows = json.loads((out / "lid_hybrid_study.json").read_text())["heads"]
+    else:
+        heads_model = Path(args.heads_model) if args.heads_model else run / "fusion" / "model"
+        rows = train_heads(heads_model, prepared, out, args.settings, args.steps, args.use_gpu)
+    if args.only_heads:
+        print(markdown(rows, {}))
+        return 0
     best = max(rows, key=lambda r: r["dev"]["whole"]["accuracy"])
-    model_dir = out / "best_model"
-    shutil.copytree(best["model"], model_dir, dirs_exist_ok=True)
+    model_dir = graft_head(Path(best["model"]), run / "fusion" / "model", out / "best_model")
     from adaptspeech.recipes import recipe_module
 
     report = recipe_module(HERE, "lid_report.py")

@@ -216,3 +216,25 @@ def test_the_text_check_tells_each_reference_transcript_s_language(tmp_path) -> 
             assert result[name][split]["rows"] == 8
             assert result[name][split]["accuracy"] == 0.5 and result[name][split]["confusions"] == {"cs -> ro": 4}
     assert "| char 2-gram | 50.00 | 50.00 | cs -> ro 4 |" in study.text_check_markdown(result)
+
+
+def test_a_head_trained_on_the_base_is_grafted_onto_the_model_on_the_same_encoder_only(report, tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    out, _ = report
+    head_model = out.parent / "run" / "model"
+    base = AdaptSpeechForCTC.from_pretrained(head_model)
+    base.remove_lid_head()
+    base.remove_fusion()
+    base.save_pretrained(tmp_path / "base")
+    grafted = AdaptSpeechForCTC.from_pretrained(study.graft_head(head_model, tmp_path / "base", tmp_path / "g")).eval()
+    trained = AdaptSpeechForCTC.from_pretrained(head_model).eval()
+    assert grafted.config.lid.to_dict() == trained.config.lid.to_dict()
+    clip = torch.randn(1, 8000)
+    with torch.no_grad():
+        assert torch.allclose(grafted.lid_logits(clip), trained.lid_logits(clip), atol=1e-6)
+    with torch.no_grad():  # another encoder: refused, nothing written
+        next(p for n, p in base.named_parameters() if "layers.0." in n and "adapter" not in n).add_(0.5)
+    base.save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match=r"encoder \(without adapters\) is not the one of .*other; train the heads"):
+        study.graft_head(head_model, tmp_path / "other", tmp_path / "g2")
+    assert not (tmp_path / "g2").exists()
