@@ -58,7 +58,8 @@ def stage_for(model: str, prepared: str, output: Path, lid: dict[str, Any], subs
               use_gpu: bool = False) -> dict[str, Any]:
     """``stage_lid.yaml`` on ``model`` with the head's settings ``lid`` and the training ``subset`` (None: all)."""
     stage = load_yaml(HERE / "stage_lid.yaml")
-    stage["model"] = {**stage["model"], "init": "pretrained", "path": model, "lid": {**stage["model"]["lid"], **lid}}
+    pooling = {k: v for k, v in stage["model"]["lid"].items() if k in ("pooling", "attention_dim")}  # only these
+    stage["model"] = {**stage["model"], "init": "pretrained", "path": model, "lid": {**pooling, **lid}}
     stage["training"] = {**stage["training"], "max_steps": steps, "save_steps": steps, "use_cpu": not use_gpu}
     return {**stage, "name": "lid", "output_dir": str(output), "seed": 0,
             "data": {"prepared_dir": prepared, "train_languages": LANGUAGES, "train_subset": subset},

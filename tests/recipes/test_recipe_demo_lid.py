@@ -90,7 +90,8 @@ def test_the_lid_stage_of_a_demo_run_trains_the_head_on_the_fusion_model(tmp_pat
     assert stage["model"]["path"] == str(tmp_path / "fusion" / "model") and stage["model"]["trainable"] == {"lid": True}
     assert stage["data"]["train_languages"] == ["cs", "pl", "sl", "it", "es", "sk"]
     assert stage["data"]["train_subset"] == "10min" and stage["training"]["max_steps"] == 5
-    assert StageSpec.from_dict(stage).model["lid"] == {"pooling": "attentive_stats", "layer": 1, "attention_dim": 64}
+    assert StageSpec.from_dict(stage).model["lid"] == {"pooling": "attentive_stats", "layer": 3, "layer_mix": True,
+                                                       "attention_dim": 64}
     assert lid_report.split_lid_overrides(["lid.training.max_steps=5", "target=pl"]) == (["target=pl"],
                                                                                         ["training.max_steps=5"])
 
@@ -109,6 +110,7 @@ def test_the_settings_study_changes_only_the_pooled_layer_and_the_training_audio
     for stage in (base, deeper):
         StageSpec.from_dict(stage)  # a valid stage
     assert (base["model"]["lid"]["layer"], deeper["model"]["lid"]["layer"]) == (1, 3)
+    assert "layer_mix" not in base["model"]["lid"]  # a single layer, whatever stage_lid.yaml pools
     assert (base["data"]["train_subset"], deeper["data"]["train_subset"]) == ("10min", None)
     assert base["training"] == deeper["training"]
     assert base["model"]["path"] == "runs/demo/base/model" and base["model"]["trainable"] == {"lid": True}
