@@ -100,10 +100,13 @@ class SyntheticDemo(SimAdapterProtocol):
         if getattr(options, "lid", False):
             if getattr(options, "dry_run", False) or only or getattr(options, "curve", None) is not None:
                 raise RecipeError("--lid reuses a finished run: it does not combine with --dry-run, --only or --curve")
+            if options.lid_top_k < 2:
+                raise RecipeError(f"--lid-top-k {options.lid_top_k}: the hybrid score needs at least 2 candidates")
             recipe_overrides, lid_overrides = split_lid_overrides(overrides)
             spec = self.load(folder, recipe_overrides)
             with library_progress_bars(enabled=spec.progress):
-                run_lid(Path(folder), spec, lid_overrides, retrain=options.lid_retrain)
+                run_lid(Path(folder), spec, lid_overrides, retrain=options.lid_retrain,
+                        scoring=options.lid_scoring, top_k=options.lid_top_k)
             out = Path(spec.output_dir) / "lid"
             print((out / "lid_report.md").read_text())
             print(f"wrote {out / 'lid_report.md'}, lid_report.json, lid_confusion.png")

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,16 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     truth = column_list(rows, "language")
     durations = duration_seconds(rows, processor)
     systems: dict[str, Any] = {}
+    cpu_seconds: dict[str, float] = {"known": 0.0}
     for name, scorer in scorers.items():
         chosen = {cut: choose_languages(model, rows, processor, identifier, scorer, batch_size=batch_size,
                                         prefix_seconds=seconds)
                   for cut, seconds in (("whole", None), *((f"{s:g}s", s) for s in PREFIX_SECONDS))}
+        start = time.process_time()
         routed = evaluate_dataset_auto(model, rows, processor, identifier, method, batch_size, progress=progress,
                                        hybrid=scorer, top_k=1 if scorer is None else scorer.calibration.top_k,
                                        **options)
+        cpu_seconds[f"routed_{name}"] = time.process_time() - start
         systems[name] = {"accuracy": {cut: choice_report(c, identifier.languages, truth) for cut, c in chosen.items()},
                          "by_duration": {cut: by_duration(c, truth, durations) for cut, c in chosen.items()},
                          "routed": {k: routed[k] for k in ("overall", "lid", "routing")},
@@ -100,9 +104,11 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     per_language: dict[str, Any] = {}
     for language in model.config.lid_languages:
         indices = [i for i, lang in enumerate(truth) if lang == language]
+        start = time.process_time()
         with routed_to(model, language) as system:
             known = evaluate_dataset(model, rows.select(indices), routed_processor(model, language, processor), method,
                                      batch_size, progress, **options)
+        cpu_seconds["known"] += time.process_time() - start
         row: dict[str, Any] = {"system": system, "utterances": len(indices)}
         for name, measured in systems.items():
             tag = "" if name == "acoustic" else f"_{name}"
@@ -118,7 +124,7 @@ def lid_report(model_dir: Path, prepared: Path, split: str, out_dir: Path, metho
     acoustic = systems["acoustic"]
     result = {"split": split, "method": method, "options": options, "lid": model.config.lid.to_dict(),
               "accuracy": acoustic["accuracy"], "by_duration": acoustic["by_duration"], "routed": acoustic["routed"],
-              "per_language": per_language}
+              "per_language": per_language, "cpu_seconds": cpu_seconds}
     if "hybrid" in systems:
         result["hybrid"] = {**systems["hybrid"], "calibration": scorers["hybrid"].calibration.to_dict()}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +194,12 @@ def report_markdown(result: dict[str, Any]) -> str:
         errors = [f"{true} -> {guess}: {n}" for true, row in confusion.items() for guess, n in row.items()
                   if guess != true]
         lines += ["", f"Confusions (whole utterances, {name}): {', '.join(errors) if errors else 'none'}."]
+    cpu = result.get("cpu_seconds")
+    if cpu:
+        extra = [f"{name[len('routed_'):]} routing {cpu[name]:.1f} s ({100 * (cpu[name] / cpu['known'] - 1):+.1f}%)"
+                 for name in cpu if name.startswith("routed_") and cpu["known"] > 0]
+        lines += ["", f"CPU time over the split (process time, one run): recognition with the known language "
+                      f"{cpu['known']:.1f} s; " + "; ".join(extra) + "."]
     lines += ["", "Accuracy by utterance duration (%; utterances in the bucket):", "",
               "| scoring | cut | " + " | ".join(name for _, _, name in DURATION_BUCKETS) + " |",
               "|" + " --- |" * (2 + len(DURATION_BUCKETS))]
@@ -225,8 +237,58 @@ def plot_confusions(accuracy: dict[str, Any], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def run_lid(recipe_dir: Path, spec: Any, overrides: Sequence[str] = (), retrain: bool = False) -> dict[str, Any]:
-    """Train the head (unless ``<output_dir>/lid/model`` holds one and not ``retrain``), then :func:`lid_report`."""
+def language_lms(prepared: str | Path, out: Path, languages: Sequence[str], order: int = 3,
+                 unit: str = "char") -> dict[str, Path]:
+    """An ``order``-gram LM per language of its training transcripts in ``out/<language>/``, over characters
+    (:func:`~adaptspeech.inference.language_id.hybrid.build_char_lm`; the test split's words never occur in training,
+    so a word LM scores all of them alike) or words (``adaptspeech lm build``)."""
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.language_id.hybrid import build_char_lm
+    from adaptspeech.lm.build import build_arpa
+
+    train = load_prepared(str(prepared))[0]["train"]
+    folders = {}
+    for language in languages:
+        texts = [t for t, lang in zip(train["text"], train["language"], strict=True) if lang == language]
+        folders[language] = out / language
+        if unit == "char":
+            build_char_lm(texts, folders[language], order=order)
+            continue
+        text = out / "text" / f"{language}.txt"
+        text.parent.mkdir(parents=True, exist_ok=True)
+        text.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        build_arpa(text, folders[language], order=order, progress=False)
+    return folders
+
+
+def fit_hybrid_scoring(model_dir: Path, prepared: Path, top_k: int, batch_size: int = 32) -> Any:
+    """The demo's hybrid score: character 3-gram LMs of each language's training transcripts installed in
+    ``model_dir`` (:func:`language_lms`), the calibration fitted on dev with ``top_k`` candidates and saved there."""
+    from transformers import AutoProcessor
+
+    from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.language_id.hybrid import LanguageLMs, install_language_lms
+    from adaptspeech.inference.language_id.identifiers import HeadIdentifier
+    from adaptspeech.lid_evaluation import fit_lid_calibration
+
+    model = AdaptSpeechForCTC.from_pretrained(model_dir).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    identifier = HeadIdentifier(model, processor)
+    install_language_lms(model_dir, language_lms(prepared, Path(model_dir).parent / "lms", identifier.languages))
+    lms = LanguageLMs.from_folder(model_dir, identifier.languages)
+    dev = load_prepared(str(prepared))[0]["dev"]
+    calibration = fit_lid_calibration(model, dev, processor, identifier, top_k, lms, batch_size=batch_size)
+    calibration.save(model_dir)
+    return calibration
+
+
+def run_lid(recipe_dir: Path, spec: Any, overrides: Sequence[str] = (), retrain: bool = False,
+            scoring: str = "acoustic", top_k: int = 2) -> dict[str, Any]:
+    """Train the head (unless ``<output_dir>/lid/model`` holds one and not ``retrain``); with ``scoring="hybrid"``
+    fit the hybrid score (:func:`fit_hybrid_scoring`, unless the model holds one for ``top_k`` and not ``retrain``;
+    with ``"acoustic"`` a calibration left from before is removed); then :func:`lid_report`."""
+    from adaptspeech.inference.language_id.hybrid import CALIBRATION_NAME, LIDCalibration
     from adaptspeech.recipes.simadapter.stages import prepare_data
     from adaptspeech.training.stage import run_stage
 
@@ -235,6 +297,11 @@ def run_lid(recipe_dir: Path, spec: Any, overrides: Sequence[str] = (), retrain:
     model_dir = Path(stage["output_dir"]) / "model"
     if retrain or not (model_dir / "config.json").is_file():
         run_stage(stage, progress=spec.progress, overwrite=True)
+    calibration = model_dir / CALIBRATION_NAME
+    if scoring == "acoustic":
+        calibration.unlink(missing_ok=True)
+    elif retrain or not calibration.is_file() or LIDCalibration.load(model_dir).top_k != top_k:
+        fit_hybrid_scoring(model_dir, Path(prepared), top_k)
     evaluation = spec.evaluation
     return lid_report(model_dir, Path(prepared), evaluation.split, Path(stage["output_dir"]), evaluation.method,
                       dict(evaluation.options or {}), progress=spec.progress)

@@ -36,8 +36,8 @@ PREFIX_SECONDS = (None, 1.0, 3.0)
 def stage_for(model: str, prepared: str, output: Path, layer: int, subset: str | None, steps: int) -> dict[str, Any]:
     """``stage_lid.yaml`` on ``model`` with the pooled ``layer`` and the training ``subset`` (None: all audio)."""
     stage = load_yaml(HERE / "stage_lid.yaml")
-    stage["model"] = {**stage["model"], "init": "pretrained", "path": model,
-                      "lid": {**stage["model"]["lid"], "layer": layer}}
+    pooling = {k: v for k, v in stage["model"]["lid"].items() if k in ("pooling", "attention_dim")}  # a single layer
+    stage["model"] = {**stage["model"], "init": "pretrained", "path": model, "lid": {**pooling, "layer": layer}}
     stage["training"] = {**stage["training"], "max_steps": steps, "save_steps": steps}
     return {**stage, "name": "lid", "output_dir": str(output), "seed": 0,
             "data": {"prepared_dir": prepared, "train_languages": LANGUAGES, "train_subset": subset},

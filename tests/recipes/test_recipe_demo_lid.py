@@ -90,7 +90,8 @@ def test_the_lid_stage_of_a_demo_run_trains_the_head_on_the_fusion_model(tmp_pat
     assert stage["model"]["path"] == str(tmp_path / "fusion" / "model") and stage["model"]["trainable"] == {"lid": True}
     assert stage["data"]["train_languages"] == ["cs", "pl", "sl", "it", "es", "sk"]
     assert stage["data"]["train_subset"] == "10min" and stage["training"]["max_steps"] == 5
-    assert StageSpec.from_dict(stage).model["lid"] == {"pooling": "attentive_stats", "layer": 1, "attention_dim": 64}
+    assert StageSpec.from_dict(stage).model["lid"] == {"pooling": "attentive_stats", "layer": 3, "layer_mix": True,
+                                                       "attention_dim": 64}
     assert lid_report.split_lid_overrides(["lid.training.max_steps=5", "target=pl"]) == (["target=pl"],
                                                                                         ["training.max_steps=5"])
 
@@ -109,6 +110,7 @@ def test_the_settings_study_changes_only_the_pooled_layer_and_the_training_audio
     for stage in (base, deeper):
         StageSpec.from_dict(stage)  # a valid stage
     assert (base["model"]["lid"]["layer"], deeper["model"]["lid"]["layer"]) == (1, 3)
+    assert "layer_mix" not in base["model"]["lid"]  # a single layer, whatever stage_lid.yaml pools
     assert (base["data"]["train_subset"], deeper["data"]["train_subset"]) == ("10min", None)
     assert base["training"] == deeper["training"]
     assert base["model"]["path"] == "runs/demo/base/model" and base["model"]["trainable"] == {"lid": True}
@@ -129,15 +131,112 @@ def test_the_hybrid_study_s_heads_are_valid_stages_that_differ_only_in_their_set
     assert study.stage_for("m", "p", tmp_path, {}, None, 5, use_gpu=True)["training"]["use_cpu"] is False
 
 
-def test_the_hybrid_study_s_language_lms_are_one_per_language_of_its_transcripts(tmp_path) -> None:
-    study = recipe_module(DEMO, "lid_hybrid_study.py")
+def test_the_demo_s_language_lms_are_one_per_language_of_its_transcripts(tmp_path) -> None:
     prepared = two_language_corpus(tmp_path / "prepared", clips=8)
-    study.LANGUAGES, languages = ["ro", "cs"], study.LANGUAGES
-    try:
-        folders = study.language_lms(str(prepared), tmp_path / "out", order=2)
-    finally:
-        study.LANGUAGES = languages
+    folders = lid_report.language_lms(prepared, tmp_path / "words", ["ro", "cs"], order=2, unit="word")
     assert set(folders) == {"ro", "cs"}
     for folder in folders.values():
         assert (folder / "lm.arpa").read_text().startswith("\\data\\")
         assert set((folder / "unigrams.txt").read_text().split()) == {"ab", "ba", "abc", "cab"}
+        assert not (folder / "unit.txt").exists()
+    chars = lid_report.language_lms(prepared, tmp_path / "chars", ["ro", "cs"], order=3)
+    for folder in chars.values():
+        assert (folder / "unit.txt").read_text() == "char\n"
+        assert set((folder / "unigrams.txt").read_text().split()) == {"a", "b", "c"}  # one word a text: no "|"
+
+
+def test_the_demo_s_hybrid_scoring_is_fitted_on_dev_with_character_lms(report, tmp_path) -> None:
+    import shutil
+
+    from adaptspeech.inference.language_id.hybrid import LanguageLMs, LIDCalibration
+
+    out, _ = report
+    folder = tmp_path / "lid" / "model"
+    shutil.copytree(out.parent / "run" / "model", folder)
+    calibration = lid_report.fit_hybrid_scoring(folder, out.parent / "prepared", top_k=2, batch_size=4)
+    assert LIDCalibration.load(folder).to_dict() == calibration.to_dict()
+    assert calibration.top_k == 2 and set(calibration.weights) == {"lid_log_prob", "ctc_per_frame", "lm_per_char"}
+    assert calibration.fitted_on["rows"] == 8  # the dev split
+    assert LanguageLMs.from_folder(folder, ["ro", "cs"]).units == {"ro": "char", "cs": "char"}
+    assert (tmp_path / "lid" / "lms" / "cs" / "lm.arpa").is_file()
+
+
+def test_the_demo_s_hybrid_needs_two_candidates(capsys) -> None:
+    code, _, err = run_main(["demo", "--lid", "--lid-scoring", "hybrid", "--lid-top-k", "1"], capsys)
+    assert code == 1
+    assert one_error_line(err).endswith("--lid-top-k 1: the hybrid score needs at least 2 candidates")
+
+
+def test_the_hybrid_study_runs_end_to_end_and_writes_its_tables(report, tmp_path, monkeypatch, capsys) -> None:
+    import shutil
+
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    out, _ = report
+    run = tmp_path / "run"
+    shutil.copytree(out.parent / "run" / "model", run / "fusion" / "model")
+    shutil.copytree(out.parent / "prepared", run / "prepared")
+    fusion = AdaptSpeechForCTC.from_pretrained(run / "fusion" / "model")
+    fusion.remove_lid_head()  # a demo's fusion model has none
+    fusion.save_pretrained(run / "fusion" / "model")
+    monkeypatch.setattr(study, "LANGUAGES", ["ro", "cs"])
+    monkeypatch.setattr(study, "SETTINGS", {"layer 0": ({"layer": 0}, None),
+                                            "mix 0..1 + AAM": ({"layer": 1, "layer_mix": True, "loss": "aam_softmax"},
+                                                               None)})
+    with pytest.raises(SystemExit):
+        study.main(["--run", str(run), "--output", str(run / "study")])
+    assert "inside --run" in capsys.readouterr().err
+    assert study.main(["--run", str(run), "--output", str(tmp_path / "study"), "--steps", "5", "--top-k", "2",
+                       "--lm-order", "2"]) == 0
+    result = json.loads((tmp_path / "study" / "lid_hybrid_study.json").read_text())
+    assert [r["setting"] for r in result["heads"]] == ["layer 0", "mix 0..1 + AAM"]
+    hybrid = result["hybrid"]
+    assert [(f["k"], f["features"]) for f in hybrid["fits"]] == [(2, name) for name in study.FEATURE_SETS]
+    assert set(hybrid["reference"]) == {"dev", "test whole", "test 1s", "test 3s"}
+    assert hybrid["reference"]["test whole"]["oracle k=2"] == 1.0  # two languages: the truth is always a candidate
+    model = tmp_path / "study" / "best_model"
+    assert json.loads((model / "lid_calibration.json").read_text())["weights"] == hybrid["chosen"]["weights"]
+    assert (model / "language_models" / "cs" / "unit.txt").read_text() == "char\n"
+    table = (tmp_path / "study" / "lid_hybrid_study.md").read_text()
+    assert "| oracle (truth among the top 2) | 2 |" in table and "| hybrid: head + CTC + LM | 2 |" in table
+    reported = json.loads((tmp_path / "study" / "report" / "lid_report.json").read_text())
+    assert set(reported["cpu_seconds"]) == {"known", "routed_acoustic", "routed_hybrid"}
+    assert all(v > 0 for v in reported["cpu_seconds"].values())
+    assert "CPU time over the split" in (tmp_path / "study" / "report" / "lid_report.md").read_text()
+
+
+def test_the_text_check_tells_each_reference_transcript_s_language(tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    prepared = two_language_corpus(tmp_path / "prepared", clips=8)
+    study_languages, study.LANGUAGES = study.LANGUAGES, ["ro", "cs"]
+    try:
+        result = study.text_check(str(prepared), tmp_path / "out", (("word", 2), ("char", 2)))
+    finally:
+        study.LANGUAGES = study_languages
+    # both toy languages say the same four words: no LM can tell them apart, each row goes to the first language
+    for name in ("word 2-gram", "char 2-gram"):
+        for split in ("dev", "test"):
+            assert result[name][split]["rows"] == 8
+            assert result[name][split]["accuracy"] == 0.5 and result[name][split]["confusions"] == {"cs -> ro": 4}
+    assert "| char 2-gram | 50.00 | 50.00 | cs -> ro 4 |" in study.text_check_markdown(result)
+
+
+def test_a_head_trained_on_the_base_is_grafted_onto_the_model_on_the_same_encoder_only(report, tmp_path) -> None:
+    study = recipe_module(DEMO, "lid_hybrid_study.py")
+    out, _ = report
+    head_model = out.parent / "run" / "model"
+    base = AdaptSpeechForCTC.from_pretrained(head_model)
+    base.remove_lid_head()
+    base.remove_fusion()
+    base.save_pretrained(tmp_path / "base")
+    grafted = AdaptSpeechForCTC.from_pretrained(study.graft_head(head_model, tmp_path / "base", tmp_path / "g")).eval()
+    trained = AdaptSpeechForCTC.from_pretrained(head_model).eval()
+    assert grafted.config.lid.to_dict() == trained.config.lid.to_dict()
+    clip = torch.randn(1, 8000)
+    with torch.no_grad():
+        assert torch.allclose(grafted.lid_logits(clip), trained.lid_logits(clip), atol=1e-6)
+    with torch.no_grad():  # another encoder: refused, nothing written
+        next(p for n, p in base.named_parameters() if "layers.0." in n and "adapter" not in n).add_(0.5)
+    base.save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match=r"encoder \(without adapters\) is not the one of .*other; train the heads"):
+        study.graft_head(head_model, tmp_path / "other", tmp_path / "g2")
+    assert not (tmp_path / "g2").exists()

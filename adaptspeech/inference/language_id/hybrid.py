@@ -9,7 +9,9 @@ utterance is run once through that language's system (its adapter above the shar
 * ``lm_per_char``: where the model folder holds an n-gram LM for every language (``language_models/<language>/``,
   an ``adaptspeech lm build`` folder: ``lm.arpa`` and ``unigrams.txt``), the LM log-probability (natural log, with
   ``<s>`` and ``</s>``) of that hypothesis per character (plus one for ``</s>``): whether the words look like the
-  language's text (sk and cs write differently where they sound alike).
+  language's text (sk and cs write differently where they sound alike). A word LM knows only the words of its
+  text; a **character** LM (:func:`build_char_lm`: its tokens are the characters, ``|`` between words, and its
+  folder says so in ``unit.txt``) also scores words it has never seen by their spelling.
 
 A calibrated linear score ``sum_f w_f * feature_f`` over the candidates decides the language
 (:class:`LIDCalibration`). The weights are fitted on a prepared dev split as a conditional logit (a softmax over
@@ -39,6 +41,11 @@ CALIBRATION_NAME = "lid_calibration.json"
 """The calibration's file in a model folder."""
 LANGUAGE_MODELS_DIR = "language_models"
 """The folder of a model folder that holds one ``adaptspeech lm build`` folder per language."""
+LM_UNIT_NAME = "unit.txt"
+"""The file of a per-language LM folder that names its tokens (:data:`LM_UNITS`); without it, words."""
+LM_UNITS = ("word", "char")
+WORD_DELIMITER = "|"
+"""A character LM's token between words."""
 FEATURES = ("lid_log_prob", "ctc_per_frame", "lm_per_char")
 """The features a calibration may weigh, in this order."""
 FORMAT = "adaptspeech-lid-calibration"
@@ -129,17 +136,56 @@ def lm_log_prob_per_char(lm: Any, text: str) -> float:
     return math.log(10.0) * float(lm.score(text, bos=True, eos=True)) / (len(text) + 1)
 
 
+def char_tokens(text: str) -> str:
+    """``text`` as a character LM's tokens: its characters separated by spaces, :data:`WORD_DELIMITER` between
+    words (``"ab c"`` -> ``"a b | c"``)."""
+    return f" {WORD_DELIMITER} ".join(" ".join(word) for word in text.split())
+
+
+def lm_unit(folder: str | os.PathLike) -> str:
+    """The tokens of the LM in ``folder`` (its :data:`LM_UNIT_NAME`; ``"word"`` without one).
+
+    Raises:
+        ValueError: a unit file naming something else than :data:`LM_UNITS` (naming the file).
+    """
+    path = Path(folder) / LM_UNIT_NAME
+    if not path.is_file():
+        return "word"
+    unit = path.read_text(encoding="utf-8").strip()
+    if unit not in LM_UNITS:
+        raise ValueError(f"{path}: the LM's unit must be one of {', '.join(LM_UNITS)}, got {unit!r}")
+    return unit
+
+
+def build_char_lm(texts: Sequence[str], out_dir: str | os.PathLike, order: int = 5) -> Path:
+    """A character ``order``-gram LM of ``texts`` (one sentence each, normalised as the transcripts are) in
+    ``out_dir``: ``lm.arpa`` over :func:`char_tokens` (``adaptspeech lm build``'s estimator), ``unigrams.txt`` and
+    :data:`LM_UNIT_NAME` saying ``char``. Returns ``out_dir``."""
+    from ...lm.build import build_arpa
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    text = out / "char_text.txt"
+    text.write_text("\n".join(char_tokens(t) for t in texts if t.strip()) + "\n", encoding="utf-8")
+    build_arpa(text, out, order=order, progress=False)
+    text.unlink()
+    (out / LM_UNIT_NAME).write_text("char\n", encoding="utf-8")
+    return out
+
+
 class LanguageLMs:
     """The per-language n-gram LMs of a model folder (``language_models/<language>/``), loaded with ``kenlm``.
 
     Args:
         files: language -> its KenLM file (ARPA or binary).
+        units: language -> its LM's tokens (:data:`LM_UNITS`; default: words).
     """
 
-    def __init__(self, files: Mapping[str, Path]) -> None:
+    def __init__(self, files: Mapping[str, Path], units: Mapping[str, str] | None = None) -> None:
         import kenlm
 
         self.files = dict(files)
+        self.units = {language: (units or {}).get(language, "word") for language in self.files}
         self.models = {language: kenlm.Model(str(path)) for language, path in self.files.items()}
 
     @classmethod
@@ -154,27 +200,36 @@ class LanguageLMs:
         root = Path(folder) / LANGUAGE_MODELS_DIR
         if not all((root / language).is_dir() for language in languages):
             return None
-        return cls({language: locate_lm(root / language)[0] for language in languages})
+        return cls({language: locate_lm(root / language)[0] for language in languages},
+                   {language: lm_unit(root / language) for language in languages})
 
     def per_char(self, language: str, text: str) -> float:
-        """:func:`lm_log_prob_per_char` of ``text`` under ``language``'s LM."""
-        return lm_log_prob_per_char(self.models[language], text)
+        """:func:`lm_log_prob_per_char` of ``text`` under ``language``'s LM (a character LM scores
+        :func:`char_tokens` of it, over the same characters)."""
+        model = self.models[language]
+        if self.units[language] == "char":
+            return math.log(10.0) * float(model.score(char_tokens(text), bos=True, eos=True)) / (len(text) + 1)
+        return lm_log_prob_per_char(model, text)
 
 
 def install_language_lms(folder: str | os.PathLike, lm_dirs: Mapping[str, str | os.PathLike]) -> list[Path]:
-    """Copy ``adaptspeech lm build`` folders (language -> folder with ``lm.arpa`` and ``unigrams.txt``) into
-    ``folder/language_models/<language>/``; each is checked first (a cut-short ARPA is refused, naming it)."""
+    """Copy ``adaptspeech lm build`` folders (language -> folder with ``lm.arpa`` and ``unigrams.txt``; a character
+    LM's :data:`LM_UNIT_NAME` too) into ``folder/language_models/<language>/``; each is checked first (a cut-short ARPA
+    or a bad unit file is refused, naming it)."""
     from ...lm.build import UNIGRAMS_NAME
     from ...lm.files import locate_lm
 
     out = []
     for language, lm_dir in lm_dirs.items():
         kenlm_file, _ = locate_lm(lm_dir)
+        lm_unit(lm_dir)  # a bad unit file is refused before anything is copied
         target = Path(folder) / LANGUAGE_MODELS_DIR / language
         target.mkdir(parents=True, exist_ok=True)
-        for source in (kenlm_file, kenlm_file.parent / UNIGRAMS_NAME):
+        for source in (kenlm_file, kenlm_file.parent / UNIGRAMS_NAME, Path(lm_dir) / LM_UNIT_NAME):
             if source.is_file():
                 shutil.copyfile(source, target / source.name)
+        if not (Path(lm_dir) / LM_UNIT_NAME).is_file():
+            (target / LM_UNIT_NAME).unlink(missing_ok=True)  # a word LM replacing a character LM
         out.append(target)
     return out
 

@@ -22,6 +22,8 @@ from adaptspeech.inference.language_id.hybrid import (
     LanguageLMs,
     LIDCalibration,
     best_path_scores,
+    build_char_lm,
+    char_tokens,
     fit_weights,
     install_language_lms,
     lm_log_prob_per_char,
@@ -180,6 +182,41 @@ def test_the_lm_score_tells_the_language_whose_text_it_is(corpus, tmp_path) -> N
     assert choice.extra["language"] == "cs"  # its LM knows the word (without the LM, ro, the first, would win)
     assert len({c["ctc_per_frame"] for c in choice.extra["language_candidates"]}) == 1
     assert LanguageLMs.from_folder(tmp_path, ["ro", "cs"]) is None
+
+
+CS_TEXT = ["ab aab bab", "baab ab", "aab bba ab", "bab baab"]
+RO_TEXT = ["cd dcc cdd", "dc ccd", "cdc dd cd", "ddc cd"]
+
+
+def test_a_character_lm_tells_the_spelling_of_words_it_has_never_seen(tmp_path) -> None:
+    assert char_tokens(" ab  c ") == "a b | c"
+    word = {"cs": _lm(tmp_path / "w" / "cs", CS_TEXT), "ro": _lm(tmp_path / "w" / "ro", RO_TEXT)}
+    char = {lang: build_char_lm(text * 3, tmp_path / "c" / lang, order=3)
+            for lang, text in (("cs", CS_TEXT), ("ro", RO_TEXT))}
+    assert (char["cs"] / "unit.txt").read_text() == "char\n" and not (char["cs"] / "char_text.txt").exists()
+    install_language_lms(tmp_path / "model_c", char)
+    install_language_lms(tmp_path / "model_w", word)
+    by_char = LanguageLMs.from_folder(tmp_path / "model_c", ["ro", "cs"])
+    by_word = LanguageLMs.from_folder(tmp_path / "model_w", ["ro", "cs"])
+    assert by_char.units == {"ro": "char", "cs": "char"} and by_word.units == {"ro": "word", "cs": "word"}
+    # "abba" and "cddc" occur in no text: the word LMs score both as the same unknown word ...
+    word_margin = {w: by_word.per_char("cs", w) - by_word.per_char("ro", w) for w in ("abba", "cddc")}
+    assert word_margin["abba"] == pytest.approx(word_margin["cddc"])
+    # ... the character LMs know whose spelling each is
+    assert by_char.per_char("cs", "abba") > by_char.per_char("ro", "abba") + 1.0
+    assert by_char.per_char("ro", "cddc") > by_char.per_char("cs", "cddc") + 1.0
+    arpa = by_char.models["cs"]
+    assert by_char.per_char("cs", "ab ba") == pytest.approx(math.log(10) * arpa.score("a b | b a") / 6)
+    install_language_lms(tmp_path / "model_c", word)  # a word LM replaces the character LM, unit and all
+    assert LanguageLMs.from_folder(tmp_path / "model_c", ["ro", "cs"]).units == {"ro": "word", "cs": "word"}
+
+
+def test_an_lm_unit_file_naming_no_unit_is_refused_in_one_line(tmp_path) -> None:
+    lm = build_char_lm(CS_TEXT * 3, tmp_path / "cs", order=3)
+    (lm / "unit.txt").write_text("phoneme\n")
+    with pytest.raises(ValueError, match=r"cs/unit.txt: the LM's unit must be one of word, char, got 'phoneme'$"):
+        install_language_lms(tmp_path / "model", {"cs": lm})
+    assert not (tmp_path / "model").exists()  # nothing copied
 
 
 def test_a_calibration_that_cannot_work_is_refused_in_one_line(tmp_path) -> None:
