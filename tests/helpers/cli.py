@@ -133,3 +133,16 @@ def mean_loss(model: Any, rows: Any, processor: Any, batch_size: int = 16) -> fl
         batch = collator([rows[i] for i in range(start, min(len(rows), start + batch_size))])
         losses.append(float(model(**batch).loss))
     return sum(losses) / len(losses)
+
+
+def prepare_ro_with_pool(root: Path) -> tuple[Path, Path]:
+    """``ro`` in ``root``: 20 synthetic labelled clips and 12 unlabelled ones, prepared as fbank rows
+    (``root/prepared``) and the pool of ``other.tsv`` read with their processor (``root/pool``) -> (prepared, pool)."""
+    corpus, prepared, pool = root / "corpus", root / "prepared", root / "pool"
+    assert main(["prepare", "synthetic", "--out", str(corpus), "--languages", "ro", "--clips-per-language", "20",
+                 "--unlabelled-clips", "12", "--workers", "1", "--no-progress"]) == 0
+    assert main(["prepare", "common-voice", "--root", str(corpus), "--languages", "ro", "--out", str(prepared),
+                 "--feature-type", "fbank"]) == 0
+    assert main(["prepare", "common-voice-other", "--root", str(corpus), "--language", "ro", "--out", str(pool),
+                 "--processor", str(prepared / "processor"), "--no-progress"]) == 0
+    return prepared, pool

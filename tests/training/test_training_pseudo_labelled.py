@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.cli import TINY_BACKBONE, one_error_line, run_main, write_yaml
+from helpers.cli import TINY_BACKBONE, one_error_line, prepare_ro_with_pool, run_main, write_yaml
 from helpers.model_folders import labelling_model
 
 from adaptspeech.cli import main
@@ -21,13 +21,7 @@ def chain(tmp_path_factory):
     """ro: 20 labelled clips + 12 unlabelled ones; prepared (fbank), the pool of other.tsv, pseudo-labels of a random
     labelling model over the prepared vocabulary."""
     root = tmp_path_factory.mktemp("self_training")
-    corpus, prepared, pool = root / "corpus", root / "prepared", root / "pool"
-    assert main(["prepare", "synthetic", "--out", str(corpus), "--languages", "ro", "--clips-per-language", "20",
-                 "--unlabelled-clips", "12", "--workers", "1", "--no-progress"]) == 0
-    assert main(["prepare", "common-voice", "--root", str(corpus), "--languages", "ro", "--out", str(prepared),
-                 "--feature-type", "fbank"]) == 0
-    assert main(["prepare", "common-voice-other", "--root", str(corpus), "--language", "ro", "--out", str(pool),
-                 "--processor", str(prepared / "processor"), "--no-progress"]) == 0
+    prepared, pool = prepare_ro_with_pool(root)
     labeller = labelling_model(root / "labeller", prepared / "processor")
     assert main(["pseudo-label", "--model", str(labeller), "--data", str(pool), "--out", str(root / "pseudo"),
                  "--target", str(prepared), "--no-progress"]) == 0

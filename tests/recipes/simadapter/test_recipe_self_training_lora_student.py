@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from helpers.cli import prepare_ro_with_pool
 from helpers.model_folders import labelling_model
 
 from adaptspeech.cli import main
@@ -27,13 +28,7 @@ def student(tmp_path_factory):
     from adaptspeech.training.stage import run_stage
 
     root = tmp_path_factory.mktemp("lora_student")
-    corpus, prepared, pool = root / "corpus", root / "prepared", root / "pool"
-    assert main(["prepare", "synthetic", "--out", str(corpus), "--languages", "ro", "--clips-per-language", "20",
-                 "--unlabelled-clips", "12", "--workers", "1", "--no-progress"]) == 0
-    assert main(["prepare", "common-voice", "--root", str(corpus), "--languages", "ro", "--out", str(prepared),
-                 "--feature-type", "fbank"]) == 0
-    assert main(["prepare", "common-voice-other", "--root", str(corpus), "--language", "ro", "--out", str(pool),
-                 "--processor", str(prepared / "processor"), "--no-progress"]) == 0
+    prepared, pool = prepare_ro_with_pool(root)
     start = labelling_model(root / "start", prepared / "processor", languages=("cs",))
     assert main(["pseudo-label", "--model", str(start), "--data", str(pool), "--out", str(root / "labels"),
                  "--target", str(prepared), "--keep-fraction", "1", "--no-progress"]) == 0
