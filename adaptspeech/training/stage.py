@@ -102,9 +102,9 @@ from .spec_types import (
     DataSettings,
     ModelSettings,
     StageEvaluationSettings,
-    TrainingSettings,
 )
 from .trainer import AdaptSpeechTrainer
+from .training_settings import TrainingSettings
 
 STAGE_SECTIONS = tuple(STAGE_TYPES)
 DATA_KEYS = tuple(DATA_TYPES)
@@ -272,8 +272,9 @@ def _training_arguments(
     spec: StageSpec, model: Any, probe: dict[str, torch.Tensor], progress: bool, label_names: list[str] | None = None
 ) -> Any:
     """The stage's ``TrainingArguments``: its ``training`` section's keyword arguments
-    (:meth:`~adaptspeech.training.spec_types.TrainingSettings.keyword_arguments`) with the DDP defaults for ``model``
-    (:func:`~adaptspeech.training.distributed.ddp_training_defaults`; ``probe`` is looked through under DDP only)."""
+    (:meth:`~adaptspeech.training.training_settings.TrainingSettings.keyword_arguments`) with the DDP defaults for
+    ``model`` (:func:`~adaptspeech.training.distributed.ddp_training_defaults`; ``probe`` is looked through under DDP
+    only)."""
     training = spec.training.keyword_arguments(spec.output_dir, spec.seed, progress, label_names)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     training, _ = ddp_training_defaults(model, training, probe if distributed else None)

@@ -14,11 +14,9 @@ from adaptspeech.training.spec_types import (
     MODEL_TYPES,
     STAGE_TYPES,
     TRAINABLE_TYPES,
-    TRAINING_RANGES,
-    TrainingSettings,
-    check_training_arguments,
 )
 from adaptspeech.training.stage import StageConfigError, StageSpec
+from adaptspeech.training.training_settings import TRAINING_RANGES, TrainingSettings, check_training_arguments
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 

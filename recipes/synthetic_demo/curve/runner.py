@@ -57,8 +57,8 @@ from adaptspeech.recipes.simadapter.stages import (
     train_recipe_stage,
 )
 from adaptspeech.saved_model import model_fingerprint
-from adaptspeech.training.spec_types import TrainingSettings
 from adaptspeech.training.stage import StageSpec, run_stage
+from adaptspeech.training.training_settings import TrainingSettings
 
 from .report import CurvePoint, write_curve_results
 from .self_training_arm import SelfTrainingArm, arm_settings
