@@ -7,14 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import ModelCard
+
 from ..model_card import METRIC_NAMES, card_data
 
 
 def write_card(folder: Path, settings: dict[str, Any], metrics: list[dict[str, Any]]) -> Path:
     """Write ``folder/README.md`` for an export with ``settings`` (``adaptspeech_export.json``) and ``metrics``
     (see :func:`adaptspeech.model_card.eval_results`)."""
-    from huggingface_hub import ModelCard
-
     language = settings.get("language")
     languages = settings.get("fusion") or ([language] if language else [])
     what = (f"SimAdapter fusion over {', '.join(settings['fusion'])} (head: {language})" if settings.get("fusion")

@@ -24,8 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transformers import Wav2Vec2Processor
+
+from ..data.feature_types import FeatureType
 from ..data.output_folder import atomic_output_folder, check_output_folder
+from ..lm.files import ALPHABET_NAME, LANGUAGE_MODEL_DIR
+from ..runtime.features import GlobalCmvn
 from ..runtime.folder import FORMAT_VERSION, FP32_GRAPH, INT8_GRAPH, SETTINGS_FILE, TOKENS_FILE
+from ..saved_model import load_saved_model
+from .card import write_card
+from .graph import ExportableCTC, eager_attention, example_inputs, export_graph
+from .quantize import DEFAULT_INT8_FORMAT, INT8_FORMATS, quantize_int8
+from .tokens import token_table
 
 #: swappable attention kinds whose export is tested to match PyTorch (tests/export/test_export_attention.py)
 EXPORTABLE_ATTENTION: tuple[str, ...] = (
@@ -109,8 +119,6 @@ def check_exportable(model: Any) -> None:
 
 
 def _feature_settings(processor: Any, model: Any) -> dict[str, Any]:
-    from ..data.feature_types import FeatureType
-
     features = FeatureType.of(processor.feature_extractor)
     return {
         "type": features.name,
@@ -176,15 +184,6 @@ def export_model(
             :func:`~adaptspeech.data.output_folder.check_output_folder` or that cannot be written (one line naming
             ``--out``); nothing is written.
     """
-    from transformers import Wav2Vec2Processor
-
-    from ..runtime.features import GlobalCmvn
-    from ..saved_model import load_saved_model
-    from .card import write_card
-    from .graph import ExportableCTC, eager_attention, example_inputs, export_graph
-    from .quantize import DEFAULT_INT8_FORMAT, INT8_FORMATS, quantize_int8
-    from .tokens import token_table
-
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ExportError(f"--quantize {quantize}: allowed values: {', '.join(QUANTIZATIONS)}")
     int8_format = int8_format or DEFAULT_INT8_FORMAT
@@ -248,8 +247,6 @@ def export_model(
 
 def _copy_lm(model_dir: Path, work: Path) -> None:
     """The model folder's saved n-gram LM (``alphabet.json`` and ``language_model/``), when it has one."""
-    from ..lm.files import ALPHABET_NAME, LANGUAGE_MODEL_DIR
-
     if (model_dir / LANGUAGE_MODEL_DIR).is_dir():
         shutil.copytree(model_dir / LANGUAGE_MODEL_DIR, work / LANGUAGE_MODEL_DIR)
         if (model_dir / ALPHABET_NAME).is_file():

@@ -29,8 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
+from torch.export import Dim
 
 INPUT_NAMES = ("x", "x_lengths")
 OUTPUT_NAMES = ("logits", "logits_lengths")
@@ -131,8 +133,7 @@ def export_graph(module: ExportableCTC, example: tuple[torch.Tensor, ...], path:
     Raises:
         RuntimeError: ``torch.export`` or the ONNX translation failed (the cause chained).
     """
-    import onnx
-    from torch.export import Dim
+    import onnx  # noqa: PLC0415 (export extra): the module imports without it
 
     path = Path(path)
     dynamic = ({0: Dim.DYNAMIC, 1: Dim.DYNAMIC}, {0: Dim.DYNAMIC})
@@ -151,8 +152,7 @@ def export_graph(module: ExportableCTC, example: tuple[torch.Tensor, ...], path:
 def _add_lengths_default(proto: Any) -> None:
     """Give the ``x_lengths`` input a stored default ``[-1]`` (an initializer of the same name: onnxruntime uses it
     when the caller does not feed the input)."""
-    import numpy as np
-    from onnx import numpy_helper
+    from onnx import numpy_helper  # noqa: PLC0415 (export extra): the module imports without it
 
     name = INPUT_NAMES[1]
     if any(init.name == name for init in proto.graph.initializer):

@@ -49,8 +49,8 @@ def quantize_int8(source: str | os.PathLike, target: str | os.PathLike, fmt: str
     """
     if fmt not in INT8_FORMATS:
         raise ValueError(f"int8 format {fmt!r}: allowed values: {', '.join(INT8_FORMATS)}")
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    import onnx  # noqa: PLC0415 (export extra): the module imports without it
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415 (export / runtime extra)
 
     weight_type, reduce_range = INT8_FORMATS[fmt]
     excluded = non_matrix_weight_nodes(onnx.load(str(source), load_external_data=False))
@@ -70,8 +70,8 @@ def exact_integer_graph(source: str | os.PathLike, target: str | os.PathLike) ->
     unless a kernel saturates (``u8s8`` on x86 without VNNI). And the int8 graph's distance from the fp32 graph is
     this graph's, which computes in float only: a property of the weights and inputs, the same on every CPU.
     """
-    import onnx
-    from onnx import TensorProto, helper
+    import onnx  # noqa: PLC0415 (export extra): the module imports without it
+    from onnx import TensorProto, helper  # noqa: PLC0415 (export extra)
 
     model = onnx.load(str(source))
     nodes = []

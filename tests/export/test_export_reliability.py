@@ -79,7 +79,7 @@ def test_a_failed_export_leaves_nothing(models, tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("translation failed")
 
-    monkeypatch.setattr("adaptspeech.export.graph.export_graph", fail)
+    monkeypatch.setattr(exporter, "export_graph", fail)
     with pytest.raises(RuntimeError, match="translation failed"):
         exporter.export_model(models / "two", tmp_path / "o", language="ro")
     assert list(tmp_path.iterdir()) == []  # neither the folder nor its temporary sibling
