@@ -15,7 +15,7 @@ The recipe section (absent or ``enabled: false``: no LM rows)::
 
 The text: ``sentences`` sentences of 3 to 10 words (the corpus's ``words_per_sentence``) drawn independently with
 probability proportional to wordfreq's frequency (``^ frequency_exponent``) from the *whole* cleaned word list of
-the target language (:func:`~adaptspeech.data.synthetic.load_word_list` with the corpus's settings), the way the
+the target language (:func:`~adaptspeech.data.synthetic_plan.load_word_list` with the corpus's settings), the way the
 synthetic corpus draws its sentences but from another random stream; any sampled sentence equal to a dev or test
 sentence of the target is dropped. Like any real external corpus of the language, it holds words of the test set:
 the synthetic test split's held-out words are wordfreq words too (``results.json`` gives the share of test words

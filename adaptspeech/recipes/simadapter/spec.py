@@ -66,7 +66,7 @@ class CorpusSettings(Section):
         type: ``synthetic`` or ``common_voice``.
         root: the corpus folder or Hub dataset id (synthetic: None builds it in ``<output_dir>/corpus``).
         clips_per_language, seed, workers: the synthetic build's size, seed (None: the recipe's) and processes.
-        synthetic: any other :class:`~adaptspeech.data.synthetic.SyntheticConfig` field (voices, noise_snr_db, ...).
+        synthetic: any other :class:`~adaptspeech.data.synthetic_plan.SyntheticConfig` field (voices, noise_snr_db...).
     """
 
     type: str = "synthetic"
@@ -105,7 +105,7 @@ class CorpusSettings(Section):
         return {**own, **{key: value for key, value in self.synthetic.items()}}
 
     def synthetic_config(self) -> Any:
-        """The :class:`~adaptspeech.data.synthetic.SyntheticConfig` of the corpus's word lists and sentences (its
+        """The :class:`~adaptspeech.data.synthetic_plan.SyntheticConfig` of the corpus's word lists and sentences (its
         fields set here; the seed and the size left at their defaults: they do not change the word lists)."""
         if self.type != "synthetic":
             return SyntheticConfig()
