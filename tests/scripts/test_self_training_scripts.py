@@ -1,7 +1,8 @@
 """`scripts/confidence_calibration.py` and `scripts/bench_pseudo_label.py` on a tiny model: the calibration figures are
 those of the library's metrics over the words the decoders scored (ROC AUC checked against a loop over every
-(correct, wrong) pair), the reliability diagram is a PNG, and the throughput table has one row per decoder with the
-best path as its own baseline."""
+(correct, wrong) pair), the reliability diagram is a PNG, the learned confidence is cross-fitted, saved and labels a
+pool (`pseudo-label --confidence-method learned`), and the throughput table has one row per decoder with the best path
+as its own baseline."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
+from helpers.cli import one_error_line, run_main
 from helpers.lm import CORPUS, DEV_TEXTS, prepared_dev
 from helpers.model_folders import audio, model_folder
 from helpers.paths import SCRIPTS
@@ -64,9 +66,11 @@ def test_calibration_figures_and_the_reliability_diagram(setup, capsys):
                         "--out", str(out), "--threads", "1", "--methods", *methods]) == 0
     assert (out / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((out / "calibration.json").read_text())
-    # 3 best-path methods, 3 measures x (T=1, T fitted) of the LM beam, one diagram each
-    assert saved["rows"] == len(DEV_TEXTS) and len(saved["methods"]) == 3 + 3 * 2
-    assert len(list(out.glob("reliability_*.png"))) == 9
+    # 3 best-path methods, 3 measures x (T=1, T fitted) of the LM beam, the learned one of each decoder (skipped when
+    # a fold has no correct or no wrong word), one diagram each
+    assert saved["rows"] == len(DEV_TEXTS) and len(saved["methods"]) == 3 + 3 * 2 + 2
+    fitted = [name for name, r in saved["methods"].items() if "skipped" not in r]
+    assert len(list(out.glob("reliability_*.png"))) == len(fitted) >= 9
     printed = capsys.readouterr().out
     from adaptspeech.data.prepared_data import load_prepared
     from adaptspeech.decoding.confidence import ConfidenceMethod, best_path_words
@@ -96,6 +100,69 @@ def test_an_unknown_method_is_one_usage_line(setup, capsys):
         _script("confidence_calibration").main(["--model", str(model), "--data", str(prepared), "--out",
                                                 str(root / "x"), "--methods", "margin/min"])
     assert "--methods: confidence measure 'margin'" in capsys.readouterr().err
+
+
+def test_the_learned_confidence_is_cross_fitted_saved_and_labels_a_pool(setup, tmp_path, capsys):
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.decoding.confidence_estimator import DEFAULT_FEATURES, load_estimator
+    from adaptspeech.inference.pseudo_labels.confidence_comparison import decode_split
+    from adaptspeech.lm.decoder import LMDecoder, build_decoder
+    from adaptspeech.modeling import AdaptSpeechForCTC
+
+    root, model, _ = setup
+    waves = [audio(0.9 + 0.2 * i, seed=70 + i) for i in range(12)]
+    first = prepared_dev(tmp_path / "first", model, waves, ["abc def"] * len(waves))
+    dataset, processor = load_prepared(first)
+    decoder = LMDecoder(build_decoder(processor.tokenizer, root / "lm"), 4)
+    texts = decode_split(AdaptSpeechForCTC.from_pretrained(model), processor, dataset["dev"], decoder, 4).lm_texts
+    # references: the LM's own text for every other row with words of each fold (even / odd rows), "zzz" (its words
+    # wrong) for the rest: right and wrong words in each fold
+    references, seen = [], [0, 0]
+    for i, text in enumerate(texts):
+        references.append(text if text and seen[i % 2] % 2 == 0 else "zzz")
+        seen[i % 2] += bool(text)
+    assert min(seen) >= 2
+    prepared = prepared_dev(tmp_path / "prepared", model, waves, references)
+    script = _script("confidence_calibration")
+    out, estimator_file = tmp_path / "calibration", tmp_path / "model_copy"
+    assert script.main(["--model", str(model), "--data", str(prepared), "--lm", str(root / "lm"), "--beam-size", "4",
+                        "--out", str(out), "--threads", "1", "--methods", "max_prob/min",
+                        "--save-estimator", str(estimator_file)]) == 0
+    learned = json.loads((out / "calibration.json").read_text())["methods"]["LM beam learned"]
+    assert "skipped" not in learned and learned["fitted"] == "two-fold on the split"
+    assert [e["fitted_on"]["fold"] for e in learned["estimators"]] == [0, 1]  # each half scored by the other's
+    assert learned["words"] == sum(len(t.split()) for t in texts)
+    saved = load_estimator(estimator_file)  # a folder: its confidence_estimator.json
+    assert saved.decoder == "lm_beam" and saved.features == DEFAULT_FEATURES["lm_beam"]
+    assert saved.fitted_on["rows"] == sum(1 for t in texts if t.split())
+    code, _, err = run_main(["pseudo-label", "--model", model, "--data", root / "pool", "--out", tmp_path / "q",
+                             "--lm", root / "lm", "--beam-size", "4", "--no-progress", "--confidence-method",
+                             f"learned:{estimator_file / 'confidence_estimator.json'}"], capsys)
+    assert code == 0, err
+    labels = [json.loads(line) for line in (tmp_path / "q" / "labels.jsonl").read_text().splitlines()]
+    words = [c for r in labels for _, c in r["words"]]
+    assert words and all(0 < c < 1 for c in words)
+    summary = json.loads((tmp_path / "q" / "pseudo_label.json").read_text())
+    assert summary["confidence_method"].startswith("learned:")
+    # an LM beam estimator without --lm, and `learned` with no estimator beside the model: one line each
+    code, _, err = run_main(["pseudo-label", "--model", model, "--data", root / "pool", "--out", tmp_path / "r",
+                             "--no-progress", "--confidence-method", f"learned:{estimator_file}"], capsys)
+    assert code != 0 and "fitted on lm_beam words, these are best_path words; it scores words decoded with an LM " \
+        "(--lm)" in one_error_line(err) and not (tmp_path / "r").exists()
+    code, _, err = run_main(["pseudo-label", "--model", model, "--data", root / "pool", "--out", tmp_path / "r",
+                             "--lm", root / "lm", "--no-progress", "--confidence-method", "learned"], capsys)
+    line = one_error_line(err)
+    assert code != 0 and f"confidence estimator {Path(model) / 'confidence_estimator.json'}: no such file" in line
+
+
+def test_a_bad_estimator_file_is_one_usage_line(setup, tmp_path, capsys):
+    root, model, _ = setup
+    bad = tmp_path / "estimator.json"
+    bad.write_text("[]", encoding="utf-8")
+    code, _, err = run_main(["pseudo-label", "--model", model, "--data", root / "pool", "--out", tmp_path / "q",
+                             "--confidence-method", f"learned:{bad}"], capsys)
+    assert code == 2 and f"confidence estimator {bad}: not an adaptspeech word confidence estimator" in err
+    assert not (tmp_path / "q").exists()
 
 
 def test_throughput_table_has_the_best_path_as_its_baseline(setup, capsys):
