@@ -92,6 +92,9 @@ def test_calibration_figures_and_the_reliability_diagram(setup, capsys):
         else:  # a random model: one class may be empty, then the AUC is undefined
             assert result["roc_auc"] != result["roc_auc"]
     assert "| best path max_prob/min |" in printed and "ROC AUC" in printed
+    for name, result in saved["methods"].items():  # a learned one not fitted (one class of words) says why, once
+        if "skipped" in result:
+            assert printed.count(f"{name}: not fitted (cannot fit a word confidence on ") == 1
 
 
 def test_an_unknown_method_is_one_usage_line(setup, capsys):
