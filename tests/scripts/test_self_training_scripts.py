@@ -168,6 +168,43 @@ def test_a_bad_estimator_file_is_one_usage_line(setup, tmp_path, capsys):
     assert not (tmp_path / "q").exists()
 
 
+def test_kept_cer_is_the_corpus_cer_of_the_most_confident_share():
+    import numpy as np
+
+    kept_cer = _script("pseudo_label_filter_quality").kept_cer
+    texts, truths = ["abc", "abd", "xyz"], ["abc", "abc", "abc"]
+    assert kept_cer(texts, truths, np.array([0, 1, 2]), 1 / 3) == 0.0
+    assert kept_cer(texts, truths, np.array([0, 1, 2]), 2 / 3) == pytest.approx(1 / 6)
+    assert kept_cer(texts, truths, np.array([2, 1, 0]), 0.0) == 1.0  # at least one utterance
+    assert kept_cer(texts, truths, np.array([0, 1, 2]), 1.0) == pytest.approx(4 / 9)
+
+
+def test_filter_quality_ranks_the_methods_beside_the_oracle(setup, tmp_path, capsys):
+    from adaptspeech.data.pools import load_pool
+
+    root, model, _ = setup
+    rows, _ = load_pool(root / "pool")
+    truth = tmp_path / "sentences.tsv"
+    truth.write_text("path\tsentence\n" + "".join(f"{p}\tabc def\n" for p in rows["path"]), encoding="utf-8")
+    figures = tmp_path / "quality.json"
+    script = _script("pseudo_label_filter_quality")
+    assert script.main(["--model", str(model), "--pool", str(root / "pool"), "--truth", str(truth), "--lm",
+                        str(root / "lm"), "--beam-size", "4", "--methods", "max_prob/min", "entropy/product",
+                        "--fractions", "0.5", "1.0", "--json", str(figures)]) == 0
+    saved = json.loads(figures.read_text())
+    kept = saved["kept_cer"]
+    assert set(kept) == {"max_prob/min", "entropy/product", "oracle (lowest true CER)"}
+    for by_fraction in kept.values():  # keeping everything is the baseline; the oracle is never worse
+        assert by_fraction["1.0"] == pytest.approx(saved["cer_all"])
+        assert kept["oracle (lowest true CER)"]["0.5"] <= by_fraction["0.5"] + 1e-12
+    assert "| max_prob/min |" in capsys.readouterr().out
+    truth.write_text("path\tsentence\nnone.wav\tabc\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        script.main(["--model", str(model), "--pool", str(root / "pool"), "--truth", str(truth), "--lm",
+                     str(root / "lm")])
+    assert f"--truth {truth}: no sentence for 4 pool clips" in capsys.readouterr().err
+
+
 def test_throughput_table_has_the_best_path_as_its_baseline(setup, capsys):
     root, model, _ = setup
     script = _script("bench_pseudo_label")
