@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                         "lm_logprob lm_oov chars; any of adaptspeech.decoding.confidence_estimator.LM_BEAM_FEATURES)")
     parser.add_argument("--save-estimator", default=None, metavar="FILE",
                         help="write the learned confidence fitted on the whole fit split (or --split) as JSON (a "
-                        "folder, e.g. the model's: its confidence_estimator.json)")
+                        "folder: its confidence_estimator.json)")
     parser.add_argument("--out", required=True, help="folder of the diagrams and the JSON files")
     args = parser.parse_args(argv)
 

@@ -82,7 +82,7 @@ def _add_pseudo_label(subparsers: argparse._SubParsersAction) -> None:
                          help="how words are scored: MEASURE[@ALPHA][/AGGREGATION], e.g. tsallis_exp@0.33/product "
                          "(default max_prob/min), or learned[:FILE]: the word confidence estimator fitted by "
                          "scripts/confidence_calibration.py --save-estimator (without FILE: "
-                         "confidence_estimator.json beside --model); docs/self_training.md")
+                         "confidence_estimator.json in the --model folder); docs/self_training.md")
     command.add_argument("--target", default=None, metavar="PREPARED_DIR",
                          help="the target's labelled data: its vocabulary writes the labels (the model's must cover "
                          "it) and its dev split is the confidence reference of the pool check")
