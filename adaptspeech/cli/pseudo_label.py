@@ -80,7 +80,9 @@ def _add_pseudo_label(subparsers: argparse._SubParsersAction) -> None:
                          "LM's (WeNet NST's agreement filter; its threshold: 0.1)")
     command.add_argument("--confidence-method", type=_confidence_method, default=None, metavar="METHOD",
                          help="how words are scored: MEASURE[@ALPHA][/AGGREGATION], e.g. tsallis_exp@0.33/product "
-                         "(default max_prob/min; docs/self_training.md)")
+                         "(default max_prob/min), or learned[:FILE]: the word confidence estimator fitted by "
+                         "scripts/confidence_calibration.py --save-estimator (without FILE: "
+                         "confidence_estimator.json in the --model folder); docs/self_training.md")
     command.add_argument("--target", default=None, metavar="PREPARED_DIR",
                          help="the target's labelled data: its vocabulary writes the labels (the model's must cover "
                          "it) and its dev split is the confidence reference of the pool check")
@@ -102,6 +104,14 @@ def _run_pseudo_label(args: argparse.Namespace) -> int:
     from ..progress import library_progress_bars
     from ..saved_model import model_fingerprint
 
+    method = args.confidence_method
+    if method is not None:
+        try:
+            method = method.beside_model(args.model)
+            if method.estimator is not None:  # fitted on the words of the decoder used (before the model loads)
+                method.estimator_model("lm_beam" if args.lm else "best_path")
+        except ValueError as err:
+            raise CommandError(f"--confidence-method {method.name}: {err}") from None
     device = _resolve_device(args.device)
     model, processor = _load_model(args.model)
     if processor is None:
@@ -126,7 +136,7 @@ def _run_pseudo_label(args: argparse.Namespace) -> int:
                               confidence_filter=ConfidenceFilter(args.min_confidence, args.keep_fraction),
                               batch_size=args.batch_size, progress=not args.no_progress, overwrite=args.overwrite,
                               max_lm_disagreement=args.max_lm_disagreement,
-                              confidence_method=args.confidence_method)
+                              confidence_method=method)
     s = result.summary
     if s["decoded_this_run"]:
         print(f"labelled {s['decoded_this_run']} segments ({s['decoded_audio_seconds'] / 60:.1f} min of audio) in "

@@ -26,7 +26,9 @@ the weight of the beams holding the same word over overlapping frames, the beams
 scores divided by a temperature, fitted on dev by :func:`fit_nbest_temperature`), times the acoustic confidence of its
 frames (the minimum frame confidence of the CTC path over them).
 
-:class:`ConfidenceMethod` names one way of scoring words (measure, ``alpha``, aggregation, N-best temperature);
+:class:`ConfidenceMethod` names one way of scoring words (measure, ``alpha``, aggregation, N-best temperature), or
+the learned word confidence (``learned[:FILE]``: a logistic regression over per-word features fitted on a labelled
+split, :mod:`adaptspeech.decoding.confidence_estimator`);
 :mod:`adaptspeech.inference.pseudo_labels.confidence_comparison` compares them on a labelled split.
 
 **Utterance confidence** (:func:`utterance_confidence`): the mean of its words' confidences (1 - the expected share
@@ -40,11 +42,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from .confidence_estimator import (
+    BEST_PATH,
+    ESTIMATOR_FILE,
+    LM_BEAM,
+    WordConfidenceEstimator,
+    load_estimator,
+    word_features,
+)
 
 TSALLIS_ALPHA = 1.0 / 3.0
 """The Tsallis entropy's order in the ``entropy`` frame measure (Laptev & Ginsburg 2022's best setting)."""
@@ -56,6 +68,8 @@ DEFAULT_MEASURE = "max_prob"
 AGGREGATIONS = ("min", "mean", "product")
 """How a word's confidence aggregates its tokens' (module docstring)."""
 DEFAULT_AGGREGATION = "min"
+LEARNED = "learned"
+"""The learned method's name: ``learned`` (the estimator beside the model) or ``learned:FILE``."""
 
 
 def _entropy(log_probs: torch.Tensor, kind: str, alpha: float) -> tuple[torch.Tensor, float]:
@@ -120,16 +134,20 @@ def aggregate(scores: Sequence[float], aggregation: str = DEFAULT_AGGREGATION) -
 @dataclass(frozen=True)
 class ConfidenceMethod:
     """One way of scoring words (module docstring): the frame measure, its entropy order, how a word aggregates its
-    tokens (the best path) and the temperature of the N-best posterior (the LM beam).
+    tokens (the best path) and the temperature of the N-best posterior (the LM beam); or, with ``estimator``, the
+    learned word confidence (:mod:`~adaptspeech.decoding.confidence_estimator`) whose JSON file it names (``""``: the
+    one beside the model, see :meth:`beside_model`); the frame measure then only scores utterances without words.
 
     Raises:
-        ValueError: an unknown measure or aggregation, an ``alpha`` or a temperature that is not > 0.
+        ValueError: an unknown measure or aggregation, an ``alpha`` or a temperature that is not > 0, an estimator
+            file that is missing or not an estimator (one line naming it).
     """
 
     measure: str = DEFAULT_MEASURE
     alpha: float = TSALLIS_ALPHA
     aggregation: str = DEFAULT_AGGREGATION
     nbest_temperature: float = 1.0
+    estimator: str | None = None
 
     def __post_init__(self) -> None:
         _check_measure(self.measure, self.alpha)
@@ -137,16 +155,24 @@ class ConfidenceMethod:
         if not (isinstance(self.nbest_temperature, (int, float)) and math.isfinite(self.nbest_temperature)
                 and self.nbest_temperature > 0):
             raise ValueError(f"N-best temperature {self.nbest_temperature!r}: must be a number > 0")
+        if self.estimator:
+            load_estimator(self.estimator)
 
     @property
     def name(self) -> str:
-        """``measure[@alpha]/aggregation`` (what :meth:`parse` reads; the temperature is not part of it)."""
+        """``measure[@alpha]/aggregation``, or ``learned[:FILE]`` (what :meth:`parse` reads; the temperature is not
+        part of it)."""
+        if self.estimator is not None:
+            return f"{LEARNED}:{self.estimator}" if self.estimator else LEARNED
         order = f"@{self.alpha:g}" if self.measure.split("_")[0] in ("tsallis", "renyi") else ""
         return f"{self.measure}{order}/{self.aggregation}"
 
     @classmethod
     def parse(cls, text: str) -> ConfidenceMethod:
-        """From ``measure[@alpha][/aggregation]``, e.g. ``tsallis_exp@0.25/product`` or ``max_prob``."""
+        """From ``measure[@alpha][/aggregation]``, e.g. ``tsallis_exp@0.25/product`` or ``max_prob``, or from
+        ``learned[:FILE]``."""
+        if text == LEARNED or text.startswith(f"{LEARNED}:"):
+            return cls(estimator=text[len(LEARNED) + 1 :])
         head, _, aggregation = text.partition("/")
         measure, _, alpha = head.partition("@")
         try:
@@ -154,6 +180,35 @@ class ConfidenceMethod:
         except ValueError:
             raise ValueError(f"confidence method {text!r}: alpha {alpha!r} is not a number") from None
         return cls(measure, order, aggregation or DEFAULT_AGGREGATION)
+
+    def beside_model(self, model_dir: str | Path) -> ConfidenceMethod:
+        """``learned`` without a file: the estimator saved beside the model in ``model_dir`` (checked now);
+        any other method unchanged."""
+        if self.estimator != "":
+            return self
+        return replace(self, estimator=str(Path(model_dir) / ESTIMATOR_FILE))
+
+    @property
+    def acoustic(self) -> ConfidenceMethod:
+        """The method without its estimator (the frame measure and aggregation alone)."""
+        return replace(self, estimator=None)
+
+    def estimator_model(self, decoder: str) -> WordConfidenceEstimator:
+        """The :class:`~adaptspeech.decoding.confidence_estimator.WordConfidenceEstimator` of a learned method, which
+        must have been fitted on ``decoder``'s words (``lm_beam`` or ``best_path``).
+
+        Raises:
+            ValueError: no estimator file given, or one fitted on the other decoder's words (naming the file).
+        """
+        if not self.estimator:
+            raise ValueError(f"confidence method {LEARNED}: no estimator file; give {LEARNED}:FILE (or save one "
+                             "beside the model)")
+        model = load_estimator(self.estimator)
+        if model.decoder != decoder:
+            need = "an LM (--lm)" if model.decoder == LM_BEAM else "the best path (no --lm)"
+            raise ValueError(f"confidence estimator {self.estimator}: fitted on {model.decoder} words, these are "
+                             f"{decoder} words; it scores words decoded with {need}")
+        return model
 
 
 @dataclass(frozen=True)
@@ -183,7 +238,7 @@ def best_path_words(log_probs: torch.Tensor, tokenizer: Any, measure: str = DEFA
                     method: ConfidenceMethod | None = None) -> list[ScoredWord]:
     """The words of the best CTC path of ``log_probs`` ``[T, V]`` (real frames only) with their confidences (module
     docstring); their text is what CTC greedy decoding writes. ``method`` (default: ``measure``, the minimum over
-    tokens) scores them."""
+    tokens) scores them; a learned one with its best-path estimator."""
     method = method or ConfidenceMethod(measure)
     vocab, blank, delimiter, dropped = _label_texts(tokenizer)
     confidence = frame_confidence(log_probs, method.measure, method.alpha).numpy()
@@ -215,6 +270,9 @@ def best_path_words(log_probs: torch.Tensor, tokenizer: Any, measure: str = DEFA
             end = run_end
         t = run_end
     close()
+    if method.estimator is not None and words:
+        learned = method.estimator_model(BEST_PATH).predict(best_path_features(log_probs, words))
+        words = [replace(w, confidence=float(c)) for w, c in zip(words, learned, strict=True)]
     return words
 
 
@@ -313,3 +371,26 @@ def fit_nbest_temperature(nbests: Sequence[NBest], frame_scores: Sequence[np.nda
                           for c in nbest_word_confidences(beams, frames, temperature)], 1e-6, 1 - 1e-6)
         losses.append(float(-np.mean(labels * np.log(scores) + (1 - labels) * np.log(1 - scores))))
     return float(grid[int(np.argmin(losses))]), losses
+
+
+def frame_measures(log_probs: torch.Tensor) -> dict[str, np.ndarray]:
+    """``{"maxprob", "entropy"}``: the ``[T]`` max-probability and Tsallis (order 1/3) frame confidences of CTC
+    log-probabilities ``[T, V]`` (the learned confidence's frame features)."""
+    return {"maxprob": frame_confidence(log_probs, "max_prob").numpy().astype(np.float64),
+            "entropy": frame_confidence(log_probs, "entropy").numpy().astype(np.float64)}
+
+
+def best_path_features(log_probs: torch.Tensor, words: Sequence[ScoredWord]) -> dict[str, np.ndarray]:
+    """The learned confidence's features (:func:`~adaptspeech.decoding.confidence_estimator.word_features`) of
+    best-path ``words`` of ``[T, V]`` CTC log-probabilities."""
+    return word_features(frame_measures(log_probs), [(w.text, (w.start, w.end)) for w in words])
+
+
+def lm_beam_features(log_probs: torch.Tensor, nbest: NBest, agreement: Sequence[bool],
+                     lm_scores: Sequence[tuple[float, bool]] | None = None) -> dict[str, np.ndarray]:
+    """The learned confidence's features of the best beam's words of an N-best list of ``[T, V]`` CTC
+    log-probabilities: ``agreement`` (per word, whether the best path holds it at the same place), the N-best
+    posterior at temperature 1 and ``lm_scores`` (per word, ``(log10 probability, out of vocabulary)``; None: no LM
+    features)."""
+    words = list(nbest[0][0]) if nbest else []
+    return word_features(frame_measures(log_probs), words, agreement, nbest_word_posteriors(nbest), lm_scores)

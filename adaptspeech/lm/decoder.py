@@ -153,17 +153,20 @@ class LMDecoder:
         return self._clean(beams[0][0]), [([(w, f) for w, f in words if w], score) for words, score in nbest]
 
     def decode_scored(self, log_probs: torch.Tensor | np.ndarray, beam_size: int | None = None,
-                      measure: str | None = None, method: Any = None) -> tuple[str, list[Any]]:
+                      measure: str | None = None, method: Any = None,
+                      best_path_text: str | None = None) -> tuple[str, list[Any]]:
         """``(text, words)`` of the best beam, each word a :class:`~adaptspeech.decoding.confidence.ScoredWord`
         whose confidence is its N-best posterior over the returned beams times the least CTC frame confidence over
-        its frames (:mod:`adaptspeech.decoding.confidence`).
+        its frames (:mod:`adaptspeech.decoding.confidence`), or, with a learned ``method``, its estimator's
+        probability (:mod:`adaptspeech.decoding.confidence_estimator`).
 
         Args:
             log_probs: ``[T, V]`` CTC log-probabilities of the real frames.
             beam_size: overrides ``beam_width`` for this call.
             measure: the frame confidence measure (default :data:`~adaptspeech.decoding.confidence.DEFAULT_MEASURE`).
             method: a :class:`~adaptspeech.decoding.confidence.ConfidenceMethod` (its measure, alpha and N-best
-                temperature) instead of ``measure``.
+                temperature, or its estimator) instead of ``measure``.
+            best_path_text: the best CTC path's text (a learned method's ``agreement`` feature; required by one).
         """
         import torch
 
@@ -178,11 +181,36 @@ class LMDecoder:
         text, nbest = self.nbest(log_probs, beam_size)
         tensor = torch.as_tensor(np.asarray(log_probs.detach().float().cpu() if isinstance(log_probs, torch.Tensor)
                                             else log_probs, dtype=np.float32))
-        scores = frame_confidence(tensor, method.measure, method.alpha).numpy()
-        confidences = nbest_word_confidences(nbest, scores, method.nbest_temperature)
+        if method.estimator is not None:
+            from ..decoding.confidence import lm_beam_features
+            from ..decoding.confidence_estimator import LM_BEAM
+            from ..metrics.confidence import word_correctness
+
+            estimator = method.estimator_model(LM_BEAM)
+            if best_path_text is None:
+                raise ValueError("the learned confidence of LM beam words needs the best path's text "
+                                 "(best_path_text)")
+            words = [w for w, _ in nbest[0][0]] if nbest else []
+            agreement = word_correctness(" ".join(words), best_path_text)
+            features = lm_beam_features(tensor, nbest, agreement, self.word_lm_scores(words))
+            confidences = [float(c) for c in estimator.predict(features)]
+        else:
+            scores = frame_confidence(tensor, method.measure, method.alpha).numpy()
+            confidences = nbest_word_confidences(nbest, scores, method.nbest_temperature)
         words = [ScoredWord(word, confidence, start, end)
-                 for (word, (start, end)), confidence in zip(nbest[0][0], confidences, strict=True)]
+                 for (word, (start, end)), confidence in zip(nbest[0][0] if nbest else [], confidences, strict=True)]
         return text, words
+
+    def word_lm_scores(self, words: Sequence[str]) -> list[tuple[float, bool]] | None:
+        """Per word of a hypothesis, ``(log10 probability given the words before it and the sentence start, out of
+        the LM's vocabulary)`` under the decoder's n-gram LM; None without one."""
+        kenlm_model = getattr(getattr(self.decoder, "_language_model", None), "_kenlm_model", None)
+        if kenlm_model is None:
+            return None
+        if not words:
+            return []
+        scores = list(kenlm_model.full_scores(" ".join(words), bos=True, eos=False))
+        return [(float(score), bool(oov)) for score, _, oov in scores[: len(words)]]
 
     def _clean(self, text: str) -> str:
         """Drop the special tokens (``<s>``, ``</s>``, unknown), as the other decoders' text does."""

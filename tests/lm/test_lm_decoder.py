@@ -1,5 +1,5 @@
-"""The LM decoder (adaptspeech.lm.decoder): at alpha = beta = 0 it equals beam search without an LM, and its weights
-may be set as integers."""
+"""The LM decoder (adaptspeech.lm.decoder): at alpha = beta = 0 it equals beam search without an LM, its weights
+may be set as integers, and its per-word n-gram scores (the learned confidence's) are the ARPA file's."""
 
 from __future__ import annotations
 
@@ -53,3 +53,31 @@ def test_set_weights_takes_integers(tmp_path: Path) -> None:
     assert (decoder.alpha, decoder.beta) == (2.0, 1.0)
     grid = grid_search(decoder, [peaky_log_probs(10, len(tokenizer), 0)], ["abc"], [0, 1], [0])
     assert sorted(g["alpha"] for g in grid) == [0.0, 1.0]
+
+
+def _arpa_bigrams(arpa: Path) -> dict[tuple[str, str], float]:
+    """The explicit bigrams of an ARPA file: ``(w1, w2) -> log10 P(w2 | w1)``."""
+    out, section = {}, None
+    for line in arpa.read_text(encoding="utf-8").splitlines():
+        if line.startswith("\\"):
+            section = line
+        elif section == "\\2-grams:" and line.strip():
+            fields = line.split("\t")
+            out[tuple(fields[1].split())] = float(fields[0])
+    return out
+
+
+def test_word_lm_scores_are_the_arpa_bigrams_and_flag_unknown_words(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path / "model")
+    tokenizer = AutoProcessor.from_pretrained(folder).tokenizer
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(["abc def", "ghi jab", "abc def", "ghi jab"]) + "\n")
+    build_arpa(text, tmp_path / "lm", order=2)
+    bigrams = _arpa_bigrams(tmp_path / "lm" / "lm.arpa")
+    decoder = LMDecoder(build_decoder(tokenizer, tmp_path / "lm"), beam_width=4)
+    scores = decoder.word_lm_scores(["abc", "def", "qqq"])
+    assert scores[0] == (pytest.approx(bigrams[("<s>", "abc")], abs=1e-5), False)
+    assert scores[1] == (pytest.approx(bigrams[("abc", "def")], abs=1e-5), False)
+    assert scores[2][1] is True  # out of the LM's vocabulary
+    assert decoder.word_lm_scores([]) == []
+    assert LMDecoder(build_decoder(tokenizer, None)).word_lm_scores(["abc"]) is None

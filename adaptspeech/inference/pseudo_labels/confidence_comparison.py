@@ -10,6 +10,11 @@ Two decoders: the CTC best path (every method: frame measure, entropy order, wor
 :func:`~adaptspeech.decoding.confidence.fit_nbest_temperature`; fitted on ``fit`` rows, or, without them, two-fold on
 the split itself: each half's words scored with the temperature fitted on the other half, so no word is scored with a
 temperature fitted on it).
+
+The learned word confidence (:mod:`~adaptspeech.decoding.confidence_estimator`: a logistic regression over per-word
+features) of each decoder, fitted the same way: on ``fit`` rows, or cross-fitted two-fold on the split itself (rows
+of even and odd index; each half scored by the estimator fitted on the other); :func:`fit_split_estimator` fits one
+on a whole split (the one saved for ``--confidence-method learned``).
 """
 
 from __future__ import annotations
@@ -24,13 +29,19 @@ from typing import Any
 import numpy as np
 
 from ...decoding.confidence import (
+    LEARNED,
     ConfidenceMethod,
     NBest,
+    best_path_features,
     best_path_words,
     fit_nbest_temperature,
     frame_confidence,
+    lm_beam_features,
     nbest_word_confidences,
 )
+from ...decoding.confidence_estimator import BEST_PATH as BEST_PATH_WORDS
+from ...decoding.confidence_estimator import DEFAULT_L2, WordConfidenceEstimator, concat_features, fit_estimator
+from ...decoding.confidence_estimator import LM_BEAM as LM_BEAM_WORDS
 from ...lm.tune import dev_log_probs
 from ...metrics.confidence import calibration_report, reliability_diagram, word_correctness
 
@@ -41,12 +52,14 @@ LM_BEAM = "LM beam"
 @dataclass
 class DecodedSplit:
     """A labelled split decoded once: per row its ``[T, V]`` CTC log-probabilities, its reference and, with an LM,
-    its best beam's text and N-best list."""
+    its best beam's text, N-best list and its best beam words' n-gram scores (``(log10 probability, out of
+    vocabulary)`` per word; None without a KenLM model)."""
 
     log_probs: list[Any]
     references: list[str]
     lm_texts: list[str] | None = None
     nbests: list[NBest] | None = None
+    lm_scores: list[list[tuple[float, bool]] | None] | None = None
 
 
 def decode_split(model: Any, processor: Any, rows: Any, lm_decoder: Any = None, beam_size: int | None = None,
@@ -58,6 +71,8 @@ def decode_split(model: Any, processor: Any, rows: Any, lm_decoder: Any = None, 
         decoded = [lm_decoder.nbest(lp, beam_size) for lp in split.log_probs]
         split.lm_texts = [text for text, _ in decoded]
         split.nbests = [nbest for _, nbest in decoded]
+        split.lm_scores = [lm_decoder.word_lm_scores([w for w, _ in nbest[0][0]] if nbest else [])
+                           for nbest in split.nbests]
     return split
 
 
@@ -93,9 +108,75 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "_", name).strip("_")
 
 
+def learned_features(split: DecodedSplit, tokenizer: Any, decoder: str
+                     ) -> tuple[list[dict[str, np.ndarray]], list[list[bool]]]:
+    """Per row of ``split``, the features of its words (the best path's, or the LM beam's best beam's) and whether
+    each is correct."""
+    features, flags = [], []
+    lm_flags = _lm_flags(split) if decoder == LM_BEAM_WORDS else None
+    for index, (log_probs, reference) in enumerate(zip(split.log_probs, split.references, strict=True)):
+        words = best_path_words(log_probs, tokenizer)
+        text = " ".join(w.text for w in words)
+        if lm_flags is None:
+            features.append(best_path_features(log_probs, words))
+            flags.append(word_correctness(text, reference))
+        else:
+            assert split.nbests is not None
+            scores = split.lm_scores[index] if split.lm_scores is not None else None
+            nbest = split.nbests[index]
+            agreement = word_correctness(" ".join(w for w, _ in (nbest[0][0] if nbest else [])), text)
+            features.append(lm_beam_features(log_probs, nbest, agreement, scores))
+            flags.append(lm_flags[index])
+    return features, flags
+
+
+def _fit_rows(features: list[dict[str, np.ndarray]], flags: list[list[bool]], rows: Sequence[int], decoder: str,
+              l2: float, fitted_on: dict[str, Any], names: Sequence[str] | None = None) -> WordConfidenceEstimator:
+    kept = [i for i in rows if flags[i]]
+    return fit_estimator(concat_features([features[i] for i in kept]), [f for i in kept for f in flags[i]], decoder,
+                         names, l2=l2, fitted_on={"rows": len(kept), **fitted_on})
+
+
+def fit_split_estimator(split: DecodedSplit, tokenizer: Any, decoder: str, l2: float = DEFAULT_L2,
+                        fitted_on: dict[str, Any] | None = None, names: Sequence[str] | None = None
+                        ) -> WordConfidenceEstimator:
+    """The word confidence estimator of ``decoder`` (``lm_beam`` or ``best_path``) fitted on every row of
+    ``split``, reading the features ``names`` (default: the decoder's
+    :data:`~adaptspeech.decoding.confidence_estimator.DEFAULT_FEATURES`).
+
+    Raises:
+        ValueError: the split has no correct or no wrong word.
+    """
+    features, flags = learned_features(split, tokenizer, decoder)
+    return _fit_rows(features, flags, range(len(flags)), decoder, l2, dict(fitted_on or {}), names)
+
+
+def _learned_scores(split: DecodedSplit, tokenizer: Any, decoder: str, fit: DecodedSplit | None, l2: float,
+                    names: Sequence[str] | None = None) -> tuple[list[float], list[bool], list[dict[str, Any]]]:
+    """The learned confidences of ``split``'s words (fitted on ``fit``, or two-fold on ``split``), their flags and
+    the estimators used (as JSON)."""
+    features, flags = learned_features(split, tokenizer, decoder)
+    rows = len(flags)
+    if fit is not None:
+        estimators = [fit_split_estimator(fit, tokenizer, decoder, l2, names=names)]
+        folds = [(list(range(rows)), estimators[0])]
+    else:
+        halves = [list(range(0, rows, 2)), list(range(1, rows, 2))]
+        folds = [(scored, _fit_rows(features, flags, fitted_on, decoder, l2, {"fold": n}, names))
+                 for n, (scored, fitted_on) in enumerate(((halves[0], halves[1]), (halves[1], halves[0]))) if scored]
+        estimators = [estimator for _, estimator in folds]
+    scores: dict[int, list[float]] = {}
+    for scored, estimator in folds:
+        for i in scored:
+            scores[i] = [float(c) for c in estimator.predict(features[i])] if flags[i] else []
+    return ([c for i in range(rows) for c in scores[i]], [f for fl in flags for f in fl],
+            [e.to_dict() for e in estimators])
+
+
 def compare_methods(split: DecodedSplit, tokenizer: Any, methods: Sequence[ConfidenceMethod],
                     fit: DecodedSplit | None = None, out_dir: str | Path | None = None, title: str = "",
-                    num_bins: int = 10) -> dict[str, dict[str, Any]]:
+                    num_bins: int = 10, learned: bool = True, l2: float = DEFAULT_L2,
+                    learned_features: dict[str, Sequence[str]] | None = None) -> dict[str, dict[str, Any]]:
     """ROC AUC, ECE and reliability bins of every method on ``split`` (module docstring).
 
     Args:
@@ -103,9 +184,14 @@ def compare_methods(split: DecodedSplit, tokenizer: Any, methods: Sequence[Confi
         tokenizer: the model's CTC tokenizer (the best path's words).
         methods: the methods compared (the LM beam's take their frame measure from each; the aggregation is the best
             path's only).
-        fit: a decoded split to fit the N-best temperature on; None: two-fold on ``split``.
+        fit: a decoded split to fit the N-best temperature and the learned estimators on; None: two-fold on
+            ``split``.
         out_dir: where ``reliability_<method>.png`` (one per method) and ``comparison.json`` are written (None:
             nothing written).
+        learned: also the learned word confidence of each decoder (``"best path learned"``, ``"LM beam learned"``,
+            with ``"fitted"``: how, and ``"estimators"``; only ``"skipped"``: why, when a fit had no correct or no
+            wrong word), its L2 penalty ``l2``; ``learned_features``: decoder
+            (``lm_beam``, ``best_path``) -> the features its estimator reads (default: its ``DEFAULT_FEATURES``).
 
     Returns:
         ``{name: calibration_report + {"decoder", "method", ...}}``, names ``"best path <method>"``,
@@ -130,10 +216,27 @@ def compare_methods(split: DecodedSplit, tokenizer: Any, methods: Sequence[Confi
             fitted, temperatures = _fitted_scores(split, frames, flags, fit, fit_flags, measure)
             results[f"{LM_BEAM} {label} T fitted"] = {"decoder": LM_BEAM, "method": label, "temperature": temperatures,
                                                       **calibration_report(fitted, flat, num_bins)}
+    if learned:
+        fitted = "on the fit split" if fit is not None else "two-fold on the split"
+        for label, decoder, fit_split in ((BEST_PATH, BEST_PATH_WORDS, fit),
+                                          (LM_BEAM, LM_BEAM_WORDS, fit if fit is not None and fit.nbests else None)):
+            if decoder == LM_BEAM_WORDS and split.nbests is None:
+                continue
+            entry = {"decoder": label, "method": LEARNED, "fitted": fitted}
+            try:
+                scores, correct, estimators = _learned_scores(split, tokenizer, decoder, fit_split, l2,
+                                                              (learned_features or {}).get(decoder))
+            except ValueError as err:  # e.g. a fold whose words are all wrong: nothing to separate
+                results[f"{label} {LEARNED}"] = {**entry, "skipped": str(err)}
+                continue
+            results[f"{label} {LEARNED}"] = {**entry, "estimators": estimators,
+                                             **calibration_report(scores, correct, num_bins)}
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for name, result in results.items():
+            if "skipped" in result:
+                continue
             reliability_diagram({name: result}, out / f"reliability_{_slug(name)}.png", title or name)
         (out / "comparison.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     return results

@@ -110,11 +110,12 @@ def label_batches(model: Any, processor: Any, rows: Any, indices: list[int], lm_
             for index, log_probs, length in zip(chunk, encoded.ctc_log_probs, encoded.ctc_lengths.tolist(),
                                                 strict=True):
                 frames = log_probs[:length].float().cpu()
-                greedy = best_path_words(frames, tokenizer, method=method)
+                greedy = best_path_words(frames, tokenizer, method=method if lm_decoder is None else method.acoustic)
                 greedy_text = " ".join(w.text for w in greedy)
                 extra = {}
                 if lm_decoder is not None:
-                    text, words = lm_decoder.decode_scored(frames, beam_size=beam_size, method=method)
+                    text, words = lm_decoder.decode_scored(frames, beam_size=beam_size, method=method,
+                                                           best_path_text=greedy_text)
                     extra = {"greedy_text": greedy_text}
                 else:
                     text, words = greedy_text, greedy
@@ -122,6 +123,15 @@ def label_batches(model: Any, processor: Any, rows: Any, indices: list[int], lm_
                             "confidence": utterance_confidence(words, frames, method.measure),
                             "words": [[w.text, round(w.confidence, 6)] for w in words], **extra})
             yield out
+
+
+def _method_key(method: ConfidenceMethod) -> dict[str, Any]:
+    """What identifies a confidence method in the work folder's key: its settings and, for a learned one, the
+    estimator file's contents (a file fitted anew at the same path does not continue the old labels)."""
+    key = {k: v for k, v in method.__dict__.items() if v is not None}
+    if method.estimator:
+        key["estimator_sha256"] = hashlib.sha256(Path(method.estimator).read_bytes()).hexdigest()[:16]
+    return key
 
 
 def _work_folder(out: Path) -> Path:
@@ -310,7 +320,7 @@ def pseudo_label(
     pool_config = json.loads((Path(pool_dir) / "pool_config.json").read_text(encoding="utf-8"))
     method = confidence_method or ConfidenceMethod()
     key = {"model": model_id, "lm": lm_key, "beam_size": beam_size, "rows": len(rows),
-           **({} if method == ConfidenceMethod() else {"confidence": method.__dict__}),
+           **({} if method == ConfidenceMethod() else {"confidence": _method_key(method)}),
            **({} if lm_decoder is None else {"records": "with greedy_text"}),
            "pool": hashlib.sha256(json.dumps(pool_config, sort_keys=True).encode()).hexdigest()[:16]}
     work = _work_folder(out)

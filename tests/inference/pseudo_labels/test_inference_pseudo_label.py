@@ -8,6 +8,7 @@ them."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import numpy as np
@@ -285,3 +286,38 @@ def test_a_model_that_decodes_nothing_is_named_so(setup, tmp_path, capsys):
     assert code == 1 and one_error_line(err) == (f"adaptspeech: error: --data {root / 'pool'}: the labelling model "
                                                  f"decoded nothing: empty text for all {ROWS} utterances (is it "
                                                  "trained, and on this language?)")
+
+
+def _estimator_file(path, weight: float) -> str:
+    """A best-path estimator reading the word length alone: ``sigmoid(weight * (chars - 3) / 2 + 0.5)``."""
+    path.write_text(json.dumps({"format": "adaptspeech word confidence estimator", "version": 1,
+                                "decoder": "best_path", "features": ["chars"], "mean": [3.0], "scale": [2.0],
+                                "weights": [weight], "bias": 0.5}), encoding="utf-8")
+    return f"learned:{path}"
+
+
+def test_the_learned_confidence_scores_the_labels_and_a_refit_is_not_resumed(setup, tmp_path):
+    from adaptspeech.decoding.confidence import ConfidenceMethod
+
+    root, model_dir = setup
+    model, processor = _load(model_dir)
+    method = ConfidenceMethod.parse(_estimator_file(tmp_path / "est.json", 1.5))
+    result = pseudo_label(model, processor, root / "pool", tmp_path / "q", model_id="m", batch_size=4,
+                          progress=False, confidence_method=method)
+    labels = [json.loads(line) for line in (tmp_path / "q" / "labels.jsonl").read_text().splitlines()]
+    words = [(text, c) for r in labels for text, c in r["words"]]
+    assert words and result.summary["confidence_method"] == method.name
+    for text, confidence in words:  # the estimator's formula on each word's length
+        assert confidence == pytest.approx(1 / (1 + math.exp(-(1.5 * (len(text) - 3) / 2 + 0.5))), abs=1e-6)
+
+    def stop(done: int) -> None:
+        if done >= 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pseudo_label(model, processor, root / "pool", tmp_path / "r", model_id="m", batch_size=4, progress=False,
+                     confidence_method=method, on_batch=stop)
+    refit = ConfidenceMethod.parse(_estimator_file(tmp_path / "est.json", -1.0))  # the same file, fitted anew
+    with pytest.raises(ValueError, match="holds the labels of a run with another confidence"):
+        pseudo_label(model, processor, root / "pool", tmp_path / "r", model_id="m", batch_size=4, progress=False,
+                     confidence_method=refit)
