@@ -65,8 +65,15 @@ class DecodedSplit:
 def decode_split(model: Any, processor: Any, rows: Any, lm_decoder: Any = None, beam_size: int | None = None,
                  batch_size: int = 16) -> DecodedSplit:
     """Decode every row of the labelled ``rows`` (a prepared split) for :func:`compare_methods`."""
-    log_probs = dev_log_probs(model, rows, processor, batch_size)
-    split = DecodedSplit([lp.float() for lp in log_probs], list(rows["text"]))
+    return decoded_split(dev_log_probs(model, rows, processor, batch_size), list(rows["text"]), lm_decoder, beam_size)
+
+
+def decoded_split(log_probs: Sequence[Any], references: Sequence[str], lm_decoder: Any = None,
+                  beam_size: int | None = None) -> DecodedSplit:
+    """The :class:`DecodedSplit` of rows whose ``[T, V]`` CTC log-probabilities are known (their references
+    ``references``): with ``lm_decoder``, each row's N-best list of ``beam_size`` beams and its best beam words'
+    n-gram scores."""
+    split = DecodedSplit([lp.float() for lp in log_probs], list(references))
     if lm_decoder is not None:
         decoded = [lm_decoder.nbest(lp, beam_size) for lp in split.log_probs]
         split.lm_texts = [text for text, _ in decoded]

@@ -55,8 +55,16 @@ from ...data.prepared_data import load_prepared, select_languages
 from ...data.pseudo_labelled import LABELS_FILE, NothingDecodedError
 from ...data.synthetic import UNLABELLED_SENTENCES, build_synthetic_corpus
 from ...data.text import normalize_text
-from ...decoding.confidence import fit_nbest_temperature, frame_confidence
+from ...decoding.confidence import LEARNED, ConfidenceMethod, fit_nbest_temperature, frame_confidence
+from ...decoding.confidence_estimator import (
+    DEFAULT_FEATURES,
+    DEFAULT_L2,
+    ESTIMATOR_FILE,
+    LM_BEAM,
+    WordConfidenceEstimator,
+)
 from ...inference.pseudo_labels import labelling  # pseudo_label read at the call: tests replace it there
+from ...inference.pseudo_labels.confidence_comparison import decoded_split, fit_split_estimator
 from ...lm.decoder import LMDecoder, build_decoder
 from ...lm.tune import dev_log_probs, grid_search
 from ...metrics.confidence import word_correctness
@@ -69,7 +77,7 @@ from ...training.checkpoint_averaging import average_top_checkpoints
 from ...training.decoding_evaluation import DecodingEvaluation
 from ...training.stage import StageSpec
 from ..spec import RecipeError
-from .self_training_settings import SELF_TRAINED_SYSTEMS, SelfTrainingSettings
+from .self_training_settings import DEFAULT_CONFIDENCE, SELF_TRAINED_SYSTEMS, SelfTrainingSettings
 from .spec import SimAdapterRecipe
 from .stages import PlannedStage, interrupted_checkpoint, recipe_plan, stage_spec
 
@@ -85,6 +93,29 @@ class LMSetup:
     alphas: tuple[float, ...]
     betas: tuple[float, ...]
     beam_size: int
+
+
+@dataclass
+class TeacherLM:
+    """How a teacher labels with the LM: the decoder with its weights tuned on dev (None: no LM), the N-best
+    temperature and, for ``confidence: learned``, the estimator fitted on dev, or why none could be fitted (dev has no
+    correct or no wrong word of the teacher's; the labels are then scored by ``max_prob/min``)."""
+
+    decoder: Any = None
+    alpha: float | None = None
+    beta: float | None = None
+    temperature: float = 1.0
+    estimator: WordConfidenceEstimator | None = None
+    estimator_skipped: str | None = None
+
+    def estimator_record(self, file: Path) -> dict[str, Any]:
+        """``{"confidence_estimator": ...}`` of a round's record: the estimator's file (``file``) and its JSON, or
+        ``{"skipped": why}``; empty without ``learned``."""
+        if self.estimator is not None:
+            return {"confidence_estimator": {"file": str(file), **self.estimator.to_dict()}}
+        if self.estimator_skipped is not None:
+            return {"confidence_estimator": {"skipped": self.estimator_skipped, "labelled_with": DEFAULT_CONFIDENCE}}
+        return {}
 
 
 @dataclass
@@ -348,7 +379,9 @@ class SelfTrainingRunner:
 
     def __init__(self, spec: SimAdapterRecipe, settings: SelfTrainingSettings, prepared: Path, pool: Path,
                  lm: LMSetup | None) -> None:
-        self.spec, self.settings, self.prepared, self.pool, self.lm = spec, settings, prepared, pool, lm
+        self.spec, self.prepared, self.pool, self.lm = spec, prepared, pool, lm
+        self.settings = settings.resolved(lm is not None)  # confidence: learned with the LM unless set
+        self.learned_by_default = settings.confidence is None and self.settings.confidence == LEARNED
         self.folder = spec.output_dir / FOLDER
         dataset, self.processor = load_prepared(prepared)
         self.dev = select_languages(dataset["dev"], [spec.target], "dev", "self_training")
@@ -360,35 +393,78 @@ class SelfTrainingRunner:
         self.trained_rounds: list[Path] = []  # the round folders this runner labelled and trained
         self.reused_rounds: list[Path] = []  # the finished round folders it reused
 
-    def _teacher_lm(self, model: Any) -> tuple[Any, float | None, float | None, float]:
-        """An LM decoder tuned on dev for ``model`` (None without an LM) and the N-best temperature (fitted on dev
-        with ``fit_nbest_temperature``, else 1)."""
+    def _estimator_key(self) -> dict[str, Any]:
+        """What a round's key holds of its learned word confidence (how it is fitted: split, features, L2 penalty;
+        the teacher and the LM are in the key already); empty for any other confidence (the keys of the rounds
+        recorded before stay as they were)."""
+        if self.settings.confidence != LEARNED:
+            return {}
+        return {"confidence_estimator": {"fitted_on": "dev", "features": list(DEFAULT_FEATURES[LM_BEAM]),
+                                         "l2": DEFAULT_L2}}
+
+    def _teacher_lm(self, model: Any, estimator_file: Path | None = None) -> TeacherLM:
+        """The LM decoder tuned on dev for ``model`` (None without an LM), the N-best temperature (fitted on dev with
+        ``fit_nbest_temperature``, else 1) and, with ``confidence: learned``, the word confidence estimator fitted on
+        the LM beam's words of dev (:func:`~adaptspeech.inference.pseudo_labels.confidence_comparison.
+        fit_split_estimator`), saved at ``estimator_file``.
+
+        Raises:
+            RecipeError: ``confidence: learned`` set in the recipe, and dev has no correct or no wrong word of the
+                teacher's (unset, the default ``learned`` then labels with ``max_prob/min``, logged and recorded).
+        """
         if self.lm is None:
-            return None, None, None, 1.0
+            return TeacherLM()
         decoder = LMDecoder(build_decoder(self.processor.tokenizer, self.lm.folder), beam_width=self.lm.beam_size)
         log_probs = dev_log_probs(model, self.dev, self.processor)
         best = grid_search(decoder, log_probs, list(self.dev["text"]), self.lm.alphas, self.lm.betas)[0]
         decoder.set_weights(best["alpha"], best["beta"])
-        temperature = 1.0
+        out = TeacherLM(decoder, best["alpha"], best["beta"])
+        learned = self.settings.confidence == LEARNED
+        if not (self.settings.fit_nbest_temperature or learned):
+            return out
+        split = decoded_split(log_probs, list(self.dev["text"]), decoder, self.settings.beam_size)
         if self.settings.fit_nbest_temperature:
             method = self.settings.confidence_method()
-            nbests = [decoder.nbest(lp, self.settings.beam_size)[1] for lp in log_probs]
             flags = [word_correctness(" ".join(w for w, _ in nb[0][0]) if nb else "", ref)
-                     for nb, ref in zip(nbests, self.dev["text"], strict=True)]
-            frames = [frame_confidence(lp, method.measure, method.alpha).numpy() for lp in log_probs]
+                     for nb, ref in zip(split.nbests, split.references, strict=True)]
+            frames = [frame_confidence(lp, method.measure, method.alpha).numpy() for lp in split.log_probs]
             if any(flags):
-                temperature, _ = fit_nbest_temperature(nbests, frames, flags)
-        return decoder, best["alpha"], best["beta"], temperature
+                out.temperature, _ = fit_nbest_temperature(split.nbests, frames, flags)
+        if learned:
+            assert estimator_file is not None
+            try:
+                out.estimator = fit_split_estimator(split, self.processor.tokenizer, LM_BEAM, fitted_on={
+                    "split": "dev", "language": self.spec.target, "alpha": best["alpha"], "beta": best["beta"],
+                    "beam_size": self.settings.beam_size})
+            except ValueError as err:  # no correct or no wrong word on dev
+                message = (f"the learned word confidence of {model.name_or_path} cannot be fitted on the "
+                           f"{self.spec.target} dev split ({err})")
+                if not self.learned_by_default:
+                    raise RecipeError(f"self_training.confidence: learned: {message}") from None
+                log(f"self-training: {message}; labelling with {DEFAULT_CONFIDENCE} (self_training.confidence "
+                    "unset)")
+                out.estimator_skipped = str(err)
+                return out
+            out.estimator.save(estimator_file)
+        return out
 
-    def _label(self, teacher: Path, out: Path, round_: int = 1) -> tuple[Any, float | None, float | None, float,
-                                                                          float]:
+    def _label(self, teacher: Path, out: Path, round_: int = 1) -> tuple[Any, TeacherLM, float]:
+        """Label the pool with ``teacher`` into ``out`` (a learned estimator saved beside it, in the round's folder:
+        :data:`~adaptspeech.decoding.confidence_estimator.ESTIMATOR_FILE`, not in the teacher's model folder, whose
+        fingerprint is the round's key); the labels, the teacher's LM setup and the seconds."""
         started = time.perf_counter()
         model = AdaptSpeechForCTC.from_pretrained(teacher)
-        decoder, alpha, beta, temperature = self._teacher_lm(model)
-        lm_key = None if decoder is None else {"lm": str(self.lm.folder), "alpha": alpha, "beta": beta,
+        estimator_file = out.parent / ESTIMATOR_FILE
+        lm = self._teacher_lm(model, estimator_file)
+        decoder = lm.decoder
+        lm_key = None if decoder is None else {"lm": str(self.lm.folder), "alpha": lm.alpha, "beta": lm.beta,
                                                "beam_size": self.settings.beam_size}
         model_id = f"{teacher}@{model_fingerprint(teacher)[:12]}"
-        method = replace(self.settings.confidence_method(), nbest_temperature=temperature)
+        method = replace(self.settings.confidence_method(), nbest_temperature=lm.temperature)
+        if lm.estimator is not None:
+            method = replace(method, estimator=str(estimator_file))
+        elif lm.estimator_skipped is not None:
+            method = ConfidenceMethod.parse(DEFAULT_CONFIDENCE)
         try:  # the round's folder is the recipe's: labels of an earlier teacher left there are started afresh
             result = labelling.pseudo_label(model, self.processor, self.pool, out, model_id=model_id,
                                   lm_decoder=decoder, lm_key=lm_key, target=self.prepared,
@@ -403,7 +479,7 @@ class SelfTrainingRunner:
                               "language?)") from err
         except ValueError as err:  # e.g. no label passes the agreement filter: one line naming the section
             raise RecipeError(f"self-training round {round_} ({teacher}): {err}") from err
-        return result, alpha, beta, time.perf_counter() - started, temperature
+        return result, lm, time.perf_counter() - started
 
     def _average(self, student_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
         """Replace the student's model by the average of its ``average_top_n`` best checkpoints and its dev
@@ -456,6 +532,7 @@ class SelfTrainingRunner:
                 "teacher": model_fingerprint(teacher), "start": model_fingerprint(start) if start else None,
                 "pool": self.pool_key, "settings": self.settings.to_dict(), "lm": None if self.lm is None else
                 {"files": model_fingerprint(self.lm.folder)[:16], "alphas": self.lm.alphas, "betas": self.lm.betas},
+                **self._estimator_key(),
             }))
             found = _finished_round([round_dir, *(Path(r) / f"round_{k}" for r in reuse)], record_key)
             if found is not None:
@@ -465,7 +542,7 @@ class SelfTrainingRunner:
                     f"(dev CER {100 * record.dev_cer:.2f}%)")
             else:
                 log(f"self-training {system} round {k}: labelling the pool with {teacher}")
-                labels, alpha, beta, label_seconds, temperature = self._label(teacher, round_dir / "labels", k)
+                labels, lm, label_seconds = self._label(teacher, round_dir / "labels", k)
                 kept = set(np.flatnonzero(np.isin(self.pool_paths, labels.dataset["path"])).tolist())
                 quality = label_quality(round_dir / "labels", self.pool_paths, self.truth, kept)
                 if system_spec is None:
@@ -484,12 +561,13 @@ class SelfTrainingRunner:
                 averaged = self._average(student_dir, spec) if self.settings.average_top_n else None
                 summary = labels.summary
                 record = RoundRecord(
-                    k, str(teacher), str(student_dir / "model"), alpha, beta,
+                    k, str(teacher), str(student_dir / "model"), lm.alpha, lm.beta,
                     {"rows": summary["rows"], "kept": summary["kept"], "kept_share": summary["kept_share"],
                      "kept_hours": summary["kept_hours"], "confidence_quantiles": summary["confidence_quantiles"],
                      "real_time_factor": summary["real_time_factor"], "quality": quality,
                      "filter": summary["filter"], "lm_agreeing": summary["lm_agreeing"],
-                     "nbest_temperature": temperature, "averaged_checkpoints": averaged},
+                     "nbest_temperature": lm.temperature, "averaged_checkpoints": averaged,
+                     **lm.estimator_record(round_dir / ESTIMATOR_FILE)},
                     _dev_cer(student_dir), seconds={"label": label_seconds, "train": result.train_seconds},
                     trainable_params=int(result.trainable["trainable"]),
                     trainable_share=float(result.trainable["trainable_share"]))

@@ -147,7 +147,7 @@ def recipe_self_training_rows(spec: SimAdapterRecipe, evaluation: TargetEvaluati
     runs = runner.run()
     lm_rows = {} if lm_extra is None else {row["system"]: row for row in lm_extra.rows}
     extra = self_training_rows(spec.target, spec.evaluation.split, spec.evaluation.method,
-                               dict(spec.evaluation.options), settings, runs, evaluation, lm, lm_rows,
+                               dict(spec.evaluation.options), runner.settings, runs, evaluation, lm, lm_rows,
                                {} if lm_extra is None else lm_extra.edits, runner.pool_seconds / 60,
                                lm_label=lm_label)
     extra.summary["seconds"] = time.perf_counter() - started

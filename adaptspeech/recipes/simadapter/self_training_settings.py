@@ -21,7 +21,8 @@ share, speed perturbation and steps. Its own module so the recipe's settings
       teacher: own               # own: each system labels for its students; fusion: SimAdapter labels for every one
       keep_fraction_schedule: null   # e.g. [0.6, 0.7, 0.8]: round k keeps the k-th share (the last one after)
       max_lm_disagreement: null  # with the LM: keep a label only when its LM and best-path hypotheses agree (0.1)
-      confidence: max_prob/min   # the word confidence: MEASURE[@ALPHA]/AGGREGATION (decoding/confidence.py)
+      confidence: null           # the word confidence; null: learned with the LM (an estimator fitted on dev per
+                                 # teacher), max_prob/min without; or MEASURE[@ALPHA]/AGGREGATION, learned:FILE
       fit_nbest_temperature: false   # with the LM: the N-best temperature fitted on dev for each teacher
       average_top_n: null        # a student is the average of its N best checkpoints by dev CER (TopIPL)
       adapter_bottleneck: null   # the adapter alone's students: this bottleneck width instead of the stage's
@@ -31,11 +32,11 @@ share, speed perturbation and steps. Its own module so the recipe's settings
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ...data.pseudo_labelled import ConfidenceFilter
-from ...decoding.confidence import ConfidenceMethod
+from ...decoding.confidence import LEARNED, ConfidenceMethod
 from ...settings import (
     BOOL,
     FINITE_POSITIVE,
@@ -54,6 +55,9 @@ SELF_TRAINING_STEP = "self_training"
 #: the systems self-training can start from, in the order they run (SimAdapter fuses the self-trained adapter)
 SELF_TRAINED_SYSTEMS = ("target_adapter", "fusion", "finetune")
 
+
+#: the word confidence without an LM (and with one, when ``learned`` is not wanted)
+DEFAULT_CONFIDENCE = ConfidenceMethod().name
 
 #: the teachers of the students: the system itself (its latest student), or SimAdapter fusion for every system
 TEACHERS = ("own", "fusion")
@@ -100,7 +104,11 @@ class SelfTrainingSettings(Section):
             ``keep_fraction``.
         max_lm_disagreement: with the LM, keep a label only when the CER between its LM and its best-path
             hypotheses is below this (WeNet NST: 0.1); null: no such filter.
-        confidence: the word confidence method (``MEASURE[@ALPHA]/AGGREGATION``).
+        confidence: the word confidence method: ``MEASURE[@ALPHA]/AGGREGATION``, ``learned:FILE`` (a saved
+            estimator) or ``learned`` (:mod:`~adaptspeech.decoding.confidence_estimator`: a logistic regression over
+            the LM beam's word features fitted on the target's dev split for each teacher, saved in the round's
+            folder; it needs the LM); None: :meth:`resolved` makes it ``learned`` when the teachers label with an LM,
+            else ``max_prob/min``.
         fit_nbest_temperature: with the LM, fit the N-best temperature on dev for each teacher.
         average_top_n: a student evaluates and saves ``2 N`` times and becomes the average of its N best checkpoints
             by dev CER (TopIPL); null: its last step.
@@ -126,7 +134,7 @@ class SelfTrainingSettings(Section):
     teacher: str = "own"
     keep_fraction_schedule: tuple[float, ...] | None = None
     max_lm_disagreement: float | None = None
-    confidence: str = "max_prob/min"
+    confidence: str | None = None
     fit_nbest_temperature: bool = False
     average_top_n: int | None = None
     adapter_bottleneck: int | None = None
@@ -150,8 +158,8 @@ class SelfTrainingSettings(Section):
         "keep_fraction_schedule": optional(SettingType("a non-empty rising list of numbers in (0, 1]", _schedule,
                                                        lambda v: tuple(float(x) for x in v))),
         "max_lm_disagreement": optional(SettingType("a number in (0, 1]", lambda v: PROBABILITY.accepts(v) and v > 0)),
-        "confidence": SettingType("a confidence method MEASURE[@ALPHA]/AGGREGATION (e.g. tsallis_exp@0.33/min)",
-                                  _confidence_method),
+        "confidence": optional(SettingType("a confidence method MEASURE[@ALPHA]/AGGREGATION (e.g. "
+                                           "tsallis_exp@0.33/min) or learned[:FILE]", _confidence_method)),
         "fit_nbest_temperature": BOOL,
         "average_top_n": optional(SettingType("an integer >= 2", lambda v: POSITIVE_INT.accepts(v) and v >= 2)),
         "adapter_bottleneck": optional(POSITIVE_INT),
@@ -169,6 +177,23 @@ class SelfTrainingSettings(Section):
                               "needs use_lm: true")
         if self.fit_nbest_temperature and not self.use_lm:
             raise RecipeError("self_training.fit_nbest_temperature is the LM beam's: it needs use_lm: true")
+        if self.confidence == LEARNED and not self.use_lm:
+            raise RecipeError("self_training.confidence: learned is fitted on the LM beam's words of dev: it needs "
+                              "use_lm: true (or give learned:FILE, or a MEASURE/AGGREGATION)")
+
+    def resolved(self, with_lm: bool) -> SelfTrainingSettings:
+        """The section with ``confidence`` set: unset, ``learned`` when the teachers label with an LM (``with_lm``),
+        else ``max_prob/min`` (:data:`DEFAULT_CONFIDENCE`).
+
+        Raises:
+            RecipeError: ``learned`` without an LM to label with (one line naming the setting).
+        """
+        if self.confidence == LEARNED and not with_lm:
+            raise RecipeError("self_training.confidence: learned is fitted on the LM beam's words of dev: the recipe "
+                              "has no n-gram LM to label with (its lm section)")
+        if self.confidence is not None:
+            return self
+        return replace(self, confidence=LEARNED if with_lm else DEFAULT_CONFIDENCE)
 
     def confidence_filter(self, round_: int = 1) -> Any:
         """The filter of round ``round_`` (1-based): ``keep_fraction_schedule``'s share when set."""
@@ -178,6 +203,8 @@ class SelfTrainingSettings(Section):
         return ConfidenceFilter(self.min_confidence, self.keep_fraction)
 
     def confidence_method(self) -> ConfidenceMethod:
-        return ConfidenceMethod.parse(self.confidence)
+        """The :class:`~adaptspeech.decoding.confidence.ConfidenceMethod` of ``confidence`` (unset: the one without an
+        LM; :meth:`resolved` sets it)."""
+        return ConfidenceMethod.parse(self.confidence or DEFAULT_CONFIDENCE)
 
 

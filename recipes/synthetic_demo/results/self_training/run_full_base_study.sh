@@ -25,8 +25,9 @@ python scripts/confidence_calibration.py --model "$OUT/target_adapter/model" --d
   --lm "$OUT/lm" --threads "$THREADS" --out "$RESULTS/confidence_dev"
 python scripts/confidence_calibration.py --model "$OUT/target_adapter/model" --data "$OUT/prepared" --language sk \
   --lm "$OUT/lm" --threads "$THREADS" --split test --fit-split dev --out "$RESULTS/confidence_test"
-# the default below (max_prob/min) is replaced by the method with the best dev ROC AUC: CONFIDENCE=<method>
-CONFIDENCE=${CONFIDENCE:-max_prob/min}
+# learned (each teacher's estimator fitted on dev; the section's default with the LM) had the best dev ROC AUC on this
+# base (docs/self_training.md); another method: CONFIDENCE=<method>
+CONFIDENCE=${CONFIDENCE:-learned}
 
 # 3. self-training of the three systems (rounds reused when the key matches), with and without the LM: results.md
 adaptspeech demo "${RUN[@]}" "${ST[@]}" "self_training.confidence=$CONFIDENCE" --only lm,self_training
