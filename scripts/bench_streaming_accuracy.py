@@ -13,8 +13,11 @@ WeNet's and SpeechBrain's degradations quote) on the prepared features (normalis
 streaming with a cache gives the same posteriors as this chunk-masked forward
 (``tests/inference/streaming/test_inference_stream_encoding.py``); ``--stream-corpus`` also decodes the test clips'
 audio through ``StreamingRecognizer``, whose features are normalised over past audio only (training normalises each
-utterance over itself): the end-to-end streaming figure. ``--reference-run``: the same systems trained without chunks
-(today's settings) at full context, for the "within +0.5 points" comparison (every system found in both runs).
+utterance over itself; under global CMVN the training set's statistics): the end-to-end streaming figure, on every
+``--stream-every``-th clip, with its baseline on the same clips one at a time (``streamed_clips``: full context and the
+chunk-masked forward; the streamed rows' relative change is against that full context). ``--reference-run``: the
+same systems trained without chunks (today's settings) at full context, for the "within +0.3 points" comparison (every
+system found in both runs).
 
 ``--lm DIR`` (an ``adaptspeech lm build`` folder or a model folder with a tuned LM; ``--alpha`` / ``--beta``) adds, for
 every system and chunk size, the CER with the word n-gram LM two ways on the same posteriors: the offline LM decoder of
