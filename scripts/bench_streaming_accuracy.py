@@ -162,6 +162,14 @@ def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms:
     return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
 
 
+def streamed_change(results: dict[str, Any], label: str) -> list[float]:
+    """The relative CER change (%) of system ``label``'s streamed figures (``results["streamed"]``, one per chunk size)
+    against the full context of the same clips (``results["streamed_clips"]``: ``--stream-every`` may stream a subset;
+    the whole test set's full context, ``results["systems"]``, would mix two sets of clips)."""
+    full = results["streamed_clips"][label][0]
+    return [(cer / full - 1) * 100 for cer in results["streamed"][label]]
+
+
 def _feature_label(processor: Any) -> str:
     """How the system's features are normalised: ``global CMVN`` (the training set's statistics, the same in a
     stream) or ``utterance CMVN`` (each utterance over itself; a stream over its past 4 s)."""
@@ -300,7 +308,8 @@ def main() -> None:
         same = results["streamed_clips"][label]
         cells = [f"{cer:.2f} ({(cer / same[0] - 1) * 100:+.1f}%)" for cer in same[1:]]
         print(f"| {label}, streamed clips, masked | {same[0]:.2f} | " + " | ".join(cells) + " |")
-        cells = [f"{cer:.2f} ({(cer / same[0] - 1) * 100:+.1f}%)" for cer in row]
+        changes = streamed_change(results, label)
+        cells = [f"{cer:.2f} ({change:+.1f}%)" for cer, change in zip(row, changes, strict=True)]
         print(f"| {label}, streamed audio | - | " + " | ".join(cells) + " |")
     for name, title in (("lm_offline", "LM, offline decoder"), ("lm_streamed_search", "LM, streaming search")):
         for label, row in results.get(name, {}).items():
