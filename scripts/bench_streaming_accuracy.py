@@ -13,8 +13,11 @@ WeNet's and SpeechBrain's degradations quote) on the prepared features (normalis
 streaming with a cache gives the same posteriors as this chunk-masked forward
 (``tests/inference/streaming/test_inference_stream_encoding.py``); ``--stream-corpus`` also decodes the test clips'
 audio through ``StreamingRecognizer``, whose features are normalised over past audio only (training normalises each
-utterance over itself): the end-to-end streaming figure. ``--reference-run``: the same systems trained without chunks
-(today's settings) at full context, for the "within +0.5 points" comparison (every system found in both runs).
+utterance over itself; under global CMVN the training set's statistics): the end-to-end streaming figure, on every
+``--stream-every``-th clip, with its baseline on the same clips one at a time (``streamed_clips``: full context and the
+chunk-masked forward; the streamed rows' relative change is against that full context). ``--reference-run``: the
+same systems trained without chunks (today's settings) at full context, for the "within +0.3 points" comparison (every
+system found in both runs).
 
 ``--lm DIR`` (an ``adaptspeech lm build`` folder or a model folder with a tuned LM; ``--alpha`` / ``--beta``) adds, for
 every system and chunk size, the CER with the word n-gram LM two ways on the same posteriors: the offline LM decoder of
@@ -159,6 +162,14 @@ def _streamed_cer(model: Any, data: Any, processor: Any, corpus: Path, chunk_ms:
     return 100 * float(np.mean([metrics["per_language"][lang]["cer"] for lang in present]))
 
 
+def streamed_change(results: dict[str, Any], label: str) -> list[float]:
+    """The relative CER change (%) of system ``label``'s streamed figures (``results["streamed"]``, one per chunk size)
+    against the full context of the same clips (``results["streamed_clips"]``: ``--stream-every`` may stream a subset;
+    the whole test set's full context, ``results["systems"]``, would mix two sets of clips)."""
+    full = results["streamed_clips"][label][0]
+    return [(cer / full - 1) * 100 for cer in results["streamed"][label]]
+
+
 def _feature_label(processor: Any) -> str:
     """How the system's features are normalised: ``global CMVN`` (the training set's statistics, the same in a
     stream) or ``utterance CMVN`` (each utterance over itself; a stream over its past 4 s)."""
@@ -212,6 +223,11 @@ def _evaluate_run(run: Path, sets: dict[str, tuple[Any, list[str]]], processor: 
             streamed = [_streamed_cer(model, clips, processor, corpus, c, languages) for c in chunks_ms if c]
             results.setdefault("streamed", {})[label] = streamed
             print(label, "streamed", streamed, flush=True)
+            # the same clips one at a time (no padding in the batch): full context and the chunk-masked forward, the
+            # baseline of the streamed figures (what the model loses, against what the stream adds to it)
+            same = [_cer(model, clips, processor, round(c / frame_ms), languages, 1) for c in chunks_ms]
+            results.setdefault("streamed_clips", {})[label] = same
+            print(label, "streamed clips, one at a time, full context and masked", same, flush=True)
 
 
 def main() -> None:
@@ -289,8 +305,11 @@ def main() -> None:
         masked = ", masked only" if label in results.get("masked_only", {}) else ""
         print(f"| {label}{masked} | " + " | ".join(cells) + " |")
     for label, row in results.get("streamed", {}).items():
-        full = results["systems"][label][0]
-        cells = [f"{cer:.2f} ({(cer / full - 1) * 100:+.0f}%)" for cer in row]
+        same = results["streamed_clips"][label]
+        cells = [f"{cer:.2f} ({(cer / same[0] - 1) * 100:+.1f}%)" for cer in same[1:]]
+        print(f"| {label}, streamed clips, masked | {same[0]:.2f} | " + " | ".join(cells) + " |")
+        changes = streamed_change(results, label)
+        cells = [f"{cer:.2f} ({change:+.1f}%)" for cer, change in zip(row, changes, strict=True)]
         print(f"| {label}, streamed audio | - | " + " | ".join(cells) + " |")
     for name, title in (("lm_offline", "LM, offline decoder"), ("lm_streamed_search", "LM, streaming search")):
         for label, row in results.get(name, {}).items():
