@@ -187,11 +187,14 @@ def known_cer(passes: dict[str, Any]) -> dict[str, float]:
     return {**{lang: e["cer"] for lang, e in rates["per_language"].items()}, "all": rates["overall"]["cer"]}
 
 
-def fit_all(passes: dict[str, Any], prepared: str, out: Path, orders: list[int], top_ks: list[int]) -> dict[str, Any]:
+def fit_all(passes: dict[str, Any], prepared: str, out: Path, orders: list[int], top_ks: list[int],
+            lm_fits: tuple[str, ...] = ("train", "held-out")) -> dict[str, Any]:
     """Step 2 (see the module docstring): for each LM order, LM fitting mode (``train``: the LMs of all training
     transcripts for the fit and the test; ``held-out``: for the fit on dev, LMs without dev's words, like the test
     split's), text-score variant (:data:`VARIANTS`), ``k`` and feature set: the calibration fitted on dev and its
-    results on every cached set; the acoustic head and the oracle beside them."""
+    results on every cached set; the acoustic head and the oracle beside them. ``chosen_on_dev``: the best dev
+    accuracy among the fits the hybrid can run (one text score, the LMs of all training transcripts), ties to the
+    smaller ``k`` and fewer features."""
     import numpy as np
 
     from adaptspeech.inference.language_id.hybrid import fit_weights
@@ -210,8 +213,9 @@ def fit_all(passes: dict[str, Any], prepared: str, out: Path, orders: list[int],
     dev_texts = passes["dev"]["reference"]
     for order in orders:
         full = build_lms(prepared, out / "lms" / f"char{order}", order)
-        held = build_lms(prepared, out / "lms" / f"char{order}_without_dev_words", order, dev_texts)
-        for mode, fit_lms in (("train", full), ("held-out", held)):
+        for mode in lm_fits:
+            fit_lms = full if mode == "train" else build_lms(prepared, out / "lms" / f"char{order}_without_dev_words",
+                                                             order, dev_texts)
             for variant, scores in VARIANTS.items():
                 for k in top_ks:
                     dev_langs, dev_table = candidate_rows(passes["dev"], k, fit_lms, scores)
@@ -232,7 +236,8 @@ def fit_all(passes: dict[str, Any], prepared: str, out: Path, orders: list[int],
                         print(f"char {order} {mode:8s} {variant:13s} k={k} {label:16s} dev "
                               f"{100 * fit['dev']['accuracy']:.2f} test "
                               + " / ".join(f"{100 * fit[n]['accuracy']:.2f}" for n in sets), flush=True)
-    best = max(result["fits"], key=lambda f: (f["dev"]["accuracy"], -f["k"], -len(f["weights"])))
+    runnable = [f for f in result["fits"] if f["lm_fit"] == "train" and len(VARIANTS[f["variant"]]) == 1]
+    best = max(runnable, key=lambda f: (f["dev"]["accuracy"], -f["k"], -len(f["weights"])))
     result["chosen_on_dev"] = {k: best[k] for k in ("order", "lm_fit", "variant", "k", "features")}
     return result
 
@@ -285,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true", help="step 2: the LMs and the fits on the cache")
     parser.add_argument("--orders", type=int, nargs="+", default=[3, 4, 5])
     parser.add_argument("--top-k", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--lm-fits", nargs="+", choices=["train", "held-out"], default=["train", "held-out"],
+                        help="the LMs the dev fit reads: those of all training transcripts (what the hybrid runs), "
+                        "and/or those without dev's words (like the test split's words)")
     args = parser.parse_args(argv)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -295,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         (out / "passes.json").write_text(json.dumps(passes) + "\n", encoding="utf-8")
     if args.fit:
         passes = json.loads((out / "passes.json").read_text(encoding="utf-8"))
-        result = fit_all(passes, args.prepared, out, args.orders, args.top_k)
+        result = fit_all(passes, args.prepared, out, args.orders, args.top_k, tuple(args.lm_fits))
         (out / "lid_text_study.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         (out / "lid_text_study.md").write_text(markdown(result) + "\n", encoding="utf-8")
         print(markdown(result))
