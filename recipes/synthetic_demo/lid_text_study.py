@@ -12,6 +12,8 @@ cache in seconds.
    order and each ``k`` of ``--top-k``: the calibration fitted on dev (head + LM, and head + CTC + LM), its test
    accuracy per cut, per-language accuracy, confusions and the routed CER of the chosen language's hypothesis.
    Written to ``<output>/lid_text_study.md`` / ``.json``.
+3. ``--text-only``: how often the text alone (no head) names the language, for each hypothesis it could read
+   (:data:`TEXT_ONLY`): ``<output>/lid_text_only.md`` / ``.json``.
 
 Usage::
 
@@ -242,6 +244,46 @@ def fit_all(passes: dict[str, Any], prepared: str, out: Path, orders: list[int],
     return result
 
 
+TEXT_ONLY = ("reference", "true language's system", "base", "own", "every system, averaged")
+"""What the text alone is asked about (no head): the language whose LM scores best the reference transcript, the
+hypothesis of the true language's system, the base's hypothesis, each language's own system's hypothesis, or the mean
+over all systems' hypotheses."""
+
+
+def text_only(passes: dict[str, Any], prepared: str, out: Path, orders: list[int]) -> dict[str, Any]:
+    """How often the text alone (no head; all languages as candidates) names the true language, per LM order, per
+    cached set and per :data:`TEXT_ONLY` question: what each text score can tell at best."""
+    import numpy as np
+
+    result: dict[str, Any] = {}
+    for order in orders:
+        lms = build_lms(prepared, out / "lms" / f"char{order}", order)
+        result[f"char {order}-gram"] = {}
+        for name in ("dev", "test whole"):
+            entry = passes[name]
+            truth = [LANGUAGES.index(t) for t in entry["truth"]]
+            systems = [*LANGUAGES, BASE_KEY]
+            scores = np.array([[[lms.per_char(j, entry["texts"][i][n]) for j in LANGUAGES] for i in systems]
+                               for n in range(len(truth))])  # [N, systems, languages]
+            reference = np.array([[lms.per_char(j, text) for j in LANGUAGES] for text in entry["reference"]])
+            rows = np.arange(len(truth))
+            asked = {"reference": reference, "true language's system": scores[rows, truth],
+                     "base": scores[:, len(LANGUAGES)], "own": scores[:, np.arange(len(LANGUAGES)),
+                                                                       np.arange(len(LANGUAGES))],
+                     "every system, averaged": scores[:, :len(LANGUAGES)].mean(1)}
+            result[f"char {order}-gram"][name] = {q: float(np.mean(a.argmax(-1) == truth)) for q, a in asked.items()}
+    return result
+
+
+def text_only_markdown(result: dict[str, Any]) -> str:
+    """:func:`text_only`'s table."""
+    lines = ["| LM | set | " + " | ".join(f"{q} %" for q in TEXT_ONLY) + " |", "|" + " --- |" * (2 + len(TEXT_ONLY))]
+    for lm, sets in result.items():
+        for name, asked in sets.items():
+            lines.append(f"| {lm} | {name} | " + " | ".join(f"{100 * asked[q]:.2f}" for q in TEXT_ONLY) + " |")
+    return "\n".join(lines)
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The fits' table (dev and test accuracy per cut), the acoustic head and the oracle beside them, and the chosen
     fit's per-language accuracy, routed CER against known-language CER and confusions."""
@@ -288,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True)
     parser.add_argument("--passes", action="store_true", help="step 1: compute and cache the passes")
     parser.add_argument("--fit", action="store_true", help="step 2: the LMs and the fits on the cache")
+    parser.add_argument("--text-only", action="store_true",
+                        help="what the text alone tells (no head), on the cache: <output>/lid_text_only.md / .json")
     parser.add_argument("--orders", type=int, nargs="+", default=[3, 4, 5])
     parser.add_argument("--top-k", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--lm-fits", nargs="+", choices=["train", "held-out"], default=["train", "held-out"],
@@ -301,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--passes needs --model")
         passes = compute_passes(Path(args.model), args.prepared)
         (out / "passes.json").write_text(json.dumps(passes) + "\n", encoding="utf-8")
+    if args.text_only:
+        passes = json.loads((out / "passes.json").read_text(encoding="utf-8"))
+        checked = text_only(passes, args.prepared, out, args.orders)
+        (out / "lid_text_only.json").write_text(json.dumps(checked, indent=1) + "\n", encoding="utf-8")
+        (out / "lid_text_only.md").write_text(text_only_markdown(checked) + "\n", encoding="utf-8")
+        print(text_only_markdown(checked))
     if args.fit:
         passes = json.loads((out / "passes.json").read_text(encoding="utf-8"))
         result = fit_all(passes, args.prepared, out, args.orders, args.top_k, tuple(args.lm_fits))

@@ -233,6 +233,10 @@ def test_the_text_study_s_cached_fit_is_the_library_s_fit(report, tmp_path, monk
         assert cached["weights"] == pytest.approx(dict(fitted.weights), rel=1e-4, abs=1e-6)
         assert cached["dev"]["accuracy"] == pytest.approx(fitted.fitted_on["accuracy_hybrid"])
     assert "| acoustic head | | | 1 |" in study.markdown(result)
+    only = study.text_only(passes, str(prepared), tmp_path, [2])["char 2-gram"]
+    # both toy languages say the same words: their LMs score a text alike, the first language (ro) wins each row
+    assert only["test whole"]["reference"] == 0.5 and only["dev"]["reference"] == 0.5
+    assert set(only["dev"]) == set(study.TEXT_ONLY)
 
 
 def test_the_text_check_tells_each_reference_transcript_s_language(tmp_path) -> None:
