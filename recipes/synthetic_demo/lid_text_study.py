@@ -252,7 +252,8 @@ over all systems' hypotheses."""
 
 def text_only(passes: dict[str, Any], prepared: str, out: Path, orders: list[int]) -> dict[str, Any]:
     """How often the text alone (no head; all languages as candidates) names the true language, per LM order, per
-    cached set and per :data:`TEXT_ONLY` question: what each text score can tell at best."""
+    cached set (and on the utterances the acoustic head gets wrong) and per :data:`TEXT_ONLY` question: what each
+    text score can tell at best, and whether it errs where the head errs."""
     import numpy as np
 
     result: dict[str, Any] = {}
@@ -271,7 +272,12 @@ def text_only(passes: dict[str, Any], prepared: str, out: Path, orders: list[int
                      "base": scores[:, len(LANGUAGES)], "own": scores[:, np.arange(len(LANGUAGES)),
                                                                        np.arange(len(LANGUAGES))],
                      "every system, averaged": scores[:, :len(LANGUAGES)].mean(1)}
-            result[f"char {order}-gram"][name] = {q: float(np.mean(a.argmax(-1) == truth)) for q, a in asked.items()}
+            wrong = np.asarray(entry["log_probs"]).argmax(-1) != truth  # the acoustic head's errors
+            result[f"char {order}-gram"][name] = {
+                q: float(np.mean(a.argmax(-1) == truth)) for q, a in asked.items()}
+            if wrong.any():  # (none: no row)
+                result[f"char {order}-gram"][f"{name}, the head's errors"] = {
+                    q: float(np.mean(a.argmax(-1)[wrong] == np.asarray(truth)[wrong])) for q, a in asked.items()}
     return result
 
 

@@ -236,7 +236,9 @@ def test_the_text_study_s_cached_fit_is_the_library_s_fit(report, tmp_path, monk
     only = study.text_only(passes, str(prepared), tmp_path, [2])["char 2-gram"]
     # both toy languages say the same words: their LMs score a text alike, the first language (ro) wins each row
     assert only["test whole"]["reference"] == 0.5 and only["dev"]["reference"] == 0.5
-    assert set(only["dev"]) == set(study.TEXT_ONLY)
+    assert set(only["dev"]) == set(study.TEXT_ONLY) and {"dev", "test whole"} <= set(only)
+    for name, asked in only.items():
+        assert all(0.0 <= value <= 1.0 for value in asked.values()), name  # no nan: no head errors, no row
 
 
 def test_the_text_check_tells_each_reference_transcript_s_language(tmp_path) -> None:
