@@ -122,6 +122,70 @@ def build_lms(prepared: str, out: Path, order: int, held_out: list[str] | None =
     return CachedLMs(LanguageLMs.from_folder(out / "model", LANGUAGES))
 
 
+def word_list_texts(corpus: Path, count: int, exclude: set[str], seed: int = 1) -> dict[str, list[str]]:
+    """Per language, ``count`` sentences drawn from the synthetic corpus's word lists (its ``synthetic_config.json``)
+    the way the demo's LM rows draw their text (:func:`lm_rows.lm_text`: wordfreq's frequencies, the corpus's
+    sentence lengths, its own random stream), those equal to a sentence of ``exclude`` (dev and test) dropped. Text in
+    the language, as any external text: it holds most of the test split's words, which the training transcripts never
+    do."""
+    from adaptspeech.data.synthetic import CONFIG_FILE, SyntheticConfig
+    from adaptspeech.recipes import recipe_module
+
+    rows = recipe_module(HERE, "lm_rows.py")
+    stored = json.loads((corpus / CONFIG_FILE).read_text(encoding="utf-8"))["config"]
+    config = SyntheticConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items()})
+
+    class Corpus:  # what lm_text reads of the recipe's corpus settings
+        def synthetic_config(self) -> SyntheticConfig:
+            return config
+
+    settings = rows.LMSettings(enabled=True, sentences=count, seed=seed)
+    return {language: rows.lm_text(language, Corpus(), settings, exclude)[0] for language in LANGUAGES}
+
+
+def word_list_fits(passes: dict[str, Any], corpus: Path, count: int, out: Path, orders: list[int],
+                   top_ks: list[int]) -> dict[str, Any]:
+    """:func:`fit_all`'s ``own`` fits (head + LM) with character LMs of :func:`word_list_texts` instead of the
+    training transcripts, and the share of test words the LMs' text holds."""
+    from adaptspeech.inference.language_id.hybrid import LanguageLMs, build_char_lm, install_language_lms
+
+    exclude = set(passes["dev"]["reference"]) | set(passes["test whole"]["reference"])
+    texts = word_list_texts(corpus, count, exclude)
+    test_words = {w for t in passes["test whole"]["reference"] for w in t.split()}
+    known = {w for lines in texts.values() for t in lines for w in t.split()}
+    result: dict[str, Any] = {"sentences": {k: len(v) for k, v in texts.items()},
+                              "test_words_in_text": len(test_words & known) / len(test_words), "fits": []}
+    for order in orders:
+        folder = out / "lms" / f"word_lists{count}_char{order}"
+        install_language_lms(folder / "model", {lang: build_char_lm(lines, folder / "lms" / lang, order=order)
+                                                for lang, lines in texts.items()})
+        lms = CachedLMs(LanguageLMs.from_folder(folder / "model", LANGUAGES))
+        for k in top_ks:
+            dev_langs, dev_table = candidate_rows(passes["dev"], k, lms, ("own",))
+            weights = fit_calibration_weights(dev_langs, dev_table, passes["dev"]["truth"],
+                                              ["lid_log_prob", "lm_per_char"])
+            fit = {"order": order, "k": k, "weights": weights,
+                   "dev": measure(chosen_languages(dev_langs, dev_table, weights), passes, "dev")}
+            for name in [n for n in SETS if n != "dev"]:
+                fit[name] = measure(chosen_languages(*candidate_rows(passes[name], k, lms, ("own",)), weights),
+                                    passes, name)
+            result["fits"].append(fit)
+            print(f"word lists {count}: char {order} k={k} dev {100 * fit['dev']['accuracy']:.2f} test "
+                  + " / ".join(f"{100 * fit[n]['accuracy']:.2f}" for n in SETS if n != "dev"), flush=True)
+    return result
+
+
+def fit_calibration_weights(languages: list, table: list, truth: list[str], names: list[str]) -> dict[str, float]:
+    """:func:`~adaptspeech.inference.language_id.hybrid.fit_weights` of the features ``names`` on cached rows."""
+    import numpy as np
+
+    from adaptspeech.inference.language_id.hybrid import fit_weights
+
+    arrays = [np.array([[c[f] for f in names] for c in rows]) for rows in table]
+    index = [langs.index(t) if t in langs else None for langs, t in zip(languages, truth, strict=True)]
+    return dict(zip(names, map(float, fit_weights(arrays, index)), strict=True))
+
+
 def candidate_rows(entry: dict[str, Any], k: int, lms: Any, text_scores: tuple[str, ...]) -> tuple[list, list]:
     """Per row of a cached set: the top-``k`` languages of the head and their features (``lid_log_prob``,
     ``ctc_per_frame`` and one ``lm_per_char`` per text score, named ``lm_per_char`` for the first, ``lm_<score>`` for
@@ -199,8 +263,6 @@ def fit_all(passes: dict[str, Any], prepared: str, out: Path, orders: list[int],
     smaller ``k`` and fewer features."""
     import numpy as np
 
-    from adaptspeech.inference.language_id.hybrid import fit_weights
-
     sets = [name for name in SETS if name != "dev"]
     result: dict[str, Any] = {"reference": {}, "fits": [], "known_cer": known_cer(passes), "seconds": {
         name: passes[name]["seconds"] for name in SETS}}
@@ -225,10 +287,7 @@ def fit_all(passes: dict[str, Any], prepared: str, out: Path, orders: list[int],
                     for label, with_ctc in FEATURE_SETS.items():
                         names = ["lid_log_prob", *(["ctc_per_frame"] if with_ctc else []), "lm_per_char",
                                  *[f"lm_{s}" for s in scores[1:]]]
-                        arrays = [np.array([[c[f] for f in names] for c in rows]) for rows in dev_table]
-                        index = [langs.index(t) if t in langs else None
-                                 for langs, t in zip(dev_langs, passes["dev"]["truth"], strict=True)]
-                        weights = dict(zip(names, map(float, fit_weights(arrays, index)), strict=True))
+                        weights = fit_calibration_weights(dev_langs, dev_table, passes["dev"]["truth"], names)
                         fit = {"order": order, "lm_fit": mode, "variant": variant, "k": k, "features": label,
                                "weights": weights,
                                "dev": measure(chosen_languages(dev_langs, dev_table, weights), passes, "dev")}
@@ -290,6 +349,22 @@ def text_only_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def word_lists_markdown(result: dict[str, Any]) -> str:
+    """:func:`word_list_fits`' table, with per-language accuracy and routed CER of each fit (test, whole)."""
+    lines = [f"Text: {result['sentences']} sentences; test words in the text: "
+             f"{100 * result['test_words_in_text']:.1f}%.", "",
+             "| LM | k | dev % | test whole % | test 3 s % | test 1 s % | per language, whole % | routed CER, whole % "
+             "|",
+             "|" + " --- |" * 8]
+    for f in result["fits"]:
+        whole = f["test whole"]
+        lines.append(f"| char {f['order']}-gram | {f['k']} | " + " | ".join(
+            f"{100 * f[n]['accuracy']:.2f}" for n in ("dev", "test whole", "test 3s", "test 1s")) + " | "
+            + ", ".join(f"{lang} {100 * v:.0f}" for lang, v in whole["per_language"].items()) + " | "
+            + ", ".join(f"{lang} {100 * v:.2f}" for lang, v in whole["routed_cer"].items()) + " |")
+    return "\n".join(lines)
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The fits' table (dev and test accuracy per cut), the acoustic head and the oracle beside them, and the chosen
     fit's per-language accuracy, routed CER against known-language CER and confusions."""
@@ -338,6 +413,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true", help="step 2: the LMs and the fits on the cache")
     parser.add_argument("--text-only", action="store_true",
                         help="what the text alone tells (no head), on the cache: <output>/lid_text_only.md / .json")
+    parser.add_argument("--word-lists", type=int, default=0, metavar="N",
+                        help="the own-hypothesis fits with character LMs of N sentences a language drawn from the "
+                        "corpus's word lists (--corpus) instead of the training transcripts: "
+                        "<output>/lid_text_word_lists.md / .json")
+    parser.add_argument("--corpus", default=None, help="the synthetic corpus folder (its synthetic_config.json)")
     parser.add_argument("--orders", type=int, nargs="+", default=[3, 4, 5])
     parser.add_argument("--top-k", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--lm-fits", nargs="+", choices=["train", "held-out"], default=["train", "held-out"],
@@ -357,6 +437,14 @@ def main(argv: list[str] | None = None) -> int:
         (out / "lid_text_only.json").write_text(json.dumps(checked, indent=1) + "\n", encoding="utf-8")
         (out / "lid_text_only.md").write_text(text_only_markdown(checked) + "\n", encoding="utf-8")
         print(text_only_markdown(checked))
+    if args.word_lists:
+        if args.corpus is None:
+            parser.error("--word-lists needs --corpus")
+        passes = json.loads((out / "passes.json").read_text(encoding="utf-8"))
+        listed = word_list_fits(passes, Path(args.corpus), args.word_lists, out, args.orders, args.top_k)
+        (out / "lid_text_word_lists.json").write_text(json.dumps(listed, indent=1) + "\n", encoding="utf-8")
+        (out / "lid_text_word_lists.md").write_text(word_lists_markdown(listed) + "\n", encoding="utf-8")
+        print(word_lists_markdown(listed))
     if args.fit:
         passes = json.loads((out / "passes.json").read_text(encoding="utf-8"))
         result = fit_all(passes, args.prepared, out, args.orders, args.top_k, tuple(args.lm_fits))
