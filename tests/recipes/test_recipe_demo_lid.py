@@ -241,6 +241,23 @@ def test_the_text_study_s_cached_fit_is_the_library_s_fit(report, tmp_path, monk
         assert all(0.0 <= value <= 1.0 for value in asked.values()), name  # no nan: no head errors, no row
 
 
+def test_the_text_study_s_word_list_text_is_the_lm_rows_text(tmp_path, monkeypatch) -> None:
+    import dataclasses
+
+    from adaptspeech.data.synthetic import CONFIG_FILE, SyntheticConfig
+    from adaptspeech.recipes.simadapter.spec import CorpusSettings
+
+    study = recipe_module(DEMO, "lid_text_study.py")
+    lm_rows = recipe_module(DEMO, "lm_rows.py")
+    monkeypatch.setattr(study, "LANGUAGES", ["sk"])
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({"config": dataclasses.asdict(SyntheticConfig())}))
+    drawn = study.word_list_texts(tmp_path, 300, exclude=set())
+    expected, _ = lm_rows.lm_text("sk", CorpusSettings(type="synthetic", clips_per_language=1000, seed=0),
+                                  lm_rows.LMSettings(enabled=True, sentences=300, seed=1), set())
+    assert drawn == {"sk": expected} and len(expected) == 300
+    assert study.word_list_texts(tmp_path, 300, exclude={expected[3]})["sk"] == expected[:3] + expected[4:]
+
+
 def test_the_text_check_tells_each_reference_transcript_s_language(tmp_path) -> None:
     study = recipe_module(DEMO, "lid_hybrid_study.py")
     prepared = two_language_corpus(tmp_path / "prepared", clips=8)
