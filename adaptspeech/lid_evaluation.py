@@ -9,7 +9,7 @@ prefix again gives the same numbers as standardising the raw prefix).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -200,39 +200,64 @@ def _routed_result(model: Any, dataset: Any, identifier: Any, chosen: list[str],
     return result
 
 
-def candidate_feature_table(model: Any, dataset: Any, processor: Any, candidates: Sequence[Sequence[tuple[str, float]]],
-                            lms: Any = None, batch_size: int = 16,
-                            prefix_seconds: float | None = None) -> list[list[dict[str, float]]]:
-    """Per row, per candidate ``(language, lid log-prob)`` of ``candidates``: the hybrid features
-    (:func:`~adaptspeech.inference.language_id.hybrid.candidate_features`: one pass of the language's system over the
-    row, its best-path hypothesis, the CTC log-likelihood per frame and, with ``lms``, the LM log-probability per
-    character). Rows are run in groups of one candidate language; with ``prefix_seconds`` only their first seconds
-    (:func:`prefix_row`)."""
+BASE_PASS = None
+"""The key of :func:`candidate_passes` for the encoder without adapters (the multilingual base and its CTC head)."""
+
+
+def candidate_passes(model: Any, dataset: Any, processor: Any, wanted: Mapping[str | None, Sequence[int]],
+                     batch_size: int = 16, prefix_seconds: float | None = None) -> dict[tuple[int, str | None],
+                                                                                        tuple[str, float]]:
+    """One pass of each wanted system over its rows of a prepared split: ``{(row, language): (best-path hypothesis,
+    CTC log-likelihood per frame)}`` (:func:`~adaptspeech.inference.language_id.hybrid.best_path_scores`).
+
+    Args:
+        wanted: language -> the row indices it runs over (its adapter above the shared encoder prefix, as routed by
+            ``--language``); :data:`BASE_PASS` (None) -> rows run through the encoder without adapters.
+        prefix_seconds: read only the rows' first seconds (:func:`prefix_row`).
+    """
     from .data.collator import model_collator
-    from .inference.language_id.hybrid import best_path_scores, candidate_features
+    from .inference.language_id.hybrid import best_path_scores
     from .inference.language_id.routing import routed_processor, routed_to
 
-    wanted: dict[str, list[int]] = {}
-    for i, row in enumerate(candidates):
-        for language, _ in row:
-            wanted.setdefault(language, []).append(i)
     rows = with_array_rows(dataset)
-    found: dict[tuple[int, str], tuple[str, float]] = {}
+    kind = FeatureType.of(processor.feature_extractor)
+    found: dict[tuple[int, str | None], tuple[str, float]] = {}
     for language, indices in wanted.items():
-        routed = routed_processor(model, language, processor)
+        routed = processor if language is BASE_PASS else routed_processor(model, language, processor)
         collator = model_collator(model, routed, ctc_labels=False)
-        with routed_to(model, language):
+        with model.without_adapters() if language is BASE_PASS else routed_to(model, language):
             for start in range(0, len(indices), batch_size):
-                part = indices[start:start + batch_size]
+                part = list(indices[start:start + batch_size])
                 batch_rows = take_rows(rows, part)
                 if prefix_seconds is not None:
-                    kind = FeatureType.of(processor.feature_extractor)
                     batch_rows = [prefix_row(row, kind, prefix_seconds) for row in batch_rows]
                 texts, per_frame = best_path_scores(model, collator(batch_rows), routed.tokenizer)
                 for i, text, value in zip(part, texts, per_frame.tolist(), strict=True):
                     found[(i, language)] = (text, value)
-    return [[candidate_features(lid_log_prob, found[(i, language)][1], found[(i, language)][0], language, lms)
-             for language, lid_log_prob in row] for i, row in enumerate(candidates)]
+    return found
+
+
+def candidate_feature_table(model: Any, dataset: Any, processor: Any, candidates: Sequence[Sequence[tuple[str, float]]],
+                            lms: Any = None, batch_size: int = 16, prefix_seconds: float | None = None,
+                            text_score: str = "own") -> list[list[dict[str, float]]]:
+    """Per row, per candidate ``(language, lid log-prob)`` of ``candidates``: the hybrid features
+    (:func:`~adaptspeech.inference.language_id.hybrid.candidates_features`: one pass of each candidate language's system
+    over the row, its best-path hypothesis, the CTC log-likelihood per frame and, with ``lms``, the LM score per
+    character as ``text_score`` says; ``"base"`` adds a pass of the encoder without adapters). Rows are run in groups
+    of one candidate language; with ``prefix_seconds`` only their first seconds (:func:`prefix_row`)."""
+    from .inference.language_id.hybrid import candidates_features
+
+    wanted: dict[str | None, list[int]] = {}
+    for i, row in enumerate(candidates):
+        for language, _ in row:
+            wanted.setdefault(language, []).append(i)
+    if lms is not None and text_score == "base":
+        wanted[BASE_PASS] = list(range(len(candidates)))
+    found = candidate_passes(model, dataset, processor, wanted, batch_size, prefix_seconds)
+    return [candidates_features([lp for _, lp in row], [found[(i, lang)][1] for lang, _ in row],
+                                [found[(i, lang)][0] for lang, _ in row], [lang for lang, _ in row], lms, text_score,
+                                found.get((i, BASE_PASS), ("", 0.0))[0])
+            for i, row in enumerate(candidates)]
 
 
 def choose_languages(model: Any, dataset: Any, processor: Any, identifier: Any, hybrid: Any = None,
@@ -246,7 +271,8 @@ def choose_languages(model: Any, dataset: Any, processor: Any, identifier: Any, 
     if hybrid is None:
         return [identifier.languages[int(i)] for i in log_probs.argmax(-1)]
     candidates = [top_languages(row, identifier.languages, top_k or hybrid.calibration.top_k) for row in log_probs]
-    table = candidate_feature_table(model, dataset, processor, candidates, hybrid.lms, batch_size, prefix_seconds)
+    table = candidate_feature_table(model, dataset, processor, candidates, hybrid.lms, batch_size, prefix_seconds,
+                                    hybrid.text_score)
     return [row[int(np.argmax([hybrid.score(f) for f in features]))][0]
             for row, features in zip(candidates, table, strict=True)]
 
@@ -260,7 +286,8 @@ def _evaluate_hybrid(model: Any, dataset: Any, processor: Any, identifier: Any,
     from .evaluation import transcribe_dataset
     from .inference.language_id.routing import routed_processor, routed_to
 
-    table = candidate_feature_table(model, dataset, processor, candidates, hybrid.lms, batch_size)
+    table = candidate_feature_table(model, dataset, processor, candidates, hybrid.lms, batch_size,
+                                    text_score=hybrid.text_score)
     chosen = [row[int(np.argmax([hybrid.score(f) for f in features]))][0]
               for row, features in zip(candidates, table, strict=True)]
     hypotheses = [""] * len(chosen)
@@ -272,29 +299,35 @@ def _evaluate_hybrid(model: Any, dataset: Any, processor: Any, identifier: Any,
         for i, text in zip(indices, texts, strict=True):
             hypotheses[i] = text
     routing = {"top_k": len(candidates[0]) if candidates else 0, "scoring": "hybrid",
-               "weights": dict(hybrid.calibration.weights)}
+               "weights": dict(hybrid.calibration.weights), "text_score": hybrid.text_score}
     return _routed_result(model, dataset, identifier, chosen, hypotheses, routing, method, lm_decoder, start,
                           too_short, return_hypotheses)
 
 
 def fit_lid_calibration(model: Any, dataset: Any, processor: Any, identifier: Any, top_k: int, lms: Any = None,
-                        batch_size: int = 16, l2: float = 1e-3) -> Any:
+                        batch_size: int = 16, l2: float = 1e-3, text_score: str = "own") -> Any:
     """Fit the hybrid score's weights on a prepared (dev) split
-    (:func:`~adaptspeech.inference.language_id.hybrid.fit_calibration` of :func:`candidate_feature_table`'s features).
+    (:func:`~adaptspeech.inference.language_id.hybrid.fit_calibration` of :func:`candidate_feature_table`'s features,
+    the LMs scoring the hypotheses ``text_score`` names).
 
     Raises:
-        ValueError: ``top_k`` below 2 (nothing to choose between).
+        ValueError: ``top_k`` below 2 (nothing to choose between), an unknown ``text_score``, or one other than
+            ``own`` without ``lms``.
     """
-    from .inference.language_id.hybrid import fit_calibration
+    from .inference.language_id.hybrid import check_text_score, fit_calibration
     from .inference.language_id.routing import top_languages
 
     if top_k < 2:
         raise ValueError(f"--lid-top-k {top_k}: fitting the hybrid score needs at least 2 candidate languages")
+    check_text_score(text_score, "--lid-text-score")
+    if lms is None and text_score != "own":
+        raise ValueError(f"--lid-text-score {text_score}: the LMs score the hypotheses, and the model folder has no "
+                         "language_models/ for every language (add them with --lid-lms)")
     log_probs = torch.from_numpy(identify_dataset(identifier, dataset, processor, batch_size))
     candidates = [top_languages(row, identifier.languages, top_k) for row in log_probs]
-    table = candidate_feature_table(model, dataset, processor, candidates, lms, batch_size)
+    table = candidate_feature_table(model, dataset, processor, candidates, lms, batch_size, text_score=text_score)
     return fit_calibration(table, [[lang for lang, _ in row] for row in candidates], column_list(dataset, "language"),
-                           identifier.languages, top_k, l2)
+                           identifier.languages, top_k, l2, text_score=text_score)
 
 
 def _ctc_scores(model: Any, subset: Any, processor: Any, texts: Sequence[str], batch_size: int,

@@ -97,8 +97,9 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     model.to(device)
     if args.fit_lid_calibration:
         return fit_calibration_command(args, model, data, processor, identifier)
-    if args.lid_lms:
-        raise CommandError("--lid-lms: used with --fit-lid-calibration only")
+    for given, option in ((args.lid_lms, "--lid-lms"), (args.lid_text_score, "--lid-text-score")):
+        if given:
+            raise CommandError(f"{option}: used with --fit-lid-calibration only")
     routing = routing_options(args, identifier)
     result = (evaluate_dataset if identifier is None else evaluate_dataset_auto)(
         model, data, processor, **routing, method=method, batch_size=args.batch_size, progress=not args.no_progress,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..inference.language_id import TEXT_SCORES
 from .common import CommandError, _non_negative_float, _positive_int
 
 AUTO = "auto"
@@ -45,6 +46,10 @@ def add_calibration_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lid-lms", default=None, metavar="LANGUAGE=DIR,...",
                        help="with --fit-lid-calibration: copy these `adaptspeech lm build` folders into the model "
                        "folder's language_models/ first (the LM score is fitted when every language has one)")
+    group.add_argument("--lid-text-score", default=None, choices=TEXT_SCORES,
+                       help="with --fit-lid-calibration: which hypotheses each candidate's LM scores (saved with the "
+                       "weights): own (its own system's), shared (every candidate's, averaged), base (the encoder's "
+                       "without adapters); default own (docs/lid.md)")
 
 
 def language_identifier(args: argparse.Namespace, model: Any, processor: Any) -> Any | None:
@@ -155,13 +160,17 @@ def fit_calibration_command(args: argparse.Namespace, model: Any, data: Any, pro
         lms = LanguageLMs.from_folder(args.model, identifier.languages)
     except (ValueError, FileNotFoundError) as err:
         raise CommandError(str(err)) from None
-    calibration = fit_lid_calibration(model, data, processor, identifier, args.lid_top_k, lms, args.batch_size)
+    try:
+        calibration = fit_lid_calibration(model, data, processor, identifier, args.lid_top_k, lms, args.batch_size,
+                                          text_score=args.lid_text_score or "own")
+    except ValueError as err:
+        raise CommandError(str(err)) from None
     path = calibration.save(args.model)
     record = calibration.fitted_on
     weights = ", ".join(f"{k} {v:.4g}" for k, v in calibration.weights.items())
     acoustic, hybrid = 100 * record["accuracy_acoustic"], 100 * record["accuracy_hybrid"]
     print(f"language ID\tacoustic {acoustic:.2f}%\thybrid {hybrid:.2f}%\t{record['rows']} utt (truth among the top "
           f"{calibration.top_k}: {record['truth_among_candidates']})")
-    print(f"weights\t{weights}")
+    print(f"weights\t{weights}\ttext score {calibration.text_score}")
     print(f"wrote {path}")
     return 0

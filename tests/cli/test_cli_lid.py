@@ -244,7 +244,16 @@ def test_hybrid_settings_that_cannot_work_are_refused_in_one_line(setup, capsys,
          f"--lm {tmp_path}: no lm.arpa there, nor an LM saved into a model folder (language_model/); write one with "
          "`adaptspeech lm build` (or `adaptspeech lm tune --save` into the model folder)"),
         ([*evaluate, "--language", "auto", "--lid-lms", "ro=x"], "--lid-lms: used with --fit-lid-calibration only"),
+        ([*evaluate, "--language", "auto", "--lid-text-score", "shared"],
+         "--lid-text-score: used with --fit-lid-calibration only"),
+        ([*evaluate, "--language", "auto", "--lid-top-k", "2", "--fit-lid-calibration", "--lid-text-score", "base"],
+         "--lid-text-score base: the LMs score the hypotheses, and the model folder has no language_models/ for "
+         "every language (add them with --lid-lms)"),
     ]
     for argv, message in cases:
         code, _, err = run_main(argv, capsys)
         assert code == 1 and one_error_line(err) == f"adaptspeech: error: {message}", err
+    code, _, err = run_main([*evaluate, "--language", "auto", "--lid-top-k", "2", "--fit-lid-calibration",
+                             "--lid-text-score", "mine"], capsys)
+    assert code == 2 and ("argument --lid-text-score: invalid choice: 'mine' (choose from 'own', 'shared', 'base')"
+                          in err)

@@ -204,6 +204,60 @@ def test_the_hybrid_study_runs_end_to_end_and_writes_its_tables(report, tmp_path
     assert "CPU time over the split" in (tmp_path / "study" / "report" / "lid_report.md").read_text()
 
 
+def test_the_text_study_s_cached_fit_is_the_library_s_fit(report, tmp_path, monkeypatch) -> None:
+    from transformers import AutoProcessor
+
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.language_id.hybrid import LanguageLMs
+    from adaptspeech.inference.language_id.identifiers import HeadIdentifier
+    from adaptspeech.lid_evaluation import fit_lid_calibration
+
+    study = recipe_module(DEMO, "lid_text_study.py")
+    monkeypatch.setattr(study, "LANGUAGES", ["ro", "cs"])
+    out, _ = report
+    model_dir, prepared = out.parent / "run" / "model", out.parent / "prepared"
+    passes = study.compute_passes(model_dir, str(prepared), batch_size=4)
+    assert set(passes["test whole"]["texts"]) == {"ro", "cs", study.BASE_KEY}
+    result = study.fit_all(passes, str(prepared), tmp_path, [2], [2], lm_fits=("train",))
+    assert [(f["variant"], f["features"]) for f in result["fits"]] == [
+        (v, f) for v in study.VARIANTS for f in study.FEATURE_SETS]
+    assert result["reference"]["test whole"]["oracle k=2"] == 1.0  # two languages: the truth is always a candidate
+    model = AdaptSpeechForCTC.from_pretrained(model_dir).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    lms = LanguageLMs.from_folder(tmp_path / "lms" / "char2" / "model", ["ro", "cs"])
+    dev = load_prepared(str(prepared))[0]["dev"]
+    for variant in ("own", "shared", "base"):  # the cache and the fit give the weights the library's fit gives
+        fitted = fit_lid_calibration(model, dev, processor, HeadIdentifier(model, processor), 2, lms, batch_size=4,
+                                     text_score=variant)
+        cached = next(f for f in result["fits"] if f["variant"] == variant and f["features"] == "head + CTC + LM")
+        assert cached["weights"] == pytest.approx(dict(fitted.weights), rel=1e-4, abs=1e-6)
+        assert cached["dev"]["accuracy"] == pytest.approx(fitted.fitted_on["accuracy_hybrid"])
+    assert "| acoustic head | | | 1 |" in study.markdown(result)
+    only = study.text_only(passes, str(prepared), tmp_path, [2])["char 2-gram"]
+    # both toy languages say the same words: their LMs score a text alike, the first language (ro) wins each row
+    assert only["test whole"]["reference"] == 0.5 and only["dev"]["reference"] == 0.5
+    assert set(only["dev"]) == set(study.TEXT_ONLY) and {"dev", "test whole"} <= set(only)
+    for name, asked in only.items():
+        assert all(0.0 <= value <= 1.0 for value in asked.values()), name  # no nan: no head errors, no row
+
+
+def test_the_text_study_s_word_list_text_is_the_lm_rows_text(tmp_path, monkeypatch) -> None:
+    import dataclasses
+
+    from adaptspeech.data.synthetic import CONFIG_FILE, SyntheticConfig
+    from adaptspeech.recipes.simadapter.spec import CorpusSettings
+
+    study = recipe_module(DEMO, "lid_text_study.py")
+    lm_rows = recipe_module(DEMO, "lm_rows.py")
+    monkeypatch.setattr(study, "LANGUAGES", ["sk"])
+    (tmp_path / CONFIG_FILE).write_text(json.dumps({"config": dataclasses.asdict(SyntheticConfig())}))
+    drawn = study.word_list_texts(tmp_path, 300, exclude=set())
+    expected, _ = lm_rows.lm_text("sk", CorpusSettings(type="synthetic", clips_per_language=1000, seed=0),
+                                  lm_rows.LMSettings(enabled=True, sentences=300, seed=1), set())
+    assert drawn == {"sk": expected} and len(expected) == 300
+    assert study.word_list_texts(tmp_path, 300, exclude={expected[3]})["sk"] == expected[:3] + expected[4:]
+
+
 def test_the_text_check_tells_each_reference_transcript_s_language(tmp_path) -> None:
     study = recipe_module(DEMO, "lid_hybrid_study.py")
     prepared = two_language_corpus(tmp_path / "prepared", clips=8)

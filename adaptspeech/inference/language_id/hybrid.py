@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import TEXT_SCORES
+
 CALIBRATION_NAME = "lid_calibration.json"
 """The calibration's file in a model folder."""
 LANGUAGE_MODELS_DIR = "language_models"
@@ -64,12 +66,17 @@ class LIDCalibration:
         top_k: the candidates it was fitted with (the default ``k`` when it is used).
         languages: the language-ID head's languages it was fitted for.
         fitted_on: what it was fitted on (rows, accuracies), for the record.
+        text_score: which hypotheses the LMs score (:data:`TEXT_SCORES`; a file without it: ``own``).
     """
 
     weights: Mapping[str, float]
     top_k: int
     languages: tuple[str, ...]
     fitted_on: Mapping[str, Any] = field(default_factory=dict)
+    text_score: str = "own"
+
+    def __post_init__(self) -> None:
+        check_text_score(self.text_score)
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -82,7 +89,8 @@ class LIDCalibration:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": 1, "weights": {k: self.weights[k] for k in self.features},
-                "top_k": self.top_k, "languages": list(self.languages), "fitted_on": dict(self.fitted_on)}
+                "top_k": self.top_k, "languages": list(self.languages), "text_score": self.text_score,
+                "fitted_on": dict(self.fitted_on)}
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write ``folder/lid_calibration.json`` (beside, then renamed into place)."""
@@ -108,7 +116,11 @@ class LIDCalibration:
             raise CalibrationError(f"{where}: top_k must be an integer of at least 2, got {top_k!r}")
         if not isinstance(languages, list) or not all(isinstance(x, str) for x in languages):
             raise CalibrationError(f"{where}: languages must be a list of language codes, got {languages!r}")
-        return cls({k: float(v) for k, v in weights.items()}, top_k, tuple(languages), data.get("fitted_on") or {})
+        text_score = data.get("text_score", "own")
+        if text_score not in TEXT_SCORES:
+            raise CalibrationError(f"{where}: text_score must be one of {', '.join(TEXT_SCORES)}, got {text_score!r}")
+        return cls({k: float(v) for k, v in weights.items()}, top_k, tuple(languages), data.get("fitted_on") or {},
+                   text_score)
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> LIDCalibration:
@@ -128,6 +140,17 @@ class LIDCalibration:
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise CalibrationError(f"{path}: unreadable ({' '.join(str(err).split())}); fit it again") from None
         return cls.from_dict(data, str(path))
+
+
+def check_text_score(text_score: Any, where: str = "text_score") -> str:
+    """``text_score`` when it is one of :data:`TEXT_SCORES`.
+
+    Raises:
+        ValueError: anything else, in one line naming ``where``.
+    """
+    if text_score not in TEXT_SCORES:
+        raise ValueError(f"{where} must be one of {', '.join(TEXT_SCORES)}, got {text_score!r}")
+    return str(text_score)
 
 
 def lm_log_prob_per_char(lm: Any, text: str) -> float:
@@ -268,13 +291,58 @@ def best_path_scores(model: Any, batch: Mapping[str, torch.Tensor], tokenizer: A
     return texts, likelihood / frames.clamp_min(1).to(likelihood.dtype)
 
 
-def candidate_features(lid_log_prob: float, ctc_per_frame: float, text: str, language: str,
-                       lms: LanguageLMs | None) -> dict[str, float]:
-    """The features of one candidate (``lm_per_char`` only with ``lms``)."""
-    features = {"lid_log_prob": float(lid_log_prob), "ctc_per_frame": float(ctc_per_frame)}
+def lm_matrix(lms: LanguageLMs, languages: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+    """``M[i, j]``: the LM of ``languages[j]`` on ``texts[i]``, per character (:meth:`LanguageLMs.per_char`).
+
+    Returns:
+        ``[len(texts), len(languages)]`` float64.
+    """
+    return np.array([[lms.per_char(language, text) for language in languages] for text in texts], np.float64)
+
+
+def text_scores(lms: LanguageLMs, languages: Sequence[str], texts: Sequence[str], text_score: str = "own",
+                base_text: str | None = None) -> np.ndarray:
+    """Each candidate language's text score (``lm_per_char``) as :data:`TEXT_SCORES` says.
+
+    Args:
+        languages: the candidates ``[k]``.
+        texts: their systems' hypotheses ``[k]`` (``texts[i]`` of ``languages[i]``'s system).
+        base_text: the hypothesis of the encoder without adapters (needed by ``base``).
+
+    Returns:
+        ``[k]``: ``own``: ``M[j, j]``; ``shared``: ``mean_i M[i, j]``; ``base``: the LM of ``languages[j]`` on
+        ``base_text`` (``M`` of :func:`lm_matrix`).
+
+    Raises:
+        ValueError: an unknown ``text_score``, ``base`` without ``base_text``, or texts and languages that differ in
+            number.
+    """
+    check_text_score(text_score)
+    if len(texts) != len(languages):
+        raise ValueError(f"text_scores: {len(texts)} hypotheses for {len(languages)} candidate languages")
+    if text_score == "base":
+        if base_text is None:
+            raise ValueError("text_score 'base' needs the hypothesis of the encoder without adapters (base_text)")
+        return lm_matrix(lms, languages, [base_text])[0]
+    matrix = lm_matrix(lms, languages, texts)
+    return np.diag(matrix).copy() if text_score == "own" else matrix.mean(axis=0)
+
+
+def candidates_features(lid_log_probs: Sequence[float], ctc_per_frame: Sequence[float], texts: Sequence[str],
+                        languages: Sequence[str], lms: LanguageLMs | None, text_score: str = "own",
+                        base_text: str | None = None) -> list[dict[str, float]]:
+    """The features of an utterance's ``k`` candidates (``lm_per_char`` only with ``lms``: :func:`text_scores`).
+
+    Args:
+        lid_log_probs, ctc_per_frame, texts, languages: per candidate ``[k]``: the head's log-posterior, its system's
+            CTC score per frame and best-path hypothesis, its language.
+    """
+    rows = [{"lid_log_prob": float(p), "ctc_per_frame": float(c)}
+            for p, c in zip(lid_log_probs, ctc_per_frame, strict=True)]
     if lms is not None:
-        features["lm_per_char"] = lms.per_char(language, text)
-    return features
+        for row, value in zip(rows, text_scores(lms, languages, texts, text_score, base_text), strict=True):
+            row["lm_per_char"] = float(value)
+    return rows
 
 
 @dataclass
@@ -310,9 +378,16 @@ class HybridScorer:
                                        f"{CALIBRATION_NAME} weighs (lm_per_char); add them or fit it again without")
         return cls(calibration, lms)
 
-    def features(self, lid_log_prob: float, ctc_per_frame: float, text: str, language: str) -> dict[str, float]:
-        """:func:`candidate_features` with this scorer's LMs."""
-        return candidate_features(lid_log_prob, ctc_per_frame, text, language, self.lms)
+    @property
+    def text_score(self) -> str:
+        """Which hypotheses the LMs score (the calibration's :data:`TEXT_SCORES` entry)."""
+        return self.calibration.text_score
+
+    def features(self, lid_log_probs: Sequence[float], ctc_per_frame: Sequence[float], texts: Sequence[str],
+                 languages: Sequence[str], base_text: str | None = None) -> list[dict[str, float]]:
+        """:func:`candidates_features` with this scorer's LMs and text score."""
+        return candidates_features(lid_log_probs, ctc_per_frame, texts, languages, self.lms, self.text_score,
+                                   base_text)
 
     def score(self, features: Mapping[str, float]) -> float:
         return self.calibration.score(features)
@@ -351,9 +426,10 @@ def fit_weights(candidates: Sequence[np.ndarray], truth: Sequence[int | None], l
 
 def fit_calibration(candidates: Sequence[Sequence[Mapping[str, float]]], candidate_languages: Sequence[Sequence[str]],
                     truth: Sequence[str], languages: Sequence[str], top_k: int, l2: float = 1e-3,
-                    fitted_on: Mapping[str, Any] | None = None) -> LIDCalibration:
+                    fitted_on: Mapping[str, Any] | None = None, text_score: str = "own") -> LIDCalibration:
     """A :class:`LIDCalibration` fitted on dev utterances: per utterance its candidates' features (each a
-    :func:`candidate_features` dict, the same names in all) and languages, and the true language.
+    :func:`candidates_features` dict, the same names in all, its LM score as ``text_score`` says) and languages, and
+    the true language.
 
     ``fitted_on`` records the rows, how many had the truth among the candidates, and the accuracy of the acoustic
     head (the first candidate) and of the fitted score on these rows."""
@@ -368,4 +444,5 @@ def fit_calibration(candidates: Sequence[Sequence[Mapping[str, float]]], candida
               "accuracy_hybrid": float(np.mean([langs[j] == t for langs, j, t in zip(candidate_languages, chosen,
                                                                                       truth, strict=True)])),
               "l2": l2, **dict(fitted_on or {})}
-    return LIDCalibration(dict(zip(names, map(float, weights), strict=True)), top_k, tuple(languages), record)
+    return LIDCalibration(dict(zip(names, map(float, weights), strict=True)), top_k, tuple(languages), record,
+                          text_score)

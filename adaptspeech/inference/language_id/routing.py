@@ -274,20 +274,28 @@ def transcribe_auto(
 def _hybrid_choice(model: Any, processor: Any, waveform: np.ndarray, kind: Any, prefix: Any,
                    candidates: list[tuple[str, float]], hybrid: Any) -> tuple[str, list[dict[str, Any]]]:
     """The language the hybrid score picks for one identified input, and every candidate's features and score (one
-    pass of each candidate's system, starting from the language-ID pass's encoder prefix)."""
+    pass of each candidate's system, and for the ``base`` text score one of the encoder without adapters, each
+    starting from the language-ID pass's encoder prefix)."""
     from ...data.collator import model_collator
     from .hybrid import best_path_scores
 
     batch = model_collator(model, processor, ctc_labels=False)([{kind.input_name: kind.extract(
         np.asarray(waveform, np.float32))}])
-    entries = []
-    for language, lid_log_prob in candidates:
+    texts, per_frame = [], []
+    for language, _ in candidates:
         routed = routed_processor(model, language, processor)
         with routed_to(model, language), model.reusing_encoder_prefix(prefix):
-            texts, per_frame = best_path_scores(model, batch, routed.tokenizer)
-        features = hybrid.features(lid_log_prob, float(per_frame[0]), texts[0], language)
-        entries.append({"language": language, **{k: round(v, 6) for k, v in features.items()},
-                        "score": round(hybrid.score(features), 6)})
+            text, value = best_path_scores(model, batch, routed.tokenizer)
+        texts.append(text[0])
+        per_frame.append(float(value[0]))
+    base_text = None
+    if hybrid.lms is not None and hybrid.text_score == "base":
+        with model.without_adapters(), model.reusing_encoder_prefix(prefix):
+            base_text = best_path_scores(model, batch, processor.tokenizer)[0][0]
+    features = hybrid.features([p for _, p in candidates], per_frame, texts, [lang for lang, _ in candidates],
+                               base_text)
+    entries = [{"language": language, **{k: round(v, 6) for k, v in f.items()}, "score": round(hybrid.score(f), 6)}
+               for (language, _), f in zip(candidates, features, strict=True)]
     best = max(entries, key=lambda entry: entry["score"])
     return best["language"], entries
 

@@ -23,10 +23,13 @@ from adaptspeech.inference.language_id.hybrid import (
     LIDCalibration,
     best_path_scores,
     build_char_lm,
+    candidates_features,
     char_tokens,
     fit_weights,
     install_language_lms,
     lm_log_prob_per_char,
+    lm_matrix,
+    text_scores,
 )
 from adaptspeech.inference.language_id.identifiers import HeadIdentifier
 from adaptspeech.inference.language_id.routing import transcribe_auto
@@ -244,3 +247,83 @@ def test_a_calibration_that_cannot_work_is_refused_in_one_line(tmp_path) -> None
     with pytest.raises(CalibrationError, match=r"language_models: no LM for ro, cs, which lid_calibration\.json "
                                                r"weighs \(lm_per_char\)"):
         HybridScorer.from_folder(tmp_path, ["ro", "cs"])
+
+
+def test_the_shared_hypothesis_matrix_is_every_candidate_s_lm_over_every_hypothesis(tmp_path) -> None:
+    char = {lang: build_char_lm(text * 3, tmp_path / lang, order=3)
+            for lang, text in (("cs", CS_TEXT), ("ro", RO_TEXT))}
+    install_language_lms(tmp_path / "model", char)
+    lms = LanguageLMs.from_folder(tmp_path / "model", ["ro", "cs"])
+    arpa = {lang: lms.models[lang] for lang in ("cs", "ro")}
+
+    def by_hand(language: str, tokens: str, chars: int) -> float:
+        return math.log(10) * arpa[language].score(tokens, bos=True, eos=True) / (chars + 1)
+
+    # candidates cs, ro; cs's system wrote "ab ba", ro's "cdd" (the base: "ab")
+    hand = np.array([[by_hand("cs", "a b | b a", 5), by_hand("ro", "a b | b a", 5)],
+                     [by_hand("cs", "c d d", 3), by_hand("ro", "c d d", 3)]])
+    matrix = lm_matrix(lms, ["cs", "ro"], ["ab ba", "cdd"])
+    np.testing.assert_allclose(matrix, hand, rtol=1e-12)
+    assert hand[0, 0] > hand[0, 1] and hand[1, 1] > hand[1, 0]  # each LM prefers its own spelling
+    np.testing.assert_allclose(text_scores(lms, ["cs", "ro"], ["ab ba", "cdd"], "own"), [hand[0, 0], hand[1, 1]])
+    np.testing.assert_allclose(text_scores(lms, ["cs", "ro"], ["ab ba", "cdd"], "shared"),
+                               [(hand[0, 0] + hand[1, 0]) / 2, (hand[0, 1] + hand[1, 1]) / 2])
+    np.testing.assert_allclose(text_scores(lms, ["cs", "ro"], ["ab ba", "cdd"], "base", base_text="ab"),
+                               [by_hand("cs", "a b", 2), by_hand("ro", "a b", 2)])
+    features = candidates_features([-0.1, -2.0], [-0.5, -0.7], ["ab ba", "cdd"], ["cs", "ro"], lms, "shared")
+    assert features == [{"lid_log_prob": -0.1, "ctc_per_frame": -0.5, "lm_per_char": pytest.approx(
+                            (hand[0, 0] + hand[1, 0]) / 2)},
+                        {"lid_log_prob": -2.0, "ctc_per_frame": -0.7, "lm_per_char": pytest.approx(
+                            (hand[0, 1] + hand[1, 1]) / 2)}]
+    with pytest.raises(ValueError, match=r"^text_score must be one of own, shared, base, got 'mine'$"):
+        text_scores(lms, ["cs", "ro"], ["ab ba", "cdd"], "mine")
+    with pytest.raises(ValueError, match=r"^text_score 'base' needs the hypothesis of the encoder without adapters"):
+        text_scores(lms, ["cs", "ro"], ["ab ba", "cdd"], "base")
+
+
+def test_the_text_score_is_saved_with_the_calibration_and_a_bad_one_is_refused_in_one_line(tmp_path) -> None:
+    calibration = LIDCalibration({"lid_log_prob": 1.0, "lm_per_char": 2.0}, 2, ("ro", "cs"), text_score="base")
+    calibration.save(tmp_path)
+    assert json.loads((tmp_path / CALIBRATION_NAME).read_text())["text_score"] == "base"
+    assert LIDCalibration.load(tmp_path) == calibration
+    old = {k: v for k, v in calibration.to_dict().items() if k != "text_score"}  # written before the setting
+    (tmp_path / CALIBRATION_NAME).write_text(json.dumps(old))
+    assert LIDCalibration.load(tmp_path).text_score == "own"
+    (tmp_path / CALIBRATION_NAME).write_text(json.dumps({**old, "text_score": "mine"}))
+    with pytest.raises(CalibrationError, match=rf"{CALIBRATION_NAME}: text_score must be one of own, shared, base, "
+                                               r"got 'mine'$") as err:
+        LIDCalibration.load(tmp_path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"^text_score must be one of own, shared, base, got 'all'$"):
+        LIDCalibration({"lid_log_prob": 1.0}, 2, ("ro", "cs"), text_score="all")
+
+
+@pytest.mark.parametrize("text_score", ["shared", "base"])
+def test_a_calibration_with_a_shared_text_score_is_fitted_and_routes(corpus, tmp_path, text_score: str) -> None:
+    token = AutoProcessor.from_pretrained(corpus / "processor").tokenizer.convert_ids_to_tokens(CONFIDENT_TOKEN)
+    model, processor = _model(corpus, "cs")
+    model.save_pretrained(tmp_path / "model")
+    install_language_lms(tmp_path / "model", {"cs": _lm(tmp_path / "cs", [f"{token} {token}", f"{token} ab"]),
+                                              "ro": _lm(tmp_path / "ro", ["ba ab", "cab abc"])})
+    lms = LanguageLMs.from_folder(tmp_path / "model", ["ro", "cs"])
+    rows = load_prepared(corpus)[0]["test"]
+    identifier = HeadIdentifier(model, processor)
+    calibration = fit_lid_calibration(model, rows, processor, identifier, top_k=2, lms=lms, text_score=text_score)
+    assert calibration.text_score == text_score and "lm_per_char" in calibration.features
+    calibration.save(tmp_path / "model")
+    scorer = HybridScorer.from_folder(tmp_path / "model", ["ro", "cs"])
+    result = evaluate_dataset_auto(model, rows, processor, identifier, top_k=2, progress=False, hybrid=scorer)
+    assert result["routing"]["text_score"] == text_score
+    choice = transcribe_auto(model, processor, [tone_clip("ro", 3)], identifier, top_k=2, hybrid=scorer)[0]
+    candidates = {c["language"]: c for c in choice.extra["language_candidates"]}
+    # both candidates' LMs scored the same hypotheses: "shared", cs's token and ro's "" averaged; "base", one text
+    texts = [token, ""] if text_score == "shared" else [None]
+    if text_score == "base":
+        from adaptspeech.data.collator import model_collator
+
+        batch = model_collator(model, processor, ctc_labels=False)([{"input_values": tone_clip("ro", 3)}])
+        with model.without_adapters():
+            texts = best_path_scores(model, batch, processor.tokenizer)[0]
+    for language in ("ro", "cs"):
+        expected = np.mean([lms.per_char(language, text) for text in texts])
+        assert candidates[language]["lm_per_char"] == pytest.approx(expected, abs=1e-5)
