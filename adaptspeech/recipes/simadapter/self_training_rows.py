@@ -159,17 +159,43 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}"
 
 
+def _teacher_text(settings: dict[str, Any]) -> str:
+    """Who labels round 1, when it is not each system itself."""
+    return " (SimAdapter fusion labels round 1 for every system)" if settings.get("teacher") == "fusion" else ""
+
+
+def _filter_text(settings: dict[str, Any]) -> str:
+    """Which labels are kept, as the rounds applied it: the LM agreement filter first, then the confidence filter
+    (a minimum, a share of the whole pool, or a share per round), with the confidence method that ranked them."""
+    method = settings.get("confidence") or "max_prob/min"
+    schedule = settings.get("keep_fraction_schedule")
+    if settings.get("min_confidence") is not None:
+        confident = f"minimum confidence {settings['min_confidence']:g} ({method})"
+    elif schedule:
+        shares = ", ".join(f"{100 * share:.0f}%" for share in schedule)
+        rounds = ", ".join(str(k) for k in range(1, len(schedule) + 1))
+        confident = f"the most confident {shares} in rounds {rounds} (later rounds: the last) ({method})"
+    elif settings.get("keep_fraction") is not None:
+        confident = f"the {100 * settings['keep_fraction']:.0f}% most confident of the pool ({method})"
+    else:
+        return "all of the labels are kept"
+    agreement = settings.get("max_lm_disagreement")
+    if agreement is not None:
+        return (f"labels whose best path and the LM hypothesis differ by less than {100 * agreement:g}% CER are kept, "
+                f"at most {confident}")
+    return f"{confident} of the labels are kept"
+
+
 def self_training_markdown(summary: dict[str, Any], split: str) -> str:
     """The results.md section: the settings, then per system its rounds, then the labels' CER per confidence bin."""
     s = summary["settings"]
-    kept = (f"minimum confidence {s['min_confidence']:g}" if s["min_confidence"] is not None else
-            f"the {100 * s['keep_fraction']:.0f}% most confident" if s["keep_fraction"] is not None else "all")
     lines = [
         f"### Self-training on {summary['pool_minutes']:.1f} min of untranscribed audio",
         "",
         f"Up to {s['rounds']} rounds of noisy-student training per system: the teacher labels the pool"
-        f"{' with the n-gram LM (weights tuned on dev)' if s['use_lm'] else ''}, {kept} of the labels are kept, a "
-        f"student trains as the system did ({s['steps_scale']:g}x its steps) on the labelled rows and the kept "
+        f"{' with the n-gram LM (weights tuned on dev)' if s['use_lm'] else ''}{_teacher_text(s)}, "
+        f"{_filter_text(s)}, a student trains as the system did ({s['steps_scale']:g}x its steps) on the labelled "
+        "rows and the kept "
         f"pseudo-labelled ones ({100 * s['share']:.0f}% of every batch) with SpecAugment, dropout and speed "
         f"perturbation {s['speed_perturb']}; the rounds stop when dev CER stops improving, and the round with the "
         "lowest dev CER is the self-trained system. Pseudo-label CER: against what the clips say (known for the "
