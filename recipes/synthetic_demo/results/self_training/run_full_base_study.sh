@@ -27,6 +27,8 @@ python scripts/confidence_calibration.py --model "$OUT/target_adapter/model" --d
   --lm "$OUT/lm" --threads "$THREADS" --split test --fit-split dev --out "$RESULTS/confidence_test"
 # learned (each teacher's estimator fitted on dev; the section's default with the LM) had the best dev ROC AUC on this
 # base (docs/self_training.md); another method: CONFIDENCE=<method>
+# a copy of the run without the adapter alone's rounds (tar: no rsync on a bare machine)
+copy_without_rounds() { mkdir -p "$1" && tar -C "$OUT" --exclude=./self_training/target_adapter -cf - . | tar -C "$1" -xf -; }
 CONFIDENCE=${CONFIDENCE:-learned}
 
 # 3. self-training of the three systems (rounds reused when the key matches), with and without the LM: results.md
@@ -35,14 +37,14 @@ cp "$OUT/results.md" "$OUT/results.json" "$RESULTS/"
 
 # 4. capacity: the adapter alone with a 4x wider student bottleneck, in a copy of the run without its rounds
 WIDE="${OUT}_wide"
-rsync -a --exclude self_training/target_adapter "$OUT/" "$WIDE/"
+copy_without_rounds "$WIDE"
 adaptspeech demo output_dir="$WIDE" "${RUN[@]:1}" "${ST[@]}" "self_training.confidence=$CONFIDENCE" \
   'self_training.systems=[target_adapter]' self_training.adapter_bottleneck=256 --only lm,self_training
 cp "$WIDE/results.md" "$RESULTS/results_wide_adapter.md"
 
 # 4b. capacity: the adapter alone with LoRA (rank 16) on the attention projections beside its bottleneck adapter
 LORA="${OUT}_lora"
-rsync -a --exclude self_training/target_adapter "$OUT/" "$LORA/"
+copy_without_rounds "$LORA"
 adaptspeech demo output_dir="$LORA" "${RUN[@]:1}" "${ST[@]}" "self_training.confidence=$CONFIDENCE" \
   'self_training.systems=[target_adapter]' self_training.adapter_lora=16 --only lm,self_training
 cp "$LORA/results.md" "$RESULTS/results_lora_adapter.md"
