@@ -37,6 +37,7 @@ import numpy as np
 import soundfile as sf
 
 from ..data.common_voice import CV_COLUMNS
+from .edges import clip_edges
 from .filters import AlignmentFilters
 from .lines import AlignmentTextError, TextLine, first_line_past, text_lines
 from .posteriors import SAMPLING_RATE, AlignmentModel
@@ -64,8 +65,8 @@ class AlignSettings:
         split_sentences: also cut lines at sentence ends.
         min_matched: the fraction of a recording's lines that must reach ``filters.min_score``, else its text is
             taken for another recording's and the recording is refused.
-        edge_pad_s: seconds added before a line's first and after its last emitted frame (never past the middle of
-            the gap to the next line).
+        edge_pad_s: seconds of pause kept before and after a line's speech (at most half the pause to the
+            neighbouring line's speech; :mod:`.edges`).
         block_labels: labels aligned at once (:mod:`.segmentation`).
     """
 
@@ -105,20 +106,6 @@ def read_recording(path: Path) -> np.ndarray:
                              (f" ({err.detail})" if err.detail else "")) from None
 
 
-def _clip_edges(spans: Sequence[LineAlignment], num_frames: int, seconds_per_frame: float,
-                pad_s: float) -> list[tuple[float, float]]:
-    """Seconds ``(start, end)`` of each line: its frames widened by ``pad_s``, at most to the middle of the gap to
-    the neighbouring line (and to the recording's ends)."""
-    edges = []
-    for i, span in enumerate(spans):
-        low = 0.0 if i == 0 else (spans[i - 1].end_frame + span.first_frame) / 2 * seconds_per_frame
-        high = num_frames * seconds_per_frame if i == len(spans) - 1 else \
-            (span.end_frame + spans[i + 1].first_frame) / 2 * seconds_per_frame
-        edges.append((max(low, span.first_frame * seconds_per_frame - pad_s),
-                      min(high, span.end_frame * seconds_per_frame + pad_s)))
-    return edges
-
-
 def cer_percent(reference: str, hypothesis: str) -> float:
     """Character error rate in percent of ``hypothesis`` against ``reference`` (jiwer's, as ``evaluate``'s)."""
     from ..metrics.scoring import count_edits
@@ -149,7 +136,7 @@ def align_recording(model: AlignmentModel, audio_path: str | os.PathLike[str], t
             f"{model.seconds_per_frame * 1000:.0f} ms")
     spans = align_lines(log_probs, [line.labels for line in lines], model.blank_id, settings.block_labels)
     check_match(lines, spans, settings, audio_path, text_path)
-    edges = _clip_edges(spans, len(log_probs), model.seconds_per_frame, settings.edge_pad_s)
+    edges = clip_edges(spans, waveform, model.seconds_per_frame, settings.edge_pad_s)
     out = []
     for line, span, (start, end) in zip(lines, spans, edges, strict=True):
         decoded = model.greedy_text(log_probs[span.first_frame : span.end_frame])
