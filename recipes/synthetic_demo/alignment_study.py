@@ -141,14 +141,14 @@ def measure(truths: list[dict[str, Any]], aligned_lang_dir: Path) -> dict[str, A
 
 
 def align_settings(args: argparse.Namespace) -> AlignSettings:
-    """``prepare align``'s settings with the study's ``--edge-pad``, ``--min-score``, ``--max-cer`` and
-    ``--min-seconds``; with ``--keep-all`` filters that keep every line (the raw alignment: the plumbing at toy size,
-    or a sweep of the thresholds over ``alignments.tsv``)."""
+    """``prepare align``'s settings with the study's ``--edge-pad``, ``--min-score``, ``--max-cer``, ``--fold-cer``
+    and ``--min-seconds``; with ``--keep-all`` filters that keep every line (the raw alignment: the plumbing at toy
+    size, or a sweep of the thresholds over ``alignments.tsv``)."""
     if args.keep_all:
         return AlignSettings(AlignmentFilters(-1e9, 1e9, 0.01, 1e9, 0.0, 1e9), min_matched=0.0,
                              edge_pad_s=args.edge_pad)
-    return AlignSettings(AlignmentFilters(min_score=args.min_score, max_cer=args.max_cer, min_seconds=args.min_seconds),
-                         edge_pad_s=args.edge_pad)
+    return AlignSettings(AlignmentFilters(min_score=args.min_score, max_cer=args.max_cer, min_seconds=args.min_seconds,
+                                          fold_cer=args.fold_cer), edge_pad_s=args.edge_pad)
 
 
 def stage_settings(run: Path, overrides: list[str]) -> tuple[Any, dict[str, Any]]:
@@ -277,6 +277,7 @@ def main() -> None:
     parser.add_argument("--edge-pad", type=float, default=DEFAULT_EDGE_PAD_S, help="seconds added at a clip's edges")
     parser.add_argument("--min-score", type=float, default=AlignmentFilters.min_score)
     parser.add_argument("--max-cer", type=float, default=AlignmentFilters.max_cer)
+    parser.add_argument("--fold-cer", action="store_true", help="the CER filter without diacritics and case")
     parser.add_argument("--min-seconds", type=float, default=AlignmentFilters.min_seconds,
                         help="shortest clip kept (the demo's subset has lines of 0.6-1 s)")
     parser.add_argument("--noise-dbfs", type=_noise_level, default=NOISE_DBFS, metavar="DBFS",
