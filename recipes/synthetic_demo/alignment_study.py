@@ -16,6 +16,9 @@ Usage (after the demo has trained its base, ``adaptspeech demo``)::
     OMP_NUM_THREADS=1 python recipes/synthetic_demo/alignment_study.py --model runs/synthetic_demo/base/model \
         --corpus runs/synthetic_demo/corpus --output runs/alignment_study
 
+With the zero-shot base as aligner the filters chosen on the dev split (``--split dev``) are ``--fold-cer --max-cer
+75 --min-score -3 --min-seconds 0.5`` (docs/data.md).
+
 Writes ``<output>/recordings/`` (REC.wav, REC.txt, REC.truth.json), ``<output>/aligned/`` (``prepare align``'s output)
 and ``<output>/alignment_study.json``.
 
@@ -24,7 +27,8 @@ clips), once the demo run has trained its ``target_adapter`` stage::
 
     OMP_NUM_THREADS=1 python recipes/synthetic_demo/alignment_study.py --model runs/synthetic_demo/base/model \
         --corpus runs/synthetic_demo/corpus --output runs/alignment_adapter --adapter-run runs/synthetic_demo \
-        --noise-dbfs none --max-cer 80 --min-score -3
+        --override threads=1 --override 'baselines={}' --override lm.enabled=false \
+        --fold-cer --max-cer 75 --min-score -3 --min-seconds 0.5 [--noise-dbfs none]
 
 takes the clips the run's ``target_adapter`` stage trains on (its stage settings from this recipe folder with the run's
 output folder and ``--override`` values: the target's training rows, its ``target_subset`` drawn with the stage's seed
