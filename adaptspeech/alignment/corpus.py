@@ -41,7 +41,7 @@ from .edges import clip_edges
 from .filters import AlignmentFilters, fold_text
 from .lines import AlignmentTextError, TextLine, first_line_past, text_lines
 from .posteriors import SAMPLING_RATE, AlignmentModel
-from .segmentation import DEFAULT_BLOCK_LABELS, MAX_LABEL_GAP_S, LineAlignment, align_lines
+from .segmentation import DEFAULT_BLOCK_LABELS, LineAlignment, align_lines, label_gap_frames
 
 COMPLETE_MARKER = "align_report.json"
 SETTINGS_FILE = "align_settings.json"
@@ -140,7 +140,7 @@ def align_recording(model: AlignmentModel, audio_path: str | os.PathLike[str], t
             f"than its text can be read in: the text up to this line needs more than {len(log_probs)} frames of "
             f"{model.seconds_per_frame * 1000:.0f} ms")
     spans = align_lines(log_probs, [line.labels for line in lines], model.blank_id, settings.block_labels,
-                        max_label_gap=max(2, round(MAX_LABEL_GAP_S / model.seconds_per_frame)))
+                        max_label_gap=label_gap_frames(model.seconds_per_frame))
     check_match(lines, spans, settings, audio_path, text_path)
     edges = clip_edges(spans, waveform, model.seconds_per_frame, settings.edge_pad_s)
     out = []

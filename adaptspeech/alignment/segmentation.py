@@ -88,6 +88,11 @@ MAX_STRAY_LABELS = 2
 """Labels at most left out at each end of a line by :func:`_stray_edges` (a one-letter word and its delimiter)."""
 
 
+def label_gap_frames(seconds_per_frame: float) -> int:
+    """:data:`MAX_LABEL_GAP_S` in output frames of ``seconds_per_frame`` (at least 2)."""
+    return max(2, round(MAX_LABEL_GAP_S / seconds_per_frame))
+
+
 def _stray_edges(frames: np.ndarray, max_label_gap: int) -> tuple[int, int]:
     """``(first, end)`` frames of a line from its labels' emission frames ``[L]``, leaving out up to
     :data:`MAX_STRAY_LABELS` labels at each end that lie more than ``max_label_gap`` frames from the next one.
