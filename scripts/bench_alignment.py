@@ -49,8 +49,10 @@ def _lines(seconds: float, vocab: dict[str, int], delimiter: int) -> list[Any]:
 
 
 def _measure(what: str, minutes: float, threads: int, queue: Any) -> None:
+    from adaptspeech.alignment.corpus import DEFAULT_EDGE_PAD_S
+    from adaptspeech.alignment.edges import clip_edges
     from adaptspeech.alignment.posteriors import AlignmentModel
-    from adaptspeech.alignment.segmentation import align_lines
+    from adaptspeech.alignment.segmentation import align_lines, label_gap_frames
     from adaptspeech.inference.long_form.recording import FrameGrid
     from adaptspeech.inference.transcriber import transcribe
 
@@ -66,7 +68,9 @@ def _measure(what: str, minutes: float, threads: int, queue: Any) -> None:
         aligner = AlignmentModel(model, processor, "xx", vocab, 0, vocab["|"], FrameGrid.of(model).seconds_per_frame,
                                  True)
         log_probs = aligner.log_probs(wave)
-        for span in align_lines(log_probs, lines, 0):
+        spans = align_lines(log_probs, lines, 0, max_label_gap=label_gap_frames(aligner.seconds_per_frame))
+        clip_edges(spans, wave, aligner.seconds_per_frame, DEFAULT_EDGE_PAD_S)
+        for span in spans:
             aligner.greedy_text(log_probs[span.first_frame : span.end_frame])
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     queue.put((seconds, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, base / 1024))

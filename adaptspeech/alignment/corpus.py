@@ -37,17 +37,19 @@ import numpy as np
 import soundfile as sf
 
 from ..data.common_voice import CV_COLUMNS
-from .filters import AlignmentFilters
+from .edges import clip_edges
+from .filters import AlignmentFilters, fold_text
 from .lines import AlignmentTextError, TextLine, first_line_past, text_lines
 from .posteriors import SAMPLING_RATE, AlignmentModel
-from .segmentation import DEFAULT_BLOCK_LABELS, LineAlignment, align_lines
+from .segmentation import DEFAULT_BLOCK_LABELS, LineAlignment, align_lines, label_gap_frames
 
 COMPLETE_MARKER = "align_report.json"
 SETTINGS_FILE = "align_settings.json"
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg")
-LINE_COLUMNS = ("source", "line", "path", "start", "end", "score", "cer", "dropped", "sentence", "decoded")
+LINE_COLUMNS = ("source", "line", "path", "start", "end", "score", "margin", "cer", "cer_folded", "dropped", "sentence",
+                "decoded")
 DEFAULT_MIN_MATCHED = 0.5
-DEFAULT_EDGE_PAD_S = 0.1
+DEFAULT_EDGE_PAD_S = 0.02
 
 
 class AlignmentError(ValueError):
@@ -64,8 +66,8 @@ class AlignSettings:
         split_sentences: also cut lines at sentence ends.
         min_matched: the fraction of a recording's lines that must reach ``filters.min_score``, else its text is
             taken for another recording's and the recording is refused.
-        edge_pad_s: seconds added before a line's first and after its last emitted frame (never past the middle of
-            the gap to the next line).
+        edge_pad_s: seconds of pause kept before and after a line's speech (at most half the pause to the
+            neighbouring line's speech; :mod:`.edges`).
         block_labels: labels aligned at once (:mod:`.segmentation`).
     """
 
@@ -79,7 +81,9 @@ class AlignSettings:
 
 @dataclass
 class AlignedLine:
-    """One line of a recording, placed: seconds in the recording, score, CER (percent) and why it was dropped."""
+    """One line of a recording, placed: seconds in the recording, score and margin
+    (:class:`~.segmentation.LineAlignment`), CER and CER after folding (percent; :func:`~.filters.fold_text`) and
+    why it was dropped."""
 
     source: str
     line: int
@@ -88,7 +92,9 @@ class AlignedLine:
     start: float
     end: float
     score: float
+    margin: float
     cer: float
+    cer_folded: float
     decoded: str
     dropped: str | None = None
     path: str = ""
@@ -103,20 +109,6 @@ def read_recording(path: Path) -> np.ndarray:
     except BadClipError as err:
         raise AlignmentError(f"{path}: the audio cannot be used: {err.reason}" +
                              (f" ({err.detail})" if err.detail else "")) from None
-
-
-def _clip_edges(spans: Sequence[LineAlignment], num_frames: int, seconds_per_frame: float,
-                pad_s: float) -> list[tuple[float, float]]:
-    """Seconds ``(start, end)`` of each line: its frames widened by ``pad_s``, at most to the middle of the gap to
-    the neighbouring line (and to the recording's ends)."""
-    edges = []
-    for i, span in enumerate(spans):
-        low = 0.0 if i == 0 else (spans[i - 1].end_frame + span.first_frame) / 2 * seconds_per_frame
-        high = num_frames * seconds_per_frame if i == len(spans) - 1 else \
-            (span.end_frame + spans[i + 1].first_frame) / 2 * seconds_per_frame
-        edges.append((max(low, span.first_frame * seconds_per_frame - pad_s),
-                      min(high, span.end_frame * seconds_per_frame + pad_s)))
-    return edges
 
 
 def cer_percent(reference: str, hypothesis: str) -> float:
@@ -147,16 +139,19 @@ def align_recording(model: AlignmentModel, audio_path: str | os.PathLike[str], t
             f"{text_path}:{past.line_no}: the audio {audio_path} ({len(waveform) / SAMPLING_RATE:.1f} s) is shorter "
             f"than its text can be read in: the text up to this line needs more than {len(log_probs)} frames of "
             f"{model.seconds_per_frame * 1000:.0f} ms")
-    spans = align_lines(log_probs, [line.labels for line in lines], model.blank_id, settings.block_labels)
+    spans = align_lines(log_probs, [line.labels for line in lines], model.blank_id, settings.block_labels,
+                        max_label_gap=label_gap_frames(model.seconds_per_frame))
     check_match(lines, spans, settings, audio_path, text_path)
-    edges = _clip_edges(spans, len(log_probs), model.seconds_per_frame, settings.edge_pad_s)
+    edges = clip_edges(spans, waveform, model.seconds_per_frame, settings.edge_pad_s)
     out = []
     for line, span, (start, end) in zip(lines, spans, edges, strict=True):
         decoded = model.greedy_text(log_probs[span.first_frame : span.end_frame])
-        cer = cer_percent(line.text, decoded)
-        dropped = settings.filters.drop_reason(span.score, cer, end - start, len(line.text))
+        cer, folded = cer_percent(line.text, decoded), cer_percent(fold_text(line.text), fold_text(decoded))
+        dropped = settings.filters.drop_reason(span.score, folded if settings.filters.fold_cer else cer, end - start,
+                                               len(line.text))
         out.append(AlignedLine(audio_path.name, line.line_no, line.raw, line.text, round(start, 3), round(end, 3),
-                               round(span.score, 4), round(cer, 2), decoded, dropped))
+                               round(span.score, 4), round(span.margin, 4), round(cer, 2), round(folded, 2), decoded,
+                               dropped))
     return out, waveform
 
 
@@ -198,8 +193,8 @@ def _write_tsv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[Any]]
 
 
 def _line_row(line: AlignedLine) -> list[Any]:
-    return [line.source, line.line, line.path, line.start, line.end, line.score, line.cer, line.dropped or "",
-            _tsv_text(line.sentence), _tsv_text(line.decoded)]
+    return [line.source, line.line, line.path, line.start, line.end, line.score, line.margin, line.cer,
+            line.cer_folded, line.dropped or "", _tsv_text(line.sentence), _tsv_text(line.decoded)]
 
 
 def _tsv_text(text: str) -> str:

@@ -50,11 +50,16 @@ class LineAlignment:
         score: the lowest mean log-probability of the path over ``score_frames`` consecutive frames of the line (the
             mean over all of them when fewer); near 0 for a line the model reads as written, below -2 for one it
             does not.
+        margin: the same lowest window mean of the path's log-probability minus the frame's best label's (the
+            model's own free reading of the frame): 0 where the path takes the label the model hears, whatever the
+            model's confidence; it sets a line the model reads with little confidence apart from one it misreads
+            (or that is misplaced).
     """
 
     first_frame: int
     end_frame: int
     score: float
+    margin: float = 0.0
 
 
 def with_star(log_probs: np.ndarray, blank_id: int) -> np.ndarray:
@@ -76,11 +81,43 @@ def window_score(frame_log_probs: np.ndarray, score_frames: int = DEFAULT_SCORE_
     return float(sums.min() / score_frames)
 
 
+MAX_LABEL_GAP_S = 0.32
+"""Seconds (8 frames at 40 ms) between a line's first (last) label and the next (previous) one past which that label
+is taken for a stray (:func:`_stray_edges`)."""
+MAX_STRAY_LABELS = 2
+"""Labels at most left out at each end of a line by :func:`_stray_edges` (a one-letter word and its delimiter)."""
+
+
+def label_gap_frames(seconds_per_frame: float) -> int:
+    """:data:`MAX_LABEL_GAP_S` in output frames of ``seconds_per_frame`` (at least 2)."""
+    return max(2, round(MAX_LABEL_GAP_S / seconds_per_frame))
+
+
+def _stray_edges(frames: np.ndarray, max_label_gap: int) -> tuple[int, int]:
+    """``(first, end)`` frames of a line from its labels' emission frames ``[L]``, leaving out up to
+    :data:`MAX_STRAY_LABELS` labels at each end that lie more than ``max_label_gap`` frames from the next one.
+
+    A label costs a frame no more than the gap label does (both take the frame's best), so the path may emit a line's
+    first label on a like-sounding letter of the speech before it (speech with no text, measured on the demo's sk dev
+    fixture: 0.76 s before the line's second label, over the pause between them) and stay in it, or emit a letter the
+    model never hears (sk's ť, for a base that reads cs/pl/sl) far after the line; the clip then held that speech or
+    pause. Inside a line two labels are a few frames apart (a pause inside a line is between words, and more than one
+    label).
+    """
+    head, tail = 0, len(frames) - 1
+    while head < min(MAX_STRAY_LABELS, tail) and frames[head + 1] - frames[head] > max_label_gap:
+        head += 1
+    while len(frames) - 1 - tail < MAX_STRAY_LABELS and tail > head and frames[tail] - frames[tail - 1] > max_label_gap:
+        tail -= 1
+    first = int(frames[head]) if head == 0 else int(frames[head]) - 1
+    return first, int(frames[tail]) + 1
+
+
 def _align_block(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: int,
-                 score_frames: int) -> list[LineAlignment]:
+                 score_frames: int, max_label_gap: int | None = None) -> list[LineAlignment]:
     """One block: ``lines`` (label ids, no star left) on ``log_probs`` ``[T, V]`` from frame 0; between two lines
     (and before the first, after the last) a gap label whose log-probability is each frame's best (module
-    docstring)."""
+    docstring); stray labels at a line's ends left out (:func:`_stray_edges`; ``max_label_gap`` None: kept)."""
     from ctc_segmentation import CtcSegmentationParameters, ctc_segmentation
 
     gap = log_probs.shape[1]
@@ -97,17 +134,22 @@ def _align_block(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: i
     ground_truth = np.asarray(labels, dtype=np.int64).reshape(-1, 1)
     timings, char_probs, _ = ctc_segmentation(config, log_probs, ground_truth)
     frames = np.rint(timings).astype(np.int64)  # index_duration 1: timings are frames
+    below_best = char_probs - log_probs[:, gap]  # the gap column is each frame's best label
     out = []
     for i in range(len(lines)):
         first, end = int(frames[begins[i] + 1]), int(frames[begins[i + 1]])
+        if max_label_gap is not None:
+            stray_first, stray_end = _stray_edges(frames[begins[i] + 1 : begins[i + 1]], max_label_gap)
+            first, end = stray_first, (end if stray_end > int(frames[begins[i + 1] - 1]) else stray_end)
         end = max(end, first + 1)
-        out.append(LineAlignment(first, end, window_score(char_probs[first:end], score_frames)))
+        out.append(LineAlignment(first, end, window_score(char_probs[first:end], score_frames),
+                                 window_score(below_best[first:end], score_frames)))
     return out
 
 
 def align_lines(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: int,
                 block_labels: int = DEFAULT_BLOCK_LABELS,
-                score_frames: int = DEFAULT_SCORE_FRAMES) -> list[LineAlignment]:
+                score_frames: int = DEFAULT_SCORE_FRAMES, max_label_gap: int | None = None) -> list[LineAlignment]:
     """Align lines of labels to a recording's CTC log-probabilities, in order.
 
     Args:
@@ -117,6 +159,8 @@ def align_lines(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: in
         blank_id: the CTC blank.
         block_labels: labels aligned at once (module docstring); a longer line is one block.
         score_frames: see :data:`DEFAULT_SCORE_FRAMES`.
+        max_label_gap: frames past which a label at a line's end is a stray (:func:`_stray_edges`; ``prepare
+            align``: :data:`MAX_LABEL_GAP_S`); None keeps every label's frames.
 
     Returns:
         One :class:`LineAlignment` per line, frames non-decreasing.
@@ -140,9 +184,10 @@ def align_lines(log_probs: np.ndarray, lines: Sequence[np.ndarray], blank_id: in
             labels += len(lines[stop])
             stop += 1
         frames = max(len(log_probs) - int(needed[stop]), cursor + 1)
-        block = _align_block(log_probs[cursor:frames], lines[start:stop], blank_id, score_frames)
+        block = _align_block(log_probs[cursor:frames], lines[start:stop], blank_id, score_frames, max_label_gap)
         keep = len(block) if stop == len(lines) or len(block) == 1 else len(block) - 1
-        results.extend(LineAlignment(a.first_frame + cursor, a.end_frame + cursor, a.score) for a in block[:keep])
+        results.extend(LineAlignment(a.first_frame + cursor, a.end_frame + cursor, a.score, a.margin)
+                       for a in block[:keep])
         if keep < len(block):  # the next block starts in the gap before the line aligned again (its gap needs frames)
             cursor = (results[-1].end_frame + block[keep].first_frame + cursor) // 2
         start += keep
@@ -188,5 +233,5 @@ def extend_over_speech(spans: Sequence[LineAlignment], log_probs: np.ndarray, bl
                 end += 2
             else:
                 break
-        out.append(LineAlignment(first, end, span.score))
+        out.append(LineAlignment(first, end, span.score, span.margin))
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import CommandError, _finite_float, _positive_float, _positive_int
+from .common import CommandError, _finite_float, _non_negative_float, _positive_float, _positive_int
 
 
 def add_align(corpora: argparse._SubParsersAction) -> None:
@@ -41,6 +41,12 @@ def add_align(corpora: argparse._SubParsersAction) -> None:
                        help="drop lines with a lower alignment score (default -2, NeMo's)")
     align.add_argument("--max-cer", type=_finite_float, default=30.0,
                        help="drop lines whose CER (%%) of the model's decoding is higher (default 30)")
+    align.add_argument("--fold-cer", action="store_true",
+                       help="compare the decoding with the line without diacritics and case (an aligner of a "
+                       "neighbouring language that writes e for ě, l for ľ)")
+    align.add_argument("--edge-pad", type=_non_negative_float, default=0.02, metavar="SECONDS",
+                       help="seconds of pause kept on each side of a line's speech, at most half the pause to its "
+                       "neighbour (default 0.02)")
     align.add_argument("--min-seconds", type=_positive_float, default=1.0, help="drop shorter clips (default 1)")
     align.add_argument("--max-seconds", type=_positive_float, default=20.0, help="drop longer clips (default 20)")
     align.add_argument("--chars-per-second", type=_rate_range, default=(2.0, 40.0), metavar="MIN,MAX",
@@ -91,8 +97,9 @@ def run_prepare_align(args: argparse.Namespace) -> int:
             raise CommandError("--text goes with --audio; a folder's transcripts are in --text-dir (or --audio-dir)")
         pairs = recording_pairs(args.audio_dir, args.text_dir)
     filters = AlignmentFilters(args.min_score, args.max_cer, args.min_seconds, args.max_seconds,
-                               *args.chars_per_second)
-    settings = AlignSettings(filters, args.oov, args.split_sentences, args.min_matched, block_labels=args.block_labels)
+                               *args.chars_per_second, fold_cer=args.fold_cer)
+    settings = AlignSettings(filters, args.oov, args.split_sentences, args.min_matched, args.edge_pad,
+                             args.block_labels)
     with library_progress_bars(enabled=not args.no_progress):
         model = load_alignment_model(args.model, args.language)
         report = align_corpus(model, pairs, args.out, settings, overwrite=args.overwrite,

@@ -16,6 +16,9 @@ Usage (after the demo has trained its base, ``adaptspeech demo``)::
     OMP_NUM_THREADS=1 python recipes/synthetic_demo/alignment_study.py --model runs/synthetic_demo/base/model \
         --corpus runs/synthetic_demo/corpus --output runs/alignment_study
 
+With the zero-shot base as aligner the filters chosen on the dev split (``--split dev``) are ``--fold-cer --max-cer
+75 --min-score -3 --min-seconds 0.5`` (docs/data.md).
+
 Writes ``<output>/recordings/`` (REC.wav, REC.txt, REC.truth.json), ``<output>/aligned/`` (``prepare align``'s output)
 and ``<output>/alignment_study.json``.
 
@@ -24,7 +27,8 @@ clips), once the demo run has trained its ``target_adapter`` stage::
 
     OMP_NUM_THREADS=1 python recipes/synthetic_demo/alignment_study.py --model runs/synthetic_demo/base/model \
         --corpus runs/synthetic_demo/corpus --output runs/alignment_adapter --adapter-run runs/synthetic_demo \
-        --noise-dbfs none --max-cer 80 --min-score -3
+        --override threads=1 --override 'baselines={}' --override lm.enabled=false \
+        --fold-cer --max-cer 75 --min-score -3 --min-seconds 0.5 [--noise-dbfs none]
 
 takes the clips the run's ``target_adapter`` stage trains on (its stage settings from this recipe folder with the run's
 output folder and ``--override`` values: the target's training rows, its ``target_subset`` drawn with the stage's seed
@@ -141,13 +145,14 @@ def measure(truths: list[dict[str, Any]], aligned_lang_dir: Path) -> dict[str, A
 
 
 def align_settings(args: argparse.Namespace) -> AlignSettings:
-    """``prepare align``'s settings with the study's ``--edge-pad``, ``--min-score`` and ``--max-cer``; with
-    ``--keep-all`` filters that keep every line (the raw alignment: the plumbing at toy size, or a sweep of the
-    thresholds over ``alignments.tsv``)."""
+    """``prepare align``'s settings with the study's ``--edge-pad``, ``--min-score``, ``--max-cer``, ``--fold-cer``
+    and ``--min-seconds``; with ``--keep-all`` filters that keep every line (the raw alignment: the plumbing at toy
+    size, or a sweep of the thresholds over ``alignments.tsv``)."""
     if args.keep_all:
         return AlignSettings(AlignmentFilters(-1e9, 1e9, 0.01, 1e9, 0.0, 1e9), min_matched=0.0,
                              edge_pad_s=args.edge_pad)
-    return AlignSettings(AlignmentFilters(min_score=args.min_score, max_cer=args.max_cer), edge_pad_s=args.edge_pad)
+    return AlignSettings(AlignmentFilters(min_score=args.min_score, max_cer=args.max_cer, min_seconds=args.min_seconds,
+                                          fold_cer=args.fold_cer), edge_pad_s=args.edge_pad)
 
 
 def stage_settings(run: Path, overrides: list[str]) -> tuple[Any, dict[str, Any]]:
@@ -276,6 +281,9 @@ def main() -> None:
     parser.add_argument("--edge-pad", type=float, default=DEFAULT_EDGE_PAD_S, help="seconds added at a clip's edges")
     parser.add_argument("--min-score", type=float, default=AlignmentFilters.min_score)
     parser.add_argument("--max-cer", type=float, default=AlignmentFilters.max_cer)
+    parser.add_argument("--fold-cer", action="store_true", help="the CER filter without diacritics and case")
+    parser.add_argument("--min-seconds", type=float, default=AlignmentFilters.min_seconds,
+                        help="shortest clip kept (the demo's subset has lines of 0.6-1 s)")
     parser.add_argument("--noise-dbfs", type=_noise_level, default=NOISE_DBFS, metavar="DBFS",
                         help="the room noise over the recordings (default -40; none: no noise, so that the adapter "
                         "comparison differs from the true clips by the cuts alone)")

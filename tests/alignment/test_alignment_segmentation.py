@@ -100,3 +100,40 @@ def test_a_line_keeps_the_frames_of_its_first_and_last_labels():
     # the rest: a line that starts with the label the line before ends with (the path may give it those frames)
     for first, end in data.untranscribed:
         assert all(a.end_frame <= first or a.first_frame >= end for a in spans)
+
+
+def test_margin_sets_a_line_read_without_confidence_apart_from_a_misread_one():
+    data = synthetic_posteriors(10, seed=6)
+    log_probs = data.log_probs.copy()
+    first, end = data.spans[3]
+    flat = log_probs[first:end] * 0.2  # the model hears line 3's labels, with little confidence
+    log_probs[first:end] = flat - np.logaddexp.reduce(flat, axis=1, keepdims=True)
+    lines = [line.copy() for line in data.lines]
+    lines[6] = np.where(lines[6] == DELIMITER, DELIMITER, (lines[6] - 5 + 7) % 25 + 5)  # the text says other letters
+    spans = align_lines(log_probs, lines, BLANK)
+    assert spans[3].score < -2 < spans[3].margin  # placed right: the path takes the label the model hears
+    assert spans[6].score < -2 and spans[6].margin < -2
+    assert all(a.margin > -0.5 for i, a in enumerate(spans) if i != 6)
+    assert all(a.margin <= 1e-6 for a in spans)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 4])
+def test_a_stray_first_label_on_the_untranscribed_speech_before_is_left_out(seed: int):
+    # the model hears blank on line 5's first letter and that letter at the end of the untranscribed speech before
+    # it: the path emits it there and stays in it over the pause; the line's frames start at its second label
+    data = synthetic_posteriors(10, seed=seed, untranscribed_after=(4,))
+    log_probs = data.log_probs.copy()
+    end_untranscribed = data.untranscribed[0][1]
+    first, _ = data.spans[5]
+    label = data.lines[5][0]
+    top = log_probs.argmax(axis=1)
+    for t in range(first, first + 3):
+        if top[t] == label:
+            log_probs[t, [label, BLANK]] = log_probs[t, [BLANK, label]]
+    t = end_untranscribed - 2
+    log_probs[t, [label, top[t]]] = log_probs[t, [top[t], label]]
+    stray = align_lines(log_probs, data.lines, BLANK)[5]
+    assert stray.first_frame <= first - 9  # the line takes the pause before it (and the speech's last letter)
+    span = align_lines(log_probs, data.lines, BLANK, max_label_gap=8)[5]
+    assert abs(span.first_frame - first) <= 1
+    assert span.end_frame == stray.end_frame and span.score > stray.score

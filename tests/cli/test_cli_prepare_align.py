@@ -106,3 +106,32 @@ def test_folder_form_reports_a_refused_recording_and_keeps_the_others(tiny_model
     assert report["kept"] == 2 and list(report["recordings_refused"]) == ["b.wav"]
     assert "refused b.wav: " in capsys.readouterr().out
     assert np.all([p.name.startswith("a_") for p in (out / "ro" / "clips").iterdir()])
+
+
+@pytest.mark.parametrize(("option", "value", "expected"), [
+    ("--max-cer", "nan", r"argument --max-cer: expected a finite number"),
+    ("--edge-pad", "-0.1", r"argument --edge-pad: expected a non-negative number"),
+])
+def test_bad_filter_settings_end_in_one_line(tmp_path: Path, capsys, option: str, value: str, expected: str):
+    argv = ["--audio", "rec.wav", "--text", "rec.txt", "--model", "m", "--language", "sk", "--out",
+            str(tmp_path / "out"), option, value]
+    with pytest.raises(SystemExit) as exit_info:
+        _run(argv)
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and re.search(expected, errors[0]), errors
+
+
+def test_folded_cer_and_margin_are_listed_for_every_line(tiny_model: Path, tmp_path: Path):
+    wav = _recording(tmp_path / "in", lines="Ăbc def\nghi jab\n")
+    out = tmp_path / "out"
+    argv = ["--audio", str(wav), "--text", str(wav.with_suffix(".txt")), "--model", str(tiny_model),
+            "--language", "ro", "--out", str(out), "--fold-cer", "--edge-pad", "0", *LENIENT]
+    assert _run(argv) == 0
+    with (out / "ro" / "alignments.tsv").open() as handle:
+        lines = list(csv.DictReader(handle, delimiter="\t"))
+    assert len(lines) == 2
+    for line in lines:
+        assert float(line["margin"]) <= 0 and 0 <= float(line["cer_folded"]) <= float(line["cer"]) + 1e-9
+    filters = json.loads((out / "align_settings.json").read_text())["settings"]["filters"]
+    assert filters["fold_cer"] is True

@@ -57,11 +57,12 @@ def test_the_recordings_hold_the_clips_where_the_truths_say(clips, tmp_path: Pat
 def _alignments(folder: Path, truth: dict, shifts: list[float], dropped: list[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "alignments.tsv").open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(LINE_COLUMNS)
+        writer = csv.DictWriter(handle, LINE_COLUMNS, delimiter="\t", lineterminator="\n")
+        writer.writeheader()
         for i, (line, shift, drop) in enumerate(zip(truth["lines"], shifts, dropped, strict=True)):
-            writer.writerow([truth["recording"], i + 1, "", line["start"] + shift, line["end"] + shift, -0.1, 0.0, drop,
-                             line["sentence"], line["sentence"]])
+            writer.writerow({"source": truth["recording"], "line": i + 1, "path": "", "start": line["start"] + shift,
+                             "end": line["end"] + shift, "score": -0.1, "margin": 0.0, "cer": 0.0, "cer_folded": 0.0,
+                             "dropped": drop, "sentence": line["sentence"], "decoded": line["sentence"]})
 
 
 def test_the_measurement_reads_boundaries_recovery_and_untranscribed_overlap(tmp_path: Path):
