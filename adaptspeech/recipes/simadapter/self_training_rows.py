@@ -170,20 +170,21 @@ def _filter_text(settings: dict[str, Any]) -> str:
     method = settings.get("confidence") or "max_prob/min"
     schedule = settings.get("keep_fraction_schedule")
     if settings.get("min_confidence") is not None:
-        confident = f"minimum confidence {settings['min_confidence']:g} ({method})"
+        confident = f"the labels of confidence {settings['min_confidence']:g} or more ({method})"
     elif schedule:
         shares = ", ".join(f"{100 * share:.0f}%" for share in schedule)
         rounds = ", ".join(str(k) for k in range(1, len(schedule) + 1))
-        confident = f"the most confident {shares} in rounds {rounds} (later rounds: the last) ({method})"
+        confident = (f"the most confident {shares} of the pool's labels in rounds {rounds} (later rounds: the last) "
+                     f"({method})")
     elif settings.get("keep_fraction") is not None:
-        confident = f"the {100 * settings['keep_fraction']:.0f}% most confident of the pool ({method})"
+        confident = f"the {100 * settings['keep_fraction']:.0f}% most confident labels of the pool ({method})"
     else:
         return "all of the labels are kept"
     agreement = settings.get("max_lm_disagreement")
     if agreement is not None:
         return (f"labels whose best path and the LM hypothesis differ by less than {100 * agreement:g}% CER are kept, "
                 f"at most {confident}")
-    return f"{confident} of the labels are kept"
+    return f"{confident} are kept"
 
 
 def self_training_markdown(summary: dict[str, Any], split: str) -> str:

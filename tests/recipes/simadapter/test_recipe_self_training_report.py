@@ -18,18 +18,18 @@ def _summary(**settings: Any) -> dict[str, Any]:
 def test_the_report_names_the_agreement_filter_before_the_confidence_share():
     md = self_training_markdown(_summary(max_lm_disagreement=0.1), "test")
     assert "best path and the LM hypothesis differ by less than 10% CER" in md
-    assert "80% most confident of the pool (max_prob/min)" in md
+    assert "at most the 80% most confident labels of the pool (max_prob/min)" in md
 
 
 def test_the_report_names_the_fusion_teacher_and_the_learned_confidence():
     md = self_training_markdown(_summary(teacher="fusion", confidence="learned"), "test")
     assert "SimAdapter fusion labels round 1 for every system" in md
-    assert "(learned)" in md
+    assert "the 80% most confident labels of the pool (learned) are kept" in md
 
 
 def test_the_report_names_a_rising_schedule():
     md = self_training_markdown(_summary(keep_fraction=None, keep_fraction_schedule=[0.6, 0.7]), "test")
-    assert "the most confident 60%, 70% in rounds 1, 2 (later rounds: the last)" in md
+    assert "the most confident 60%, 70% of the pool's labels in rounds 1, 2 (later rounds: the last)" in md
 
 
 def test_without_a_filter_setting_every_label_is_kept():
