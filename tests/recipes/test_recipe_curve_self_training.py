@@ -17,7 +17,8 @@ from helpers.recipes import DEMO, TINY, few_steps
 from adaptspeech.cli import main as cli_main
 from adaptspeech.data.prepared_data import load_prepared
 from adaptspeech.recipes import load_recipe, recipe_module
-from adaptspeech.recipes.simadapter.self_training import SelfTrainingRunner, ensure_pool
+from adaptspeech.recipes.simadapter.self_training import SelfTrainingRunner
+from adaptspeech.recipes.simadapter.self_training_pool import ensure_pool
 from adaptspeech.recipes.simadapter.stages import prepare_data, recipe_plan, train_recipe_stage
 
 report = recipe_module(DEMO, "curve/report.py")

@@ -43,7 +43,7 @@ from ..spec import RecipeSpec
 from . import dry_run
 from .evaluation import ExtraRows, TargetEvaluation, evaluate_recipe
 from .languages import retarget_stages
-from .self_training import check_pool_setting, ensure_pool
+from .self_training_pool import check_pool_setting, ensure_pool
 from .self_training_rows import recipe_self_training_rows
 from .self_training_settings import SELF_TRAINING_STEP
 from .spec import BASELINE_NAMES, STAGE_NAMES, SimAdapterRecipe

@@ -25,7 +25,8 @@ from ...metrics.significance import utterance_edits
 from ...modeling import AdaptSpeechForCTC
 from ...progress import log
 from .evaluation import ExtraRows, TargetEvaluation, bootstrap_cell
-from .self_training import LMSetup, SelfTrainingRunner, SystemRun, describe_run, ensure_pool
+from .self_training import LMSetup, SelfTrainingRunner, SystemRun, describe_run
+from .self_training_pool import ensure_pool
 from .self_training_settings import SelfTrainingSettings
 from .spec import SimAdapterRecipe
 
@@ -129,7 +130,7 @@ def self_training_rows(target: str, split: str, method: str, options: dict[str, 
 def recipe_self_training_rows(spec: SimAdapterRecipe, evaluation: TargetEvaluation, lm: LMSetup | None = None,
                               lm_extra: ExtraRows | None = None, lm_label: str = "4-gram LM") -> ExtraRows:
     """Run (or reuse) the rounds of every system of ``spec.self_training`` and evaluate the rows: the pool
-    (:func:`~adaptspeech.recipes.simadapter.self_training.ensure_pool`), the rounds
+    (:func:`~adaptspeech.recipes.simadapter.self_training_pool.ensure_pool`), the rounds
     (:class:`~adaptspeech.recipes.simadapter.self_training.SelfTrainingRunner`), then :func:`self_training_rows`.
 
     Args:

@@ -87,7 +87,7 @@ class SelfTrainingSettings(Section):
     Args:
         enabled: run the rounds (``--only self_training`` runs them too); off, a finished run's rows are still shown.
         pool: a pool folder (``adaptspeech prepare audio-folder`` / ``common-voice-other``); None: built by
-            :func:`~adaptspeech.recipes.simadapter.self_training.ensure_pool`.
+            :func:`~adaptspeech.recipes.simadapter.self_training_pool.ensure_pool`.
         pool_clips: a synthetic corpus: unlabelled clips of the target synthesised for the pool.
         systems: the systems self-trained.
         rounds: the most rounds per system.

@@ -4,10 +4,11 @@ untranscribed pool, run by the recipe's own machinery
 (:class:`~adaptspeech.recipes.simadapter.self_training.SelfTrainingRunner` with the recipe's ``self_training`` section,
 the curve overriding only ``pool``, ``rounds`` and ``steps_scale``).
 
-- The pool is the recipe's (:func:`~adaptspeech.recipes.simadapter.self_training.ensure_pool`: ``self_training.pool``,
-  or the pool its section builds in ``<output_dir>/self_training/pool``, reused when built before), so every budget
-  labels the same audio; the teachers label it with the recipe's n-gram LM when the section says so (``use_lm``, the
-  demo's ``lm`` section: built, or reused, in ``<output_dir>/lm`` as the demo's LM rows build it).
+- The pool is the recipe's (:func:`~adaptspeech.recipes.simadapter.self_training_pool.ensure_pool`:
+  ``self_training.pool``, or the pool its section builds in ``<output_dir>/self_training/pool``, reused when built
+  before), so every budget labels the same audio; the teachers label it with the recipe's n-gram LM when the
+  section says so (``use_lm``, the demo's ``lm`` section: built, or reused, in ``<output_dir>/lm`` as the demo's LM
+  rows build it).
 - A student trains as the curve trained its teacher (that run's spec: the budget's nested subset, the learning rate
   chosen on dev, the budget's steps) on the labelled and the kept pseudo-labelled rows, with speed perturbation, for
   ``steps_scale`` times the run's steps (:func:`~adaptspeech.recipes.simadapter.self_training.student_spec_from`). The
@@ -35,7 +36,8 @@ from adaptspeech.data.prepared_data import select_languages
 from adaptspeech.data.subsets import SubsetSize
 from adaptspeech.progress import log
 from adaptspeech.recipes.simadapter.evaluation import trained_parameters
-from adaptspeech.recipes.simadapter.self_training import FOLDER, LMSetup, SelfTrainingRunner, SystemRun, ensure_pool
+from adaptspeech.recipes.simadapter.self_training import LMSetup, SelfTrainingRunner, SystemRun
+from adaptspeech.recipes.simadapter.self_training_pool import FOLDER, ensure_pool
 from adaptspeech.recipes.simadapter.spec import SimAdapterRecipe
 
 from .report import METHOD_LABELS

@@ -132,7 +132,7 @@ def test_an_audio_folder_pool_is_read_as_one(runs, tmp_path):
     """What an audio folder's clips say is unknown: it is not read as a Common Voice release (which failed after
     every system was evaluated); its language must be the target's."""
     from adaptspeech.data.pools import feature_extractor_for, prepare_audio_folder
-    from adaptspeech.recipes.simadapter.self_training import held_aside_sentences
+    from adaptspeech.recipes.simadapter.self_training_pool import held_aside_sentences
 
     clips = tmp_path / "recordings"
     clips.mkdir()
