@@ -41,6 +41,14 @@ def cer(model: Any, data: Any, processor: Any, chunk: int, left: int = -1) -> fl
     return 100 * float(np.mean([v["cer"] for v in metrics["per_language"].values()]))
 
 
+def load_source_test(run: Path, sources: str, every: int) -> tuple[Any, Any, Any]:
+    """The run's source-language test clips (every ``every``-th), its processor and its base model (eval mode)."""
+    dataset, processor = load_prepared(run / "prepared")
+    data = select_languages(dataset["test"], sources.split(","), "test", "evaluation")
+    data = data.select(range(0, len(data), every))
+    return data, processor, AdaptSpeechForCTC.from_pretrained(run / "base" / "model").eval()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True)
@@ -51,10 +59,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    dataset, processor = load_prepared(args.run / "prepared")
-    data = select_languages(dataset["test"], args.sources.split(","), "test", "evaluation")
-    data = data.select(range(0, len(data), args.every))
-    model = AdaptSpeechForCTC.from_pretrained(args.run / "base" / "model").eval()
+    data, processor, model = load_source_test(args.run, args.sources, args.every)
     frame_ms = model.frame_milliseconds()
     chunks = [round(float(c) / frame_ms) for c in args.chunks_ms.split(",")]
     full = cer(model, data, processor, 0)

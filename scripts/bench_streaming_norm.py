@@ -31,13 +31,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from bench_streaming_levers import cer, load_source_test  # scripts/ is on the path of a script run
 
-from adaptspeech import AdaptSpeechForCTC
-from adaptspeech.attention.chunking import chunk_attention
 from adaptspeech.data import load_audio
 from adaptspeech.data.feature_types import FeatureType
-from adaptspeech.data.prepared_data import load_prepared, select_languages
-from adaptspeech.evaluation import evaluate_dataset
+from adaptspeech.data.prepared_data import load_prepared
 from adaptspeech.inference.streaming.features import _NORMALIZE_EPS, StreamFeatures
 from adaptspeech.inference.streaming.recognizer import StreamingRecognizer
 from adaptspeech.metrics import compute_error_rates
@@ -110,10 +108,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    dataset, processor = load_prepared(args.run / "prepared")
-    data = select_languages(dataset["test"], args.sources.split(","), "test", "evaluation")
-    data = data.select(range(0, len(data), args.every))
-    model = AdaptSpeechForCTC.from_pretrained(args.run / "base" / "model").eval()
+    data, processor, model = load_source_test(args.run, args.sources, args.every)
     features = FeatureType.of(processor.feature_extractor)
     global_features = FeatureType.of(load_prepared(args.stats_from)[1].feature_extractor)
     hop_s = features.unit_hop / features.sampling_rate
@@ -127,9 +122,7 @@ def main() -> None:
     frame_ms = model.frame_milliseconds()
     results: dict[str, Any] = {"clips": len(data), "chunks_ms": chunks_ms, "masked": {}, "streamed": {}}
     for chunk_ms in [0.0, *chunks_ms]:
-        with chunk_attention(round(chunk_ms / frame_ms)):
-            metrics = evaluate_dataset(model, data, processor, method="ctc_greedy", batch_size=1, progress=False)
-        results["masked"][f"{chunk_ms:g}"] = 100 * float(np.mean([v["cer"] for v in metrics["per_language"].values()]))
+        results["masked"][f"{chunk_ms:g}"] = cer(model, data, processor, round(chunk_ms / frame_ms))
         print("masked", chunk_ms, results["masked"][f"{chunk_ms:g}"], flush=True)
     full = results["masked"]["0"]
     for mode in args.modes.split(","):
