@@ -44,7 +44,7 @@ from .audio import BadClipError, load_audio
 from .common_voice import find_language_dir, parse_languages, read_tsv
 from .feature_types import DEFAULT_FEATURE_TYPE, FeatureType
 from .output_folder import atomic_output_folder, check_output_folder
-from .pool_overlap import HeldOut, file_sha256, overlapping, same_audio_entry
+from .pool_overlap import HeldOut, check_pool_rows, file_sha256, held_out, overlapping, same_audio_entry
 from .pool_segments import SegmentSettings, utterance_segments
 from .processor import _feature_extractor
 from .report import HELD_OUT_OVERLAP, TOO_SHORT, SkipReport
@@ -313,6 +313,36 @@ def load_pool(pool_dir: str | os.PathLike[str]) -> tuple[Any, Any]:
         )
     dataset = load_from_disk(str(pool_dir / "dataset"))[POOL_SPLIT]
     return dataset, feature_extractor_for(processor_dir=str(pool_dir / "feature_extractor"))
+
+
+def language_pool_rows(pool_dir: str | os.PathLike[str], language: str, feature_extractor: Any,
+                       prepared_dir: str | os.PathLike[str], where: str) -> Any:
+    """The rows of the pool in ``pool_dir`` as rows of ``language`` (known, untranscribed: a language-ID head's
+    training rows), checked: a pool of ``language``, of the inputs ``feature_extractor`` computes, sharing no clip
+    (nor the audio of one, re-encoded) and no sentence with the dev / test splits of ``language`` in
+    ``prepared_dir`` (:func:`~adaptspeech.data.pool_overlap.check_pool_rows`).
+
+    Raises:
+        FileNotFoundError: no such folder, or not a pool (one line starting with ``where``).
+        ValueError: a pool of another language or other inputs, or one sharing clips with dev / test (one line
+            starting with ``where``).
+    """
+    pool_dir = Path(pool_dir)
+    if not pool_dir.is_dir():
+        raise FileNotFoundError(f"{where} {pool_dir}: no such folder")
+    if not (pool_dir / POOL_MARKER).is_file():
+        raise FileNotFoundError(f"{where} {pool_dir}: no {POOL_MARKER}, not a pool written by `adaptspeech prepare "
+                                "audio-folder` / `common-voice-other`")
+    pooled = json.loads((pool_dir / POOL_MARKER).read_text(encoding="utf-8")).get("language")
+    if pooled != language:
+        raise ValueError(f"{where} {pool_dir}: a pool of {pooled!r}, given for {language!r}")
+    rows, extractor = load_pool(pool_dir)
+    made, read = FeatureType.of(extractor), FeatureType.of(feature_extractor)
+    if made != read:
+        raise ValueError(f"{where} {pool_dir}: the pool holds {made} inputs, the prepared data {read}; prepare the "
+                         "pool with --processor the prepared folder's processor")
+    check_pool_rows(rows, held_out(prepared_dir, language), f"{where} {pool_dir}")
+    return rows
 
 
 def pool_fingerprint(pool_dir: str | os.PathLike[str]) -> str:

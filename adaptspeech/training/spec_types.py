@@ -77,6 +77,13 @@ from ..settings import (
 )
 
 MODEL_INITS = ("config", "pretrained", "backbone")
+LANGUAGE_FOLDERS = SettingType(
+    "a mapping of language code -> folder (e.g. {sk: pools/sk})",
+    lambda v: isinstance(v, Mapping) and len(v) > 0 and all(
+        is_language_code(k) and isinstance(p, str) and p.strip() != "" for k, p in v.items()),
+    dict,
+)
+"""``data.lid_extra_audio``: one folder per language."""
 
 
 # ---- the sections ----------------------------------------------------------------------------------------------
@@ -107,6 +114,10 @@ class DataSettings(SpecSection):
     pseudo_labelled_dir: str | None = setting(optional(NON_EMPTY_STR))
     pseudo_labelled_share: float = setting(OPEN_UNIT, 0.5)
     pseudo_labelled_min_confidence: float | None = setting(optional(PROBABILITY))
+    lid_extra_audio: dict[str, str] | None = setting(optional(LANGUAGE_FOLDERS))
+    """Language -> a pool folder of untranscribed audio in it (``adaptspeech prepare audio-folder`` /
+    ``common-voice-other``): its segments train a language-ID head trained alone beside the labelled rows (the head
+    needs the language, not a transcript; :func:`check_lid_extra_audio`)."""
 
     @classmethod
     def read(cls, values: Any, section: str | None = None) -> DataSettings:
@@ -211,6 +222,27 @@ class StageEvaluationSettings(SpecSection):
                 f"{', '.join(DECODING_METHODS.names())}"
             )
         return evaluation
+
+
+def check_lid_extra_audio(data: DataSettings, model: ModelSettings) -> None:
+    """``data.lid_extra_audio`` against the rest of the spec: each language one of ``data.train_languages``, and a
+    stage that trains the language-ID head alone (pool rows carry no transcript). The folders are read later, with
+    the data (:func:`adaptspeech.data.pools.language_pool_rows`).
+
+    Raises:
+        StageConfigError: one line naming the setting.
+    """
+    if not data.lid_extra_audio:
+        return
+    for language in data.lid_extra_audio:
+        if language not in data.train_languages:
+            raise StageConfigError(f"data.lid_extra_audio.{language}: {language!r} is not one of "
+                                   f"data.train_languages ({', '.join(data.train_languages)})")
+    groups = model.trainable_groups
+    others = [name for name, value in groups.to_dict().items() if name != "lid" and value]
+    if not groups.lid or others:
+        raise StageConfigError("data.lid_extra_audio: untranscribed audio trains a language-ID head alone "
+                               f"(model.trainable: {{lid: true}}); this stage trains {', '.join(others) or 'no head'}")
 
 
 # ---- the tables ------------------------------------------------------------------------------------------------

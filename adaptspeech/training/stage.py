@@ -19,6 +19,7 @@ A stage spec (``recipes/*/stage_*.yaml``)::
       pseudo_labelled_dir: null             # written by `adaptspeech pseudo-label`: rows trained beside the labelled
       pseudo_labelled_share: 0.5            # share of every batch drawn from them
       pseudo_labelled_min_confidence: null  # keep the pseudo-labels at least this confident (null: all)
+      lid_extra_audio: null                 # e.g. {sk: pools/sk}: untranscribed audio for a language-ID head alone
     model:
       init: config                          # config | pretrained | backbone
       path: null                            # pretrained: a saved adaptspeech model; backbone: an HF checkpoint
@@ -69,6 +70,7 @@ from ..data.array_rows import column_list, with_array_rows
 from ..data.collator import model_collator
 from ..data.feature_types import FeatureType
 from ..data.pool_overlap import check_pool_rows, held_out
+from ..data.pools import language_pool_rows
 from ..data.prepared_data import PreparedDataError, load_prepared, select_languages
 from ..data.pseudo_labelled import ConfidenceFilter, load_pseudo_labelled
 from ..data.source_mix import mix_sources
@@ -102,6 +104,7 @@ from .spec_types import (
     DataSettings,
     ModelSettings,
     StageEvaluationSettings,
+    check_lid_extra_audio,
 )
 from .trainer import AdaptSpeechTrainer
 from .training_settings import TrainingSettings
@@ -151,6 +154,7 @@ class StageSpec:
         model = ModelSettings.read(spec["model"])
         evaluation = StageEvaluationSettings.read(spec.get("evaluation"))
         training = TrainingSettings.read(spec.get("training"))
+        check_lid_extra_audio(data, model)
         return cls(
             name=spec["name"],
             output_dir=spec["output_dir"],
@@ -204,6 +208,8 @@ class StageData:
     source_mix: tuple[int, float] | None = None
     """``(labelled rows, pseudo-labelled share of a batch)``, or None: labelled rows only."""
     pseudo_rows: int = 0
+    lid_extra_rows: int = 0
+    """Rows of ``data.lid_extra_audio``'s pools, after the labelled rows (before any pseudo-labelled ones)."""
 
 
 def _select_data(spec: StageSpec) -> StageData:
@@ -225,6 +231,14 @@ def _select_data(spec: StageSpec) -> StageData:
     if data.train_subset:
         held = speakers(dataset["test"]) if "test" in dataset else set()
         train = low_resource_subset(train, data.train_subset, seed=data.subset_seed, exclude_speakers=held)
+    lid_extra_rows = 0
+    for language, folder in (data.lid_extra_audio or {}).items():
+        try:
+            pool = language_pool_rows(folder, language, processor.feature_extractor, data.prepared_dir,
+                                      f"data.lid_extra_audio.{language}")
+        except (OSError, ValueError) as err:
+            raise StageConfigError(str(err)) from None
+        train, lid_extra_rows = mix_sources(train, pool), lid_extra_rows + len(pool)
     if data.max_eval_rows:
         evaluation_set = evaluation_set.shuffle(seed=0).select(range(min(len(evaluation_set), data.max_eval_rows)))
     source_mix, pseudo_rows = None, 0
@@ -246,7 +260,7 @@ def _select_data(spec: StageSpec) -> StageData:
         features = FeatureType.of(processor.feature_extractor)
         train = SpeedPerturbedRows(train, data.speed_perturb, features, WaveformReader.of_prepared(
             data.prepared_dir), features.encoder_stride, seed=spec.seed)
-    return StageData(processor, train, with_array_rows(evaluation_set), source_mix, pseudo_rows)
+    return StageData(processor, train, with_array_rows(evaluation_set), source_mix, pseudo_rows, lid_extra_rows)
 
 
 def _freeze_unused_backbone_parameters(model: Any, probe: dict[str, torch.Tensor]) -> list[str]:
@@ -391,12 +405,15 @@ def _train(spec: StageSpec, resume_from: str | None, progress: bool, overwrite: 
             evaluation = {**(evaluation or {}), "lid": lid_accuracy(model, evaluation_set, processor,
                                                                      batch_size=decoding.batch_size)}
         eval_split = spec.data.eval_split
+        labelled_rows = len(train) - data.pseudo_rows - data.lid_extra_rows
         summary = {
             "stage": spec.name,
             "train_seconds": train_seconds,
             "train_cpu_seconds": train_cpu_seconds,
-            "train_rows": len(train) - data.pseudo_rows,
-            "train_hours": _hours(train, 0, len(train) - data.pseudo_rows),
+            "train_rows": labelled_rows,
+            "train_hours": _hours(train, 0, labelled_rows),
+            "lid_extra_audio_rows": data.lid_extra_rows,
+            "lid_extra_audio_hours": _hours(train, labelled_rows, labelled_rows + data.lid_extra_rows),
             "pseudo_labelled_rows": data.pseudo_rows,
             "pseudo_labelled_hours": _hours(train, len(train) - data.pseudo_rows, len(train)),
             "speed_perturb": getattr(train, "counts", None),

@@ -50,6 +50,7 @@ SETTINGS: dict[str, tuple[dict[str, Any], str | None]] = {
     "mix 0..3 + AAM": ({**MIX, **AAM}, "10min"),
     "mix 0..3 + AAM + crops": ({**MIX, **AAM, **CROPS}, "10min"),
     "mix 0..3 + AAM + crops, all audio": ({**MIX, **AAM, **CROPS}, None),
+    "mix 0..3, all audio": (MIX, None),
 }
 """Row name -> (the head's ``model.lid`` settings on top of ``stage_lid.yaml``'s, ``data.train_subset``)."""
 
