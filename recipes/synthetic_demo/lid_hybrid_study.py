@@ -4,7 +4,9 @@ adds (docs/lid.md). Meant for the fully trained demo on a GPU machine; every ste
 1. **Heads**: one head per row of :data:`SETTINGS` trained on the fusion model (``stage_lid.yaml`` with its
    ``model.lid`` and ``data.train_subset`` changed; the same seed, steps and learning rate): the single-layer sweep
    (layers 0..3), the learned layer mix up to layers 2 and 3, then AAM-softmax, random 1-4 s crops and all training
-   audio on top of the mix. Each is measured on dev and test (whole utterances, first 1 s and 3 s).
+   audio on top of the mix, and the mix on all training audio plus untranscribed pools of a known language
+   (``--lid-extra-audio sk=POOL``, ``data.lid_extra_audio``; not among the default settings). Each is measured on
+   dev and test (whole utterances, first 1 s and 3 s).
 2. **Hybrid**: on the head with the best dev accuracy, per-language character 3-gram LMs of the training
    transcripts are written into its model folder (``language_models/<language>/``); every candidate's features are
    computed once (dev; test whole, first 1 s, first 3 s), the calibration is fitted on dev for each ``--top-k`` and
@@ -51,24 +53,31 @@ SETTINGS: dict[str, tuple[dict[str, Any], str | None]] = {
     "mix 0..3 + AAM + crops": ({**MIX, **AAM, **CROPS}, "10min"),
     "mix 0..3 + AAM + crops, all audio": ({**MIX, **AAM, **CROPS}, None),
     "mix 0..3, all audio": (MIX, None),
+    "mix 0..3, all audio + pool": (MIX, None),
 }
 """Row name -> (the head's ``model.lid`` settings on top of ``stage_lid.yaml``'s, ``data.train_subset``)."""
+WITH_POOL = {"mix 0..3, all audio + pool"}
+"""The rows that also train on the untranscribed pools of ``--lid-extra-audio`` (``data.lid_extra_audio``)."""
 
 
 def stage_for(model: str, prepared: str, output: Path, lid: dict[str, Any], subset: str | None, steps: int,
-              use_gpu: bool = False) -> dict[str, Any]:
-    """``stage_lid.yaml`` on ``model`` with the head's settings ``lid`` and the training ``subset`` (None: all)."""
+              use_gpu: bool = False, extra_audio: dict[str, str] | None = None) -> dict[str, Any]:
+    """``stage_lid.yaml`` on ``model`` with the head's settings ``lid``, the training ``subset`` (None: all) and the
+    untranscribed pools ``extra_audio`` (language -> pool folder, ``data.lid_extra_audio``; None: none)."""
     stage = load_yaml(HERE / "stage_lid.yaml")
     pooling = {k: v for k, v in stage["model"]["lid"].items() if k in ("pooling", "attention_dim")}  # only these
     stage["model"] = {**stage["model"], "init": "pretrained", "path": model, "lid": {**pooling, **lid}}
     stage["training"] = {**stage["training"], "max_steps": steps, "save_steps": steps, "use_cpu": not use_gpu}
     return {**stage, "name": "lid", "output_dir": str(output), "seed": 0,
-            "data": {"prepared_dir": prepared, "train_languages": LANGUAGES, "train_subset": subset},
+            "data": {"prepared_dir": prepared, "train_languages": LANGUAGES, "train_subset": subset,
+                     **({"lid_extra_audio": extra_audio} if extra_audio else {})},
             "evaluation": {"batch_size": 32}}
 
 
-def train_heads(model: Path, prepared: str, out: Path, names: list[str], steps: int, use_gpu: bool) -> list[dict]:
-    """Step 1: train and measure one head per setting on ``model`` (table rows, written as they come)."""
+def train_heads(model: Path, prepared: str, out: Path, names: list[str], steps: int, use_gpu: bool,
+                extra_audio: dict[str, str] | None = None) -> list[dict]:
+    """Step 1: train and measure one head per setting on ``model`` (table rows, written as they come); the rows of
+    :data:`WITH_POOL` also train on ``extra_audio``'s pools."""
     from adaptspeech.recipes import recipe_module
     from adaptspeech.training.stage import run_stage
 
@@ -79,9 +88,13 @@ def train_heads(model: Path, prepared: str, out: Path, names: list[str], steps: 
         lid, subset = SETTINGS[name]
         folder = out / "heads" / name.replace(" ", "_").replace(",", "").replace("+", "")
         start = time.perf_counter()
-        result = run_stage(stage_for(str(model), prepared, folder, lid, subset, steps, use_gpu),
+        pools = extra_audio if name in WITH_POOL else None
+        result = run_stage(stage_for(str(model), prepared, folder, lid, subset, steps, use_gpu, pools),
                            progress=False, overwrite=True)
-        rows.append({"setting": name, "lid": lid, "subset": subset, "model": str(result.model_dir),
+        summary = json.loads((folder / "stage_summary.json").read_text())
+        rows.append({"setting": name, "lid": lid, "subset": subset, "extra_audio": pools,
+                     "train_rows": summary["train_rows"], "extra_audio_rows": summary["lid_extra_audio_rows"],
+                     "model": str(result.model_dir),
                      "train_seconds": time.perf_counter() - start,
                      "dev": measure(Path(result.model_dir), prepared, "dev"),
                      "test": measure(Path(result.model_dir), prepared, "test")})
@@ -247,7 +260,8 @@ def markdown(rows: list[dict], hybrid: dict[str, Any]) -> str:
              "sk test % |", "|" + " --- |" * 7]
     for r in rows:
         test = r["test"]
-        lines.append(f"| {r['setting']} | {r['subset'] or 'all'} | {100 * r['dev']['whole']['accuracy']:.2f} | "
+        audio = (r["subset"] or "all") + "".join(f" + {lang} pool" for lang in r.get("extra_audio") or {})
+        lines.append(f"| {r['setting']} | {audio} | {100 * r['dev']['whole']['accuracy']:.2f} | "
                      f"{100 * test['whole']['accuracy']:.2f} | {100 * test['1s']['accuracy']:.2f} | "
                      f"{100 * test['3s']['accuracy']:.2f} | {100 * test['whole']['per_language'].get('sk', 0):.0f} |")
     if hybrid:
@@ -281,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", default=None, help="a finished demo run (its fusion/model and prepared/)")
     parser.add_argument("--prepared", default=None, help="the prepared data (default: RUN/prepared)")
     parser.add_argument("--output", required=True)
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="SETTING")
+    parser.add_argument("--settings", nargs="+", default=[n for n in SETTINGS if n not in WITH_POOL],
+                        choices=list(SETTINGS), metavar="SETTING")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--top-k", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--lm-unit", choices=["char", "word"], default="char",
@@ -292,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="train the heads on this model (default RUN/fusion/model), e.g. the run's base/model: "
                         "the same frozen encoder, ready before the adapter stages; the best head is grafted onto "
                         "RUN/fusion/model")
+    parser.add_argument("--lid-extra-audio", nargs="+", default=[], metavar="LANGUAGE=POOL",
+                        help="untranscribed pools (a language known, e.g. sk=RUN/self_training/pool) for the settings "
+                        f"that train on them ({', '.join(sorted(WITH_POOL))})")
     parser.add_argument("--only-heads", action="store_true", help="stop after training and measuring the heads")
     parser.add_argument("--reuse-heads", action="store_true",
                         help="take the heads of OUTPUT/lid_hybrid_study.json (an --only-heads run), train none")
@@ -299,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the text check (no model; --prepared): which LM tells the reference transcripts' "
                         "language best; writes <output>/lid_text_check.md and .json")
     args = parser.parse_args(argv)
+    if any("=" not in entry for entry in args.lid_extra_audio):
+        parser.error(f"--lid-extra-audio {args.lid_extra_audio}: give LANGUAGE=POOL entries")
+    extra_audio = dict(entry.split("=", 1) for entry in args.lid_extra_audio)
+    if set(args.settings) & WITH_POOL and not extra_audio:
+        parser.error(f"--settings {', '.join(sorted(set(args.settings) & WITH_POOL))}: give --lid-extra-audio")
     if min(args.top_k) < 2:
         parser.error(f"--top-k {min(args.top_k)}: the hybrid needs at least 2 candidates")
     if args.text_check:
@@ -321,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = json.loads((out / "lid_hybrid_study.json").read_text())["heads"]
     else:
         heads_model = Path(args.heads_model) if args.heads_model else run / "fusion" / "model"
-        rows = train_heads(heads_model, prepared, out, args.settings, args.steps, args.use_gpu)
+        rows = train_heads(heads_model, prepared, out, args.settings, args.steps, args.use_gpu, extra_audio)
     if args.only_heads:
         print(markdown(rows, {}))
         return 0

@@ -129,6 +129,9 @@ def test_the_hybrid_study_s_heads_are_valid_stages_that_differ_only_in_their_set
                                     "loss": "aam_softmax", "margin": 0.2, "scale": 30.0, "crop_seconds": [1.0, 4.0]}
     assert last["data"]["train_subset"] is None and stages["layer 1"]["data"]["train_subset"] == "10min"
     assert study.stage_for("m", "p", tmp_path, {}, None, 5, use_gpu=True)["training"]["use_cpu"] is False
+    pooled = study.stage_for("m", "p", tmp_path, study.MIX, None, 400, extra_audio={"sk": "pools/sk"})
+    assert pooled["data"]["lid_extra_audio"] == {"sk": "pools/sk"} and set(study.SETTINGS) >= study.WITH_POOL
+    assert StageSpec.from_dict(pooled).data.lid_extra_audio == {"sk": "pools/sk"}
 
 
 def test_the_demo_s_language_lms_are_one_per_language_of_its_transcripts(tmp_path) -> None:
