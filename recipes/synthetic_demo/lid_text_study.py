@@ -12,6 +12,8 @@ cache in seconds.
    order and each ``k`` of ``--top-k``: the calibration fitted on dev (head + LM, and head + CTC + LM), its test
    accuracy per cut, per-language accuracy, confusions and the routed CER of the chosen language's hypothesis.
    Written to ``<output>/lid_text_study.md`` / ``.json``.
+   ``--swap-head MODEL --passes-from CACHE``: the cache ``CACHE`` with the log-posteriors of another head (the
+   systems' passes do not depend on the head), written to ``<output>/passes.json``; then ``--fit`` as usual.
 3. ``--text-only``: how often the text alone (no head) names the language, for each hypothesis it could read
    (:data:`TEXT_ONLY`): ``<output>/lid_text_only.md`` / ``.json``.
 
@@ -76,6 +78,42 @@ def compute_passes(model_dir: Path, prepared: str, batch_size: int = 32) -> dict
             out[name] = entry
             print(f"{name}: {len(rows)} rows, seconds {entry['seconds']}", flush=True)
     return out
+
+def swap_head(passes: dict[str, Any], model_dir: Path, prepared: str, batch_size: int = 32) -> dict[str, Any]:
+    """``passes`` (a :func:`compute_passes` cache) with the head's log-posteriors and the language-ID pass's CPU time
+    of every set replaced by those of the language-ID head of ``model_dir`` (e.g. a head trained on the frozen base
+    the systems sit on: the systems' hypotheses and CTC scores do not depend on the head, so they are kept).
+
+    Raises:
+        ValueError: the head's languages are not the cache's (in the same order), or a set's rows differ.
+    """
+    from transformers import AutoProcessor
+
+    from adaptspeech import AdaptSpeechForCTC
+    from adaptspeech.data.array_rows import column_list
+    from adaptspeech.data.prepared_data import load_prepared
+    from adaptspeech.inference.language_id.identifiers import HeadIdentifier
+    from adaptspeech.lid_evaluation import identify_dataset
+
+    model = AdaptSpeechForCTC.from_pretrained(model_dir).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    identifier = HeadIdentifier(model, processor)
+    if list(identifier.languages) != passes["languages"]:
+        raise ValueError(f"--swap-head {model_dir}: its head's languages {list(identifier.languages)} are not the "
+                         f"cached passes' {passes['languages']}")
+    splits = load_prepared(prepared)[0]
+    out = {**passes, "head": str(model_dir)}
+    for name, (split, seconds) in SETS.items():
+        rows = splits[split]
+        if column_list(rows, "language") != passes[name]["truth"] or list(rows["text"]) != passes[name]["reference"]:
+            raise ValueError(f"--swap-head: the {split} rows of {prepared} are not those of the cached set {name!r}")
+        start = time.process_time()
+        log_probs = identify_dataset(identifier, rows, processor, batch_size, seconds)
+        out[name] = {**passes[name], "log_probs": log_probs.tolist(),
+                     "seconds": {**passes[name]["seconds"], "lid": time.process_time() - start}}
+        print(f"{name}: head swapped ({len(rows)} rows)", flush=True)
+    return out
+
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     "own": ("own",), "shared": ("shared",), "base": ("base",), "own + shared": ("own", "shared"),
@@ -410,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepared", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--passes", action="store_true", help="step 1: compute and cache the passes")
+    parser.add_argument("--swap-head", default=None, metavar="MODEL",
+                        help="step 1 without the systems' passes: the cache of --passes-from with the head's "
+                        "posteriors of MODEL's language-ID head instead, written to <output>/passes.json")
+    parser.add_argument("--passes-from", default=None, help="the passes.json --swap-head starts from")
     parser.add_argument("--fit", action="store_true", help="step 2: the LMs and the fits on the cache")
     parser.add_argument("--text-only", action="store_true",
                         help="what the text alone tells (no head), on the cache: <output>/lid_text_only.md / .json")
@@ -430,6 +472,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.model is None:
             parser.error("--passes needs --model")
         passes = compute_passes(Path(args.model), args.prepared)
+        (out / "passes.json").write_text(json.dumps(passes) + "\n", encoding="utf-8")
+    if args.swap_head:
+        if args.passes_from is None or Path(args.passes_from).resolve() == (out / "passes.json").resolve():
+            parser.error("--swap-head needs --passes-from, a passes.json outside --output")
+        cached = json.loads(Path(args.passes_from).read_text(encoding="utf-8"))
+        passes = swap_head(cached, Path(args.swap_head), args.prepared)
         (out / "passes.json").write_text(json.dumps(passes) + "\n", encoding="utf-8")
     if args.text_only:
         passes = json.loads((out / "passes.json").read_text(encoding="utf-8"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from helpers.cli import one_error_line, run_main
@@ -221,6 +222,19 @@ def test_the_text_study_s_cached_fit_is_the_library_s_fit(report, tmp_path, monk
     model_dir, prepared = out.parent / "run" / "model", out.parent / "prepared"
     passes = study.compute_passes(model_dir, str(prepared), batch_size=4)
     assert set(passes["test whole"]["texts"]) == {"ro", "cs", study.BASE_KEY}
+    other = AdaptSpeechForCTC.from_pretrained(model_dir)  # another head on the same systems
+    with torch.no_grad():
+        other.lid_head.classifier.bias.add_(torch.tensor([2.0, -2.0]))
+    other.save_pretrained(tmp_path / "other_head")
+    AutoProcessor.from_pretrained(model_dir).save_pretrained(tmp_path / "other_head")
+    for head, same in ((model_dir, True), (tmp_path / "other_head", False)):
+        swapped = study.swap_head(passes, head, str(prepared))
+        for name in study.SETS:
+            assert swapped[name]["texts"] == passes[name]["texts"] and swapped[name]["truth"] == passes[name]["truth"]
+            assert (np.asarray(swapped[name]["log_probs"]) == pytest.approx(np.asarray(passes[name]["log_probs"]),
+                                                                            abs=1e-4)) is same, (head, name)
+    with pytest.raises(ValueError, match="its head's languages"):
+        study.swap_head({**passes, "languages": ["cs", "ro"]}, model_dir, str(prepared))
     result = study.fit_all(passes, str(prepared), tmp_path, [2], [2], lm_fits=("train",))
     assert [(f["variant"], f["features"]) for f in result["fits"]] == [
         (v, f) for v in study.VARIANTS for f in study.FEATURE_SETS]
