@@ -54,23 +54,30 @@ SETTINGS: dict[str, tuple[dict[str, Any], str | None]] = {
     "mix 0..3 + AAM + crops, all audio": ({**MIX, **AAM, **CROPS}, None),
     "mix 0..3, all audio": (MIX, None),
     "mix 0..3, all audio + pool": (MIX, None),
+    "mix 0..3, all audio + pool, balanced": (MIX, None),
 }
 """Row name -> (the head's ``model.lid`` settings on top of ``stage_lid.yaml``'s, ``data.train_subset``)."""
-WITH_POOL = {"mix 0..3, all audio + pool"}
+WITH_POOL = {"mix 0..3, all audio + pool", "mix 0..3, all audio + pool, balanced"}
 """The rows that also train on the untranscribed pools of ``--lid-extra-audio`` (``data.lid_extra_audio``)."""
+DATA_SETTINGS: dict[str, dict[str, Any]] = {
+    "mix 0..3, all audio + pool, balanced": {"language_sampling_temperature": 100.0}}
+"""Rows with more ``data`` settings: a pool makes its language the most frequent one, and ``p_l ∝ n_l^(1/100)``
+draws the languages almost uniformly again (the head's prior then stays flat)."""
 
 
 def stage_for(model: str, prepared: str, output: Path, lid: dict[str, Any], subset: str | None, steps: int,
-              use_gpu: bool = False, extra_audio: dict[str, str] | None = None) -> dict[str, Any]:
-    """``stage_lid.yaml`` on ``model`` with the head's settings ``lid``, the training ``subset`` (None: all) and the
-    untranscribed pools ``extra_audio`` (language -> pool folder, ``data.lid_extra_audio``; None: none)."""
+              use_gpu: bool = False, extra_audio: dict[str, str] | None = None,
+              data: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``stage_lid.yaml`` on ``model`` with the head's settings ``lid``, the training ``subset`` (None: all), the
+    untranscribed pools ``extra_audio`` (language -> pool folder, ``data.lid_extra_audio``; None: none) and more
+    ``data`` settings."""
     stage = load_yaml(HERE / "stage_lid.yaml")
     pooling = {k: v for k, v in stage["model"]["lid"].items() if k in ("pooling", "attention_dim")}  # only these
     stage["model"] = {**stage["model"], "init": "pretrained", "path": model, "lid": {**pooling, **lid}}
     stage["training"] = {**stage["training"], "max_steps": steps, "save_steps": steps, "use_cpu": not use_gpu}
     return {**stage, "name": "lid", "output_dir": str(output), "seed": 0,
             "data": {"prepared_dir": prepared, "train_languages": LANGUAGES, "train_subset": subset,
-                     **({"lid_extra_audio": extra_audio} if extra_audio else {})},
+                     **({"lid_extra_audio": extra_audio} if extra_audio else {}), **(data or {})},
             "evaluation": {"batch_size": 32}}
 
 
@@ -89,7 +96,8 @@ def train_heads(model: Path, prepared: str, out: Path, names: list[str], steps: 
         folder = out / "heads" / name.replace(" ", "_").replace(",", "").replace("+", "")
         start = time.perf_counter()
         pools = extra_audio if name in WITH_POOL else None
-        result = run_stage(stage_for(str(model), prepared, folder, lid, subset, steps, use_gpu, pools),
+        result = run_stage(stage_for(str(model), prepared, folder, lid, subset, steps, use_gpu, pools,
+                                     DATA_SETTINGS.get(name)),
                            progress=False, overwrite=True)
         summary = json.loads((folder / "stage_summary.json").read_text())
         rows.append({"setting": name, "lid": lid, "subset": subset, "extra_audio": pools,

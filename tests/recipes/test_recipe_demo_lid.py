@@ -133,6 +133,9 @@ def test_the_hybrid_study_s_heads_are_valid_stages_that_differ_only_in_their_set
     pooled = study.stage_for("m", "p", tmp_path, study.MIX, None, 400, extra_audio={"sk": "pools/sk"})
     assert pooled["data"]["lid_extra_audio"] == {"sk": "pools/sk"} and set(study.SETTINGS) >= study.WITH_POOL
     assert StageSpec.from_dict(pooled).data.lid_extra_audio == {"sk": "pools/sk"}
+    for name, data in study.DATA_SETTINGS.items():
+        assert StageSpec.from_dict(study.stage_for("m", "p", tmp_path, study.MIX, None, 400, data=data)).data.to_dict(
+        ).items() >= data.items() and name in study.SETTINGS
 
 
 def test_the_demo_s_language_lms_are_one_per_language_of_its_transcripts(tmp_path) -> None:
