@@ -90,7 +90,7 @@ def test_the_lid_stage_of_a_demo_run_trains_the_head_on_the_fusion_model(tmp_pat
     stage = lid_report.lid_stage_spec(DEMO, spec, tmp_path / "prepared", ["training.max_steps=5"])
     assert stage["model"]["path"] == str(tmp_path / "fusion" / "model") and stage["model"]["trainable"] == {"lid": True}
     assert stage["data"]["train_languages"] == ["cs", "pl", "sl", "it", "es", "sk"]
-    assert stage["data"]["train_subset"] == "10min" and stage["training"]["max_steps"] == 5
+    assert stage["data"]["train_subset"] is None and stage["training"]["max_steps"] == 5  # every labelled clip
     assert StageSpec.from_dict(stage).model["lid"] == {"pooling": "attentive_stats", "layer": 3, "layer_mix": True,
                                                        "attention_dim": 64}
     assert lid_report.split_lid_overrides(["lid.training.max_steps=5", "target=pl"]) == (["target=pl"],
