@@ -118,6 +118,7 @@ class AdaptSpeechConfig(PretrainedConfig):
     keys_to_ignore_at_inference = [  # noqa: RUF012 - transformers reads this class attribute
         "loss_ctc",
         "loss_att",
+        "loss_distill",
         "loss_fusion_reg",
         "loss_fusion_guide",
         "attention_logits",

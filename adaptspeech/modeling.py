@@ -3,6 +3,8 @@ encoder attention and output heads, all built from :class:`AdaptSpeechConfig`.""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,7 +26,7 @@ from .adapters.routing import (
     routing_call,
     row_languages_from_ids,
 )
-from .attention.chunking import dynamic_chunk_training
+from .attention.chunking import chunk_attention, dynamic_chunk_training
 from .attention.swap import swap_encoder_attention
 from .backbones import backbone_type_of_model_type, get_backbone_spec
 from .backbones.causal_conv import set_conv_lookahead
@@ -32,7 +34,7 @@ from .backbones.conv_padding import frame_padding, mask_convolution_padding
 from .configuration import AdaptSpeechConfig
 from .generation import AdaptSpeechGenerationMixin
 from .heads import get_head
-from .heads.ctc import CTCHead
+from .heads.ctc import CTCHead, chunk_distillation_kl
 from .heads.encoder_prefix import encode_from_prefix, usable_prefix
 from .heads.las import LASDecoder
 from .heads.lid_model import LanguageIDMixin
@@ -345,6 +347,30 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
             self.las_head = LASDecoder(config.las_config())
         self.post_init()
 
+    @contextlib.contextmanager
+    def _drawn_chunks(self, inputs: torch.Tensor) -> Iterator[int]:
+        """Around a whole training forward: draws the batch's chunks (dynamic chunk training,
+        :func:`~adaptspeech.attention.chunking.dynamic_chunk_training`, the same draw :meth:`encode` would make) and
+        yields the chunk size, 0 for full context; every encoder call inside uses them."""
+        frames = self.config.backbone_spec.num_frames(self.backbone, inputs.shape[1])
+        with dynamic_chunk_training(self.config.attention, frames, self.training) as (chunk, _):
+            yield chunk
+
+    def _full_context_logits(
+        self, inputs: torch.Tensor, attention_mask: torch.Tensor | None, lang_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The teacher of in-place distillation (``attention.chunk_distillation``): CTC logits [B, T, V] of the batch
+        at full context, without gradient, in training mode and from the random state the chunked forward that
+        follows starts from, so both see the same SpecAugment masks and the same dropout masks: they differ only
+        in the chunks. The random state is restored afterwards (the run's random stream is the one without
+        distillation)."""
+        device = inputs.device
+        devices = [] if device.type == "cpu" else [device]
+        device_type = None if device.type == "cpu" else device.type
+        with torch.no_grad(), torch.random.fork_rng(devices, device_type=device_type), chunk_attention(0):
+            hidden, _, _, _ = self.encode(inputs, attention_mask, lang_ids)
+            return self.ctc_head(hidden, row_languages=self.row_languages(lang_ids))
+
     def forward(
         self,
         input_values: torch.Tensor | None = None,
@@ -378,14 +404,20 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
             if labels is None:
                 return AdaptSpeechOutput(loss=loss_lid, loss_lid=loss_lid, lid_logits=lid_logits)
         want_weights = output_fusion_weights or self.fusion_guide_weight > 0
-        hidden, frame_mask, hidden_states, fusion_weights = self.encode(
-            inputs, attention_mask, lang_ids, output_hidden_states, collect_fusion_weights=want_weights
-        )
+        weight = self.config.attention.chunk_distillation
+        distil = bool(weight) and self.training and labels is not None and self.ctc_head is not None
+        teacher = None
+        with self._drawn_chunks(inputs) if distil else contextlib.nullcontext(0) as chunk:
+            if chunk:  # a chunked batch of in-place distillation: its full-context twin teaches it
+                teacher = self._full_context_logits(inputs, attention_mask, lang_ids)
+            hidden, frame_mask, hidden_states, fusion_weights = self.encode(
+                inputs, attention_mask, lang_ids, output_hidden_states, collect_fusion_weights=want_weights
+            )
+            logits = None
+            if self.ctc_head is not None:
+                logits = self.ctc_head(hidden, row_languages=self.row_languages(lang_ids))
         frame_lengths = frame_mask.sum(-1)
-        logits = None
-        if self.ctc_head is not None:
-            logits = self.ctc_head(hidden, row_languages=self.row_languages(lang_ids))
-        loss = loss_ctc = loss_att = loss_reg = loss_guide = attention_logits = None
+        loss = loss_ctc = loss_att = loss_reg = loss_guide = attention_logits = loss_distill = None
         if labels is not None:
             if self.ctc_head is not None:
                 loss_ctc = self.ctc_head.loss(logits, frame_lengths, labels)
@@ -397,14 +429,17 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
                 loss = weight * loss_ctc + (1.0 - weight) * loss_att
             else:
                 loss = loss_ctc if loss_ctc is not None else loss_att
+            if teacher is not None:
+                loss_distill = weight * chunk_distillation_kl(teacher, logits, frame_mask)
             loss_reg, loss_guide = self.fusion_losses(fusion_weights, frame_mask, hidden.device)
-            for term in (loss_reg, loss_guide, loss_lid):
+            for term in (loss_distill, loss_reg, loss_guide, loss_lid):
                 if term is not None:
                     loss = loss + term
         return AdaptSpeechOutput(
             loss=loss,
             loss_ctc=loss_ctc,
             loss_att=loss_att,
+            loss_distill=loss_distill,
             loss_fusion_reg=loss_reg,
             loss_fusion_guide=loss_guide,
             logits=logits,

@@ -26,6 +26,8 @@ class AdaptSpeechOutput(ModelOutput):
         fusion_weights: per fused layer, the SimAdapter attention over the languages [B, T, N].
         loss_lid: language-ID cross-entropy (scalar), when ``lid_targets`` are given.
         lid_logits: language-ID logits [B, L] over ``config.lid_languages``, when ``lid_targets`` are given.
+        loss_distill: ``attention.chunk_distillation * KL(p_full || p_chunk)`` (scalar), in the chunked training
+            batches of in-place distillation (:func:`~adaptspeech.heads.ctc.chunk_distillation_kl`).
     """
 
     loss: torch.Tensor | None = None
@@ -41,3 +43,4 @@ class AdaptSpeechOutput(ModelOutput):
     fusion_weights: tuple[torch.Tensor, ...] | None = None
     loss_lid: torch.Tensor | None = None
     lid_logits: torch.Tensor | None = None
+    loss_distill: torch.Tensor | None = None

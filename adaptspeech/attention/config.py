@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -27,7 +28,7 @@ from .registry import ATTENTION, DEFAULT_KIND
 #: the settings every kind shares (the fields of :class:`AttentionConfig` other than its options).
 SHARED_SETTINGS = (
     "kind", "layers", "hidden_size", "num_heads", "dropout", "init_from_pretrained", "bias", "chunk_size",
-    "num_left_chunks", "dynamic_chunks", "max_chunk_size", "dynamic_left_chunks",
+    "num_left_chunks", "dynamic_chunks", "max_chunk_size", "dynamic_left_chunks", "chunk_distillation",
 )
 
 
@@ -104,6 +105,11 @@ class AttentionConfig(Settings):
             (:func:`~adaptspeech.attention.chunking.streaming_kinds`).
         max_chunk_size (`int`, defaults to 25): the largest chunk drawn (25 frames of 40 ms = 1 s, as WeNet).
         dynamic_left_chunks (`bool`, defaults to `False`): also draw the number of left chunks (else all).
+        chunk_distillation (`float`, *optional*): dual-mode in-place distillation (Yu et al., ICLR 2021): in the
+            batches that dynamic chunk training draws chunks for, the same batch at full context teaches the chunked
+            forward, adding ``chunk_distillation * KL(p_full || p_chunk)`` over the valid frames of the CTC posteriors
+            to the loss (:func:`~adaptspeech.heads.ctc.chunk_distillation_kl`); ``None`` or 0: off. Needs
+            ``dynamic_chunks``.
         options (`KindOptions`, *optional*): the kind's own options (e.g.
             :class:`~adaptspeech.attention.options.LDSAOptions`); built from ``**settings`` when omitted.
         **settings: the kind's options by name (``context_width=7`` for ``ldsa``), read back as attributes
@@ -124,6 +130,7 @@ class AttentionConfig(Settings):
     dynamic_chunks: bool = False
     max_chunk_size: int = 25
     dynamic_left_chunks: bool = False
+    chunk_distillation: float | None = None
     options: KindOptions | None = None
 
     def __init__(
@@ -140,6 +147,7 @@ class AttentionConfig(Settings):
         dynamic_chunks: bool = False,
         max_chunk_size: int = 25,
         dynamic_left_chunks: bool = False,
+        chunk_distillation: float | None = None,
         options: KindOptions | None = None,
         **settings: Any,
     ) -> None:
@@ -155,6 +163,7 @@ class AttentionConfig(Settings):
         self.dynamic_chunks = dynamic_chunks
         self.max_chunk_size = max_chunk_size
         self.dynamic_left_chunks = dynamic_left_chunks
+        self.chunk_distillation = chunk_distillation
         if self.kind != DEFAULT_KIND and self.kind not in ATTENTION:
             raise ValueError(
                 f"attention.kind: unknown attention {self.kind!r}; allowed values: "
@@ -207,9 +216,23 @@ class AttentionConfig(Settings):
         self._check_dynamic_chunks()
 
     def _check_dynamic_chunks(self) -> None:
-        """``dynamic_chunks`` only for a kind that can stream, without a fixed ``chunk_size``."""
+        """``dynamic_chunks`` only for a kind that can stream, without a fixed ``chunk_size``; ``chunk_distillation``
+        a finite weight >= 0, only with ``dynamic_chunks``."""
         if not is_int(self.max_chunk_size) or self.max_chunk_size < 1:
             raise ValueError(f"attention.max_chunk_size must be a positive frame count, got {self.max_chunk_size!r}")
+        weight = self.chunk_distillation
+        if weight is not None:
+            number = not isinstance(weight, bool) and isinstance(weight, (int, float))
+            if not number or not math.isfinite(weight) or weight < 0:
+                raise ValueError(
+                    f"attention.chunk_distillation must be a finite weight >= 0 (0 or null: off), got {weight!r}"
+                )
+            if not self.dynamic_chunks:
+                raise ValueError(
+                    f"attention.chunk_distillation={weight!r} distils full context into the chunks that dynamic chunk "
+                    "training draws: it needs attention.dynamic_chunks: true"
+                )
+            self.chunk_distillation = float(weight)
         if not self.dynamic_chunks:
             return
         require_streaming_kind(self.kind, "attention.dynamic_chunks")

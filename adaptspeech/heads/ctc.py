@@ -216,3 +216,30 @@ def check_head_fits_vocabulary(head_size: int, vocab_size: int, language: str, t
             f"the CTC head used for {language!r} has {head_size} outputs but the {name} vocabulary for {language!r} "
             f"has {vocab_size} tokens: load the matching head (load_adapter / add_language_head) or vocabulary"
         )
+
+
+def chunk_distillation_kl(
+    teacher_logits: torch.Tensor, student_logits: torch.Tensor, frame_mask: torch.Tensor
+) -> torch.Tensor:
+    """The in-place distillation term of dual-mode ASR (Yu et al., "Dual-mode ASR: unify and improve streaming ASR with
+    full-context modeling", ICLR 2021): the full-context CTC posteriors ``p_full`` teach the chunked (streaming)
+    posteriors ``p_chunk`` of the same weights, frame by frame, at temperature 1::
+
+        KL = 1 / |F| * sum_{(b, t) in F} sum_v p_full[b, t, v] * (log p_full[b, t, v] - log p_chunk[b, t, v])
+
+    over the valid (unpadded) frames ``F``. The teacher is taken as given: pass it detached (computed under
+    ``torch.no_grad()``) so that only the chunked forward learns from it.
+
+    Args:
+        teacher_logits: full-context CTC logits [B, T, V].
+        student_logits: chunked CTC logits [B, T, V].
+        frame_mask: [B, T] bool, True on valid encoder frames.
+
+    Returns:
+        The mean KL per valid frame (scalar, float32); 0 when no frame is valid.
+    """
+    log_teacher = nn.functional.log_softmax(teacher_logits, dim=-1, dtype=torch.float32)
+    log_student = nn.functional.log_softmax(student_logits, dim=-1, dtype=torch.float32)
+    per_frame = (log_teacher.exp() * (log_teacher - log_student)).sum(-1)
+    mask = frame_mask.to(per_frame.device, torch.bool)
+    return per_frame.masked_select(mask).sum() / mask.sum().clamp(min=1)

@@ -2,9 +2,10 @@
 
 What it adds to the stock Trainer:
 
-* the loss terms the model reports (``loss_ctc``, ``loss_att``, ``loss_fusion_reg``, ``loss_fusion_guide``) are
-  averaged over the logging window (and over processes) and logged beside ``loss``; the fusion regulariser and the
-  guide loss are already part of the model's ``loss``;
+* the loss terms the model reports (``loss_ctc``, ``loss_att``, ``loss_distill``, ``loss_fusion_reg``,
+  ``loss_fusion_guide``) are averaged over the logging window (and over processes) and logged beside ``loss``; the
+  fusion regulariser, the guide loss and the distillation term are already part of the model's ``loss``
+  (``loss_distill`` is averaged over the batches that have it: the chunked half of dynamic chunk training);
 * the guide-loss weight follows ``guide_weight * guide_decay ** step`` (:class:`FusionGuideScheduleCallback`);
 * every checkpoint also gets an adapter-only copy (:class:`AdapterCheckpointCallback`);
 * evaluation (``decoding=``) decodes the evaluation split with the engine of ``adaptspeech evaluate``
@@ -53,7 +54,7 @@ from .decoding_evaluation import DecodingEvaluation
 from .gradient_check import DEFAULT_GRADIENT_CHECK_STEPS, GradientCheckCallback
 from .resume import last_checkpoint
 
-LOSS_TERMS = ("loss_ctc", "loss_att", "loss_fusion_reg", "loss_fusion_guide", "loss_lid")
+LOSS_TERMS = ("loss_ctc", "loss_att", "loss_distill", "loss_fusion_reg", "loss_fusion_guide", "loss_lid")
 
 
 def attach_to_trainable(loss: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
