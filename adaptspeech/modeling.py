@@ -404,8 +404,8 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
             if labels is None:
                 return AdaptSpeechOutput(loss=loss_lid, loss_lid=loss_lid, lid_logits=lid_logits)
         want_weights = output_fusion_weights or self.fusion_guide_weight > 0
-        weight = self.config.attention.chunk_distillation
-        distil = bool(weight) and self.training and labels is not None and self.ctc_head is not None
+        distill_weight = self.config.attention.chunk_distillation
+        distil = bool(distill_weight) and self.training and labels is not None and self.ctc_head is not None
         teacher = None
         with self._drawn_chunks(inputs) if distil else contextlib.nullcontext(0) as chunk:
             if chunk:  # a chunked batch of in-place distillation: its full-context twin teaches it
@@ -430,7 +430,7 @@ class AdaptSpeechForCTC(AdaptSpeechPreTrainedModel):
             else:
                 loss = loss_ctc if loss_ctc is not None else loss_att
             if teacher is not None:
-                loss_distill = weight * chunk_distillation_kl(teacher, logits, frame_mask)
+                loss_distill = distill_weight * chunk_distillation_kl(teacher, logits, frame_mask)
             loss_reg, loss_guide = self.fusion_losses(fusion_weights, frame_mask, hidden.device)
             for term in (loss_distill, loss_reg, loss_guide, loss_lid):
                 if term is not None:

@@ -21,9 +21,10 @@ AUGMENTED = {"spec_augment_time_masks": 2, "spec_augment_time_width": 4, "spec_a
              "hidden_dropout": 0.1, "attention_dropout": 0.1, "conv_lookahead": "chunk"}
 
 
-def _model(weight: float | None) -> AdaptSpeechForCTC:
+def _model(weight: float | None, **config_kwargs: object) -> AdaptSpeechForCTC:
     attention = {"kind": "rel_pos", "dynamic_chunks": True, "max_chunk_size": MAX_CHUNK, "chunk_distillation": weight}
-    config = tiny_config("fbank_conformer", attention=attention, backbone_overrides=AUGMENTED, final_dropout=0.1)
+    config = tiny_config("fbank_conformer", attention=attention, backbone_overrides=AUGMENTED, final_dropout=0.1,
+                         **config_kwargs)
     torch.manual_seed(0)
     return AdaptSpeechForCTC(config).train()
 
@@ -139,3 +140,29 @@ def test_full_context_draws_and_the_random_stream_are_unchanged() -> None:
     model.eval()
     with torch.no_grad():
         assert model(**inputs).loss_distill is None  # evaluation: full context, no teacher
+
+
+def test_a_joint_ctc_attention_model_weighs_the_term_by_chunk_distillation_not_ctc_weight() -> None:
+    """With the LAS decoder beside CTC the loss mixes ``ctc_weight``; the distillation term keeps its own weight."""
+    weight, ctc_weight = 0.7, 0.3
+    model = _model(weight, head="ctc_las", ctc_weight=ctc_weight)
+    inputs, frames = _batch(model)
+    inputs["labels"] = torch.tensor([[1, 4, 5, 6], [7, 8, -100, -100]])  # no sos / eos id (2, 3) in the text
+    seed = _seed_drawing(frames, chunked=True)
+    torch.manual_seed(seed)
+    out = model(**inputs)
+    model.config.attention.chunk_distillation = None
+    torch.manual_seed(seed)
+    drawn = draw_dynamic_chunk(frames, MAX_CHUNK)
+    state = torch.get_rng_state()
+    with torch.no_grad(), chunk_attention(0):
+        teacher = model(input_features=inputs["input_features"], attention_mask=inputs["attention_mask"]).logits
+    torch.set_rng_state(state)
+    with chunk_attention(*drawn):
+        student = model(**inputs)
+    log_p, log_q = teacher.log_softmax(-1), student.logits.log_softmax(-1)
+    valid = torch.arange(log_p.shape[1])[None, :] < student.frame_lengths[:, None]
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)[valid].mean()
+    torch.testing.assert_close(out.loss_distill, weight * kl, atol=1e-6, rtol=1e-5)
+    joint = ctc_weight * student.loss_ctc + (1 - ctc_weight) * student.loss_att
+    torch.testing.assert_close(out.loss, joint + weight * kl, atol=1e-6, rtol=1e-5)
